@@ -1,0 +1,90 @@
+# The front door. Targets are thin: they call the playbooks or the Python CLI.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+HOST      ?= localhost
+INVENTORY ?= inventory/local
+# Profile override (name in serving/profiles/ or a path); empty: the inventory's serving_profile.
+PROFILE   ?=
+# Extra arguments for ansible-playbook, e.g. ANSIBLE_ARGS='--check --diff' or '-e var=value'.
+ANSIBLE_ARGS ?=
+# pytest selection for `make test-unit`/`make test`, e.g. PYTEST_ARGS='-k manifest'.
+PYTEST_ARGS ?=
+
+PYTHON    ?= python3.11
+VENV      := .venv
+BIN       := $(VENV)/bin
+STAMP     := $(VENV)/.installed
+export ANSIBLE_CONFIG := $(CURDIR)/ansible/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+PLAYBOOK = $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
+           $(if $(PROFILE),-e serving_profile=$(PROFILE),) $(ANSIBLE_ARGS)
+CHECK_HOST = $(BIN)/refdeploy check-host --inventory $(INVENTORY) $(HOST)
+
+##@ Serving
+
+.PHONY: deploy
+deploy: $(STAMP) ## Deploy the serving stack to HOST (default: this machine, CPU profile)
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/deploy.yml
+
+.PHONY: undeploy
+undeploy: $(STAMP) ## Stop and remove the serving containers on HOST (images, models and runs/ stay)
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/undeploy.yml
+
+.PHONY: status
+status: $(STAMP) ## Show what runs on HOST and whether it matches the profile
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/status.yml
+
+.PHONY: images
+images: $(STAMP) ## Build the base and runtime images on HOST (cached by content)
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/images.yml
+
+.PHONY: plan
+plan: $(STAMP) ## Print the rendered plan (vLLM argv, container spec, image tags) for PROFILE
+	@$(BIN)/refdeploy plan --profile $(or $(PROFILE),cpu-tiny)
+
+##@ Development
+
+.PHONY: venv
+venv: $(STAMP) ## Create the project virtualenv (.venv) from requirements.lock
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found: install Python 3.11 or set PYTHON=" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	@touch $@
+
+.PHONY: lint
+lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
+	$(BIN)/ruff check serving probes tests
+	$(BIN)/ruff format --check serving probes tests
+	$(BIN)/mypy
+	$(BIN)/yamllint --strict .
+	cd ansible && ../$(BIN)/ansible-lint --offline --strict
+	$(BIN)/hadolint images/*/Dockerfile
+
+.PHONY: test-unit
+test-unit: $(STAMP) ## Fast tests only (no Docker, no vLLM)
+	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
+
+.PHONY: test
+test: lint $(STAMP) ## Lint, unit tests, and the integration tests against a real deploy on this machine
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+.PHONY: clean
+clean: ## Remove the virtualenv and caches (keeps runs/)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "usage: make <target> [HOST=host] [INVENTORY=dir] [PROFILE=name|path]\n"} \
+	  /^##@/ {printf "\n%s\n", substr($$0, 5)} \
+	  /^[a-zA-Z_-]+:.*##/ {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)

