@@ -3,7 +3,7 @@
   refdeploy check-host --inventory DIR HOST
   refdeploy plan --profile NAME|PATH [--patches-dir DIR]
   refdeploy effective --profile NAME|PATH  < {"log": ..., "metrics": ...}
-  refdeploy manifest --raw FILE --out FILE
+  refdeploy manifest --runs-dir DIR  < raw readings (JSON)
 
 Each prints JSON (or nothing) on stdout and one clear line on stderr when it
 refuses; exit status 2 means bad input, 1 means a check failed.
@@ -20,7 +20,7 @@ from pathlib import Path
 from serving.effective import EffectiveConfigError, describe_mismatches, effective_config
 from serving.images import ImagePlanError, plan_images
 from serving.inventory import InventoryError, check_host
-from serving.manifest import build_manifest, failed_checks
+from serving.manifest import build_manifest, failed_checks, new_run_dir
 from serving.profile import ProfileError, load_profile
 from serving.render import render_container_spec, render_vllm_argv
 
@@ -59,10 +59,12 @@ def cmd_effective(a: argparse.Namespace) -> int:
 
 
 def cmd_manifest(a: argparse.Namespace) -> int:
-    raw = json.loads(Path(a.raw).read_text())
+    raw = json.loads(Path(a.raw).read_text() if a.raw else sys.stdin.read())
+    run_dir = new_run_dir(Path(a.runs_dir), raw["host"])
+    raw["run_id"] = run_dir.name
+    (run_dir / "raw-readings.json").write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
     manifest = build_manifest(raw)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "manifest.json"
     out.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     print(str(out))
     bad = failed_checks(manifest)
@@ -93,8 +95,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_effective)
 
     p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
-    p.add_argument("--raw", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")
+    p.add_argument("--raw", help="raw readings JSON (default: stdin)")
     p.set_defaults(func=cmd_manifest)
     return ap
 

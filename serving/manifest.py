@@ -9,6 +9,7 @@ the limits in force and the applied patches are the ones the plan asked for.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from serving.images import PATCH_LABEL_PREFIX
@@ -24,6 +25,19 @@ from serving.limits import (
 SCHEMA_VERSION = 1
 
 
+def new_run_dir(runs_dir: Path, host: str) -> Path:
+    """runs/<host>/<UTC timestamp>/, created; a suffix keeps two runs in one second apart."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(100):
+        path = runs_dir / host / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{runs_dir / host}: cannot create a run directory for {stamp}")
+
+
 def _check(checks: list[dict[str, Any]], name: str, expected: Any, actual: Any) -> None:
     checks.append({"check": name, "expected": expected, "actual": actual, "ok": expected == actual})
 
@@ -36,6 +50,20 @@ def parse_sha256_list(text: str) -> dict[str, str]:
         if len(parts) == 2:
             out[parts[1].lstrip("*")] = parts[0]
     return out
+
+
+def engine_startup_s(started_at: str | None, server_started_log_ts: str | None) -> float | None:
+    """Seconds from the container's start to vLLM's "Starting vLLM server" line (1 s resolution).
+
+    The log line carries month-day and time only, on the container's clock (UTC);
+    the year comes from Docker's StartedAt.
+    """
+    if not started_at or not server_started_log_ts:
+        return None
+    start = datetime.fromisoformat(started_at[:26].rstrip("Z") + "+00:00")
+    start = start.replace(microsecond=0)
+    logged = datetime.strptime(f"{start.year}-{server_started_log_ts}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    return (logged - start).total_seconds()
 
 
 def parse_sections(text: str) -> dict[str, str]:
@@ -117,7 +145,7 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         },
         "model": {
             "host_path": plan["profile"]["model"]["host_path"],
-            "files_sha256": parse_sha256_list(raw.get("model_sums", "")),
+            "files_sha256": parse_sha256_list(inside.get("model_sums", "")),
         },
         "profile": plan["profile"],
         "vllm_argv": plan["argv"],
@@ -127,6 +155,9 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "name": container.get("Name", "").lstrip("/"),
             "started_at": container.get("State", {}).get("StartedAt"),
             "replaced_by_this_deploy": bool(raw.get("replaced")),
+            "engine_startup_s": engine_startup_s(
+                container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts")
+            ),
         },
         "effective_config": effective,
         "limits_in_force": {
