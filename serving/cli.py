@@ -32,8 +32,9 @@ def cmd_check_host(a: argparse.Namespace) -> int:
 
 def cmd_plan(a: argparse.Namespace) -> int:
     profile = load_profile(a.profile)
-    images = plan_images(profile.image.distribution, profile.image.version,
-                         Path(a.patches_dir) if a.patches_dir else None)
+    images = plan_images(
+        profile.image.distribution, profile.image.version, Path(a.patches_dir) if a.patches_dir else None
+    )
     plan = {
         "profile": profile.model_dump(mode="json"),
         "argv": render_vllm_argv(profile),
@@ -52,8 +53,10 @@ def cmd_effective(a: argparse.Namespace) -> int:
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     if result["mismatches"]:
-        print(f"effective config differs from profile {profile.name}: {describe_mismatches(result)}",
-              file=sys.stderr)
+        print(
+            f"effective config differs from profile {profile.name}: {describe_mismatches(result)}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -69,8 +72,7 @@ def cmd_manifest(a: argparse.Namespace) -> int:
     print(str(out))
     bad = failed_checks(manifest)
     if bad:
-        print(f"manifest {out}: the running container differs from the plan: " + "; ".join(bad),
-              file=sys.stderr)
+        print(f"manifest {out}: the running container differs from the plan: " + "; ".join(bad), file=sys.stderr)
         return 1
     return 0
 

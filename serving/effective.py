@@ -130,8 +130,7 @@ def effective_config(profile: Profile, log_text: str, metrics_text: str) -> dict
                 continue
             effective = parse(raw)
             ok = effective == requested if not isinstance(requested, float) else abs(effective - requested) < 1e-9
-            checks.append(Check(setting, requested, effective, f"{source}:{key}",
-                                "ok" if ok else "mismatch"))
+            checks.append(Check(setting, requested, effective, f"{source}:{key}", "ok" if ok else "mismatch"))
             break
         else:
             checks.append(Check(setting, requested, None, "not reported by the engine", "unverified"))
@@ -141,8 +140,15 @@ def effective_config(profile: Profile, log_text: str, metrics_text: str) -> dict
         raw = cache_info.get("kv_cache_memory_bytes")
         want = int(float(kv_space) * (1 << 30))
         got = int(raw) if raw not in (None, "None") else None
-        checks.append(Check("env.VLLM_CPU_KVCACHE_SPACE", want, got, "cache_config_info:kv_cache_memory_bytes",
-                            "unverified" if got is None else ("ok" if got == want else "mismatch")))
+        checks.append(
+            Check(
+                "env.VLLM_CPU_KVCACHE_SPACE",
+                want,
+                got,
+                "cache_config_info:kv_cache_memory_bytes",
+                "unverified" if got is None else ("ok" if got == want else "mismatch"),
+            )
+        )
 
     return {
         "vllm_version": version,
@@ -158,6 +164,7 @@ def effective_config(profile: Profile, log_text: str, metrics_text: str) -> dict
 def describe_mismatches(result: dict[str, Any]) -> str:
     lines = [
         f"requested {c['setting']}={c['requested']!r} but the engine runs with {c['effective']!r} ({c['source']})"
-        for c in result["checks"] if c["status"] == "mismatch"
+        for c in result["checks"]
+        if c["status"] == "mismatch"
     ]
     return "; ".join(lines)

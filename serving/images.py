@@ -92,15 +92,19 @@ def _source_date(paths: list[Path]) -> str:
     try:
         out = subprocess.run(
             ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%cI", "--", *map(str, paths)],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     return out or "unknown"
 
 
-def plan_images(distribution: str, version: str, patches_dir: Path | None = None,
-                images_dir: Path = IMAGES_DIR) -> ImagePlan:
+def plan_images(
+    distribution: str, version: str, patches_dir: Path | None = None, images_dir: Path = IMAGES_DIR
+) -> ImagePlan:
     if distribution not in _DIST_SHORT:
         raise ImagePlanError(f"unknown vLLM distribution {distribution!r} (known: {', '.join(_DIST_SHORT)})")
     base_dir = images_dir / "base"
@@ -120,7 +124,10 @@ def plan_images(distribution: str, version: str, patches_dir: Path | None = None
     patches = list_patches(patches_dir)
     tinymodel = images_dir.parent / "serving" / "tinymodel.py"
     runtime_inputs = [
-        vllm_dir / "Dockerfile", vllm_dir / "apply-patches.sh", constraints, tinymodel,
+        vllm_dir / "Dockerfile",
+        vllm_dir / "apply-patches.sh",
+        constraints,
+        tinymodel,
         *(Path(p.path) for p in patches),
     ]
     runtime_sha = _hash_files(runtime_inputs, [base_tag, distribution, version])

@@ -17,7 +17,10 @@ def inventory_hosts(inventory: Path, ansible_inventory: str = "ansible-inventory
     try:
         proc = subprocess.run(
             [ansible_inventory, "-i", str(inventory), "--list"],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     except FileNotFoundError:
         raise InventoryError(f"{ansible_inventory}: not found (run make venv first)") from None

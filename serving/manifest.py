@@ -93,8 +93,11 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     # Image: the container runs the planned image, which carries the planned patches.
     _check(checks, "container runs the planned image", image["Id"], container.get("Image"))
     planned = {p["name"]: p["sha256"] for p in plan["images"]["patches"]}
-    labelled = {k[len(PATCH_LABEL_PREFIX):]: v.removeprefix("sha256:")
-                for k, v in labels.items() if k.startswith(PATCH_LABEL_PREFIX)}
+    labelled = {
+        k[len(PATCH_LABEL_PREFIX) :]: v.removeprefix("sha256:")
+        for k, v in labels.items()
+        if k.startswith(PATCH_LABEL_PREFIX)
+    }
     applied = parse_sha256_list(inside.get("in_image_patches", ""))
     _check(checks, "image labels carry the planned patch hashes", planned, labelled)
     _check(checks, "patches applied in the image are the planned ones", planned, applied)
@@ -104,8 +107,12 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     proc = parse_proc_limits(inside.get("proc_limits", ""))
     if "cpuset_cpus" in spec:
         _check(checks, "cpuset (docker)", spec["cpuset_cpus"], host_config.get("CpusetCpus"))
-        _check(checks, "cpuset (cgroup)", expand_cpulist(spec["cpuset_cpus"]),
-               expand_cpulist(str(cgroup["cpuset_cpus"] or "")))
+        _check(
+            checks,
+            "cpuset (cgroup)",
+            expand_cpulist(spec["cpuset_cpus"]),
+            expand_cpulist(str(cgroup["cpuset_cpus"] or "")),
+        )
     if "cpuset_mems" in spec:
         _check(checks, "cpuset mems (docker)", spec["cpuset_mems"], host_config.get("CpusetMems"))
     if "memory" in spec:
@@ -120,8 +127,12 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         row = LIMIT_ROWS.get(name)
         if row:
             got = proc.get(row)
-            _check(checks, f"ulimit {name} (/proc/1/limits of the engine)", [int(soft), int(hard)],
-                   list(got) if got else None)
+            _check(
+                checks,
+                f"ulimit {name} (/proc/1/limits of the engine)",
+                [int(soft), int(hard)],
+                list(got) if got else None,
+            )
 
     effective = raw.get("effective", {})
     return {
@@ -136,12 +147,18 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "tag": plan["images"]["runtime_tag"],
             "repo_digests": image.get("RepoDigests") or [],
             "labels": labels,
-            "vllm": {"distribution": plan["images"]["distribution"], "version": plan["images"]["version"],
-                     "engine_reports": effective.get("vllm_version")},
+            "vllm": {
+                "distribution": plan["images"]["distribution"],
+                "version": plan["images"]["version"],
+                "engine_reports": effective.get("vllm_version"),
+            },
             "patches": [{"name": n, "sha256": h} for n, h in planned.items()],
             "removed_packages": inside.get("in_image_removed", "").split(),
-            "base": {"tag": plan["images"]["base_tag"], "suite": plan["images"]["base_suite"],
-                     "mirror": plan["images"]["base_mirror"]},
+            "base": {
+                "tag": plan["images"]["base_tag"],
+                "suite": plan["images"]["base_suite"],
+                "mirror": plan["images"]["base_mirror"],
+            },
         },
         "model": {
             "host_path": plan["profile"]["model"]["host_path"],
@@ -174,5 +191,8 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def failed_checks(manifest: dict[str, Any]) -> list[str]:
-    return [f"{c['check']}: expected {c['expected']!r}, found {c['actual']!r}"
-            for c in manifest["verification"] if not c["ok"]]
+    return [
+        f"{c['check']}: expected {c['expected']!r}, found {c['actual']!r}"
+        for c in manifest["verification"]
+        if not c["ok"]
+    ]

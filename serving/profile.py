@@ -70,7 +70,7 @@ class VllmArgs(_Strict):
     kv_offloading_size: float | None = None
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     compilation_config: dict[str, Any] | None = None
-    extra_args: tuple[str, ...] = ()
+    extra_args: list[str] = Field(default_factory=list)
 
 
 class Ulimit(_Strict):
@@ -128,7 +128,7 @@ _TYPE_WORDS = {
     "string_type": "a string",
     "float_type": "a number",
     "dict_type": "a mapping",
-    "tuple_type": "a list",
+    "list_type": "a list",
     "model_type": "a mapping",
     "literal_error": "one of the listed values",
 }

@@ -46,10 +46,15 @@ def render_vllm_argv(profile: Profile) -> list[str]:
     """The argv the container runs: `vllm serve MODEL --host ... [args]`."""
     args = profile.vllm
     argv = [
-        "vllm", "serve", profile.model.container_path,
-        "--host", "0.0.0.0",
-        "--port", str(profile.ports.container_port),
-        "--served-model-name", profile.model.served_name,
+        "vllm",
+        "serve",
+        profile.model.container_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(profile.ports.container_port),
+        "--served-model-name",
+        profile.model.served_name,
     ]
     for name in _ARG_ORDER:
         value = getattr(args, name)
@@ -85,9 +90,7 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         "image": image,
         "command": render_vllm_argv(profile),
         "env": dict(sorted(profile.env.items())),
-        "published_ports": [
-            f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"
-        ],
+        "published_ports": [f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"],
         "volumes": [f"{profile.model.host_path}:{profile.model.container_path}:ro"],
         "shm_size": c.shm_size,
         "ulimits": [f"{name}:{u.soft}:{u.hard}" for name, u in sorted(c.ulimits.items())],
@@ -95,8 +98,14 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         # Docker's own health state is what the deploy waits on: it sees a
         # crashed engine at once, where polling the port only times out.
         "healthcheck": {
-            "test": ["CMD", "curl", "-fsS", "-o", "/dev/null",
-                     f"http://127.0.0.1:{profile.ports.container_port}/health"],
+            "test": [
+                "CMD",
+                "curl",
+                "-fsS",
+                "-o",
+                "/dev/null",
+                f"http://127.0.0.1:{profile.ports.container_port}/health",
+            ],
             "interval": "5s",
             "timeout": "5s",
             "retries": 3,

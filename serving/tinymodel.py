@@ -58,8 +58,18 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def generate(out: Path, seed: int, vocab_size: int, hidden: int, layers: int, heads: int,
-             kv_heads: int, intermediate: int, max_positions: int, corpus_bytes: int) -> dict[str, str]:
+def generate(
+    out: Path,
+    seed: int,
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    max_positions: int,
+    corpus_bytes: int,
+) -> dict[str, str]:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -77,7 +87,10 @@ def generate(out: Path, seed: int, vocab_size: int, hidden: int, layers: int, he
     )
     tok.train([str(p) for p in corpus_files(corpus_bytes)], trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
         model_max_length=max_positions,
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -103,8 +116,7 @@ def generate(out: Path, seed: int, vocab_size: int, hidden: int, layers: int, he
     for path in out.iterdir():
         # Readable by the unprivileged serving user; safetensors writes 0600.
         path.chmod(0o644)
-    sums = {p.name: sha256_file(p) for p in sorted(out.iterdir())
-            if p.is_file() and p.name != "SHA256SUMS"}
+    sums = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != "SHA256SUMS"}
     (out / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for n, h in sums.items()))
     return sums
 
@@ -122,8 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-positions", type=int, default=2048)
     ap.add_argument("--corpus-bytes", type=int, default=4 << 20)
     a = ap.parse_args(argv)
-    sums = generate(a.out, a.seed, a.vocab_size, a.hidden, a.layers, a.heads, a.kv_heads,
-                    a.intermediate, a.max_positions, a.corpus_bytes)
+    sums = generate(
+        a.out,
+        a.seed,
+        a.vocab_size,
+        a.hidden,
+        a.layers,
+        a.heads,
+        a.kv_heads,
+        a.intermediate,
+        a.max_positions,
+        a.corpus_bytes,
+    )
     for name, digest in sums.items():
         print(f"{digest}  {name}")
     return 0

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from serving.images import PATCH_LABEL_PREFIX, plan_images
+from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list, parse_sections
+from serving.profile import load_profile
+from serving.render import render_container_spec, render_vllm_argv
+
+
+def _raw(d: Path) -> dict[str, Any]:
+    """Raw readings as the manifest role collects them, from a recorded real container."""
+    profile = load_profile("cpu-tiny")
+    images = asdict(plan_images("vllm-cpu", "0.32.0"))
+    inside = (d / "inside-readings-cgroup-v1.txt").read_text()
+    applied = parse_sha256_list(parse_sections(inside)["in_image_patches"])
+    images["patches"] = [{"name": n, "sha256": h, "path": n} for n, h in applied.items()]
+    container = json.loads((d / "container-inspect.json").read_text())[0]
+    image = {
+        "Id": container["Image"],
+        "Config": {"Labels": {PATCH_LABEL_PREFIX + n: f"sha256:{h}" for n, h in applied.items()}},
+    }
+    return {
+        "host": "localhost",
+        "run_id": "20261129T085000Z",
+        "plan": {
+            "profile": profile.model_dump(mode="json"),
+            "argv": render_vllm_argv(profile),
+            "container_spec": render_container_spec(profile, images["runtime_tag"]),
+            "images": images,
+        },
+        "effective": {"vllm_version": "0.32.0", "server_started_log_ts": "11-29 08:51:03"},
+        "image_inspect": image,
+        "container_inspect": container,
+        "inside_readings": inside,
+    }
+
+
+def test_manifest_of_a_real_container_verifies(vllm_cpu_fixtures: Path) -> None:
+    m = build_manifest(_raw(vllm_cpu_fixtures))
+    assert failed_checks(m) == []
+    assert m["verified"] is True
+    assert m["limits_in_force"]["cpuset_cpus"] == "0-1"
+    assert m["limits_in_force"]["memory_limit_bytes"] == 8 << 30
+    assert m["limits_in_force"]["proc_limits"]["Max open files"] == [16384, 16384]
+    assert m["image"]["removed_packages"] == ["torchvision", "torchaudio", "torchcodec"]
+    assert m["container"]["engine_startup_s"] == 51.0
+    names = {c["check"] for c in m["verification"]}
+    assert {"memory limit (cgroup)", "ulimit nofile (/proc/1/limits of the engine)", "cpuset (cgroup)"} <= names
+
+
+def test_a_limit_not_in_force_fails_naming_both_values(vllm_cpu_fixtures: Path) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    raw["plan"]["container_spec"]["memory"] = "4g"
+    bad = failed_checks(build_manifest(raw))
+    assert "memory limit (docker): expected 4294967296, found 8589934592" in bad
+    assert "memory limit (cgroup): expected 4294967296, found 8589934592" in bad
+
+
+def test_a_patch_missing_from_the_image_fails(vllm_cpu_fixtures: Path) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    raw["plan"]["images"]["patches"] = copy.deepcopy(raw["plan"]["images"]["patches"]) + [
+        {"name": "0002-extra.patch", "sha256": "ab" * 32, "path": "x"}
+    ]
+    bad = failed_checks(build_manifest(raw))
+    assert any(b.startswith("patches applied in the image are the planned ones") for b in bad)
+    assert any(b.startswith("image labels carry the planned patch hashes") for b in bad)
+
+
+def test_engine_startup_uses_dockers_year_and_clock() -> None:
+    assert engine_startup_s("2026-11-29T08:57:29.096613671Z", "11-29 08:58:15") == 46.0
+    assert engine_startup_s(None, "11-29 08:58:15") is None

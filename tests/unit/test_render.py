@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from serving.profile import load_profile, parse_profile
+from serving.render import SPEC_LABEL, render_container_spec, render_vllm_argv, spec_digest
+
+
+def _profile(**vllm: object):  # type: ignore[no-untyped-def]
+    base = load_profile("cpu-tiny").model_dump(mode="json")
+    base["vllm"].update(vllm)
+    return parse_profile(base)
+
+
+def test_cpu_tiny_argv_is_exact() -> None:
+    assert render_vllm_argv(load_profile("cpu-tiny")) == [
+        "vllm", "serve", "/models/tiny-llama",
+        "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "tiny-llama",
+        "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "8",
+        "--max-num-batched-tokens", "2048", "--block-size", "32", "--seed", "0",
+        "--enable-prefix-caching", "--enforce-eager",
+    ]  # fmt: skip
+
+
+def test_boolean_optional_flags_render_the_no_form() -> None:
+    argv = render_vllm_argv(_profile(enable_prefix_caching=False, enable_chunked_prefill=False, enforce_eager=False))
+    assert "--no-enable-prefix-caching" in argv
+    assert "--no-enable-chunked-prefill" in argv
+    assert "--enforce-eager" not in argv
+
+
+def test_compilation_config_is_compact_json_and_extra_args_come_last() -> None:
+    argv = render_vllm_argv(
+        _profile(compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"}, extra_args=["--long-prefill-token-threshold", "512"])
+    )
+    i = argv.index("--compilation-config")
+    assert argv[i + 1] == '{"cudagraph_mode":"FULL_AND_PIECEWISE"}'
+    assert argv[-2:] == ["--long-prefill-token-threshold", "512"]
+
+
+def test_container_spec_carries_limits_ports_and_model_mount() -> None:
+    spec = render_container_spec(load_profile("cpu-tiny"), "refdeploy/vllm:x")
+    assert spec["image"] == "refdeploy/vllm:x"
+    assert spec["cpuset_cpus"] == "0-1"
+    assert spec["memory"] == spec["memory_swap"] == "8g"
+    assert spec["ulimits"] == ["nofile:16384:16384"]
+    assert spec["published_ports"] == ["127.0.0.1:8000:8000"]
+    assert spec["volumes"] == ["/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro"]
+    assert spec["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    assert spec["healthcheck"]["test"][-1] == "http://127.0.0.1:8000/health"
+    assert spec["labels"][SPEC_LABEL] == spec_digest(spec)
+
+
+@pytest.mark.parametrize("change", [{"max_num_seqs": 4}, {"seed": 1}])
+def test_one_field_changes_the_digest(change: dict) -> None:
+    a = render_container_spec(load_profile("cpu-tiny"), "img")
+    b = render_container_spec(_profile(**change), "img")
+    assert a["labels"][SPEC_LABEL] != b["labels"][SPEC_LABEL]
+
+
+def test_digest_is_stable_and_ignores_labels() -> None:
+    a = render_container_spec(load_profile("cpu-tiny"), "img")
+    b = render_container_spec(load_profile("cpu-tiny"), "img")
+    assert a == b
+    assert spec_digest({**a, "labels": {"other": "x"}}) == a["labels"][SPEC_LABEL]
+    assert render_container_spec(load_profile("cpu-tiny"), "img2")["labels"][SPEC_LABEL] != a["labels"][SPEC_LABEL]
