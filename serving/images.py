@@ -51,6 +51,8 @@ class ImagePlan:
     patches: list[Patch]
     build_args: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
+    # The same, as `docker build` flags (what the images role passes).
+    docker_build_flags: list[str] = field(default_factory=list)
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -141,6 +143,12 @@ def plan_images(
         "org.refdeploy.vllm.patch-series": ",".join(p.name for p in patches),
     }
     labels.update({PATCH_LABEL_PREFIX + p.name: f"sha256:{p.sha256}" for p in patches})
+    build_args = {
+        "BASE_IMAGE": base_tag,
+        "VLLM_DIST": distribution,
+        "VLLM_VERSION": version,
+        "REMOVE_PACKAGES": _REMOVE[distribution],
+    }
     return ImagePlan(
         base_tag=base_tag,
         base_suite=BASE_SUITE,
@@ -152,11 +160,8 @@ def plan_images(
         version=version,
         constraints_file=str(constraints),
         patches=patches,
-        build_args={
-            "BASE_IMAGE": base_tag,
-            "VLLM_DIST": distribution,
-            "VLLM_VERSION": version,
-            "REMOVE_PACKAGES": _REMOVE[distribution],
-        },
+        build_args=build_args,
         labels=labels,
+        docker_build_flags=[f"--build-arg={k}={v}" for k, v in build_args.items()]
+        + [f"--label={k}={v}" for k, v in sorted(labels.items())],
     )
