@@ -26,10 +26,15 @@ def _tree(root: Path) -> Path:
 
 def _patch(old: str, new: str) -> str:
     """A patch of the middle line of pkg/a.py."""
-    return HEADER + f"diff -ru a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,3 +1,3 @@\n one\n-{old}\n+{new}\n three\n"
+    return (
+        HEADER
+        + f"diff -ru a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,3 +1,3 @@\n one\n-{old}\n+{new}\n three\n"
+    )
 
 
-B_PATCH = HEADER + "diff -ru a/pkg/b.py b/pkg/b.py\n--- a/pkg/b.py\n+++ b/pkg/b.py\n@@ -1,2 +1,2 @@\n-alpha\n+ALPHA\n beta\n"
+B_PATCH = (
+    HEADER + "diff -ru a/pkg/b.py b/pkg/b.py\n--- a/pkg/b.py\n+++ b/pkg/b.py\n@@ -1,2 +1,2 @@\n-alpha\n+ALPHA\n beta\n"
+)
 
 
 def _run(site: Path, patches: Path, record: Path) -> subprocess.CompletedProcess[str]:

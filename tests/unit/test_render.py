@@ -31,7 +31,10 @@ def test_boolean_optional_flags_render_the_no_form() -> None:
 
 def test_compilation_config_is_compact_json_and_extra_args_come_last() -> None:
     argv = render_vllm_argv(
-        _profile(compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"}, extra_args=["--long-prefill-token-threshold", "512"])
+        _profile(
+            compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"},
+            extra_args=["--long-prefill-token-threshold", "512"],
+        )
     )
     i = argv.index("--compilation-config")
     assert argv[i + 1] == '{"cudagraph_mode":"FULL_AND_PIECEWISE"}'
