@@ -28,7 +28,8 @@ def _patch(old: str, new: str) -> str:
     """A patch of the middle line of pkg/a.py."""
     return (
         HEADER
-        + f"diff -ru a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1,3 +1,3 @@\n one\n-{old}\n+{new}\n three\n"
+        + "diff -ru a/pkg/a.py b/pkg/a.py\n--- a/pkg/a.py\n+++ b/pkg/a.py\n"
+        + f"@@ -1,3 +1,3 @@\n one\n-{old}\n+{new}\n three\n"
     )
 
 
