@@ -1,0 +1,82 @@
+"""Helpers for the integration tests: they drive the real `make` targets, Docker and vLLM on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINER = "refdeploy-vllm"
+RUNS = REPO / "runs" / "localhost"
+
+
+@dataclass
+class MakeResult:
+    rc: int
+    output: str
+    seconds: float
+
+    @property
+    def recap_changed(self) -> int:
+        m = re.search(r"^localhost\s+: ok=\d+\s+changed=(\d+)", self.output, re.M)
+        assert m, f"no PLAY RECAP in output:\n{self.output[-3000:]}"
+        return int(m.group(1))
+
+
+def make(*args: str, timeout: int = 1800) -> MakeResult:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env["ANSIBLE_NOCOLOR"] = "1"
+    start = time.monotonic()
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    return MakeResult(proc.returncode, proc.stdout, time.monotonic() - start)
+
+
+def docker(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)}: {proc.stderr}")
+    return proc.stdout
+
+
+def inspect(name: str) -> dict[str, Any] | None:
+    out = subprocess.run(["docker", "container", "inspect", name], capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)[0] if out.returncode == 0 else None
+
+
+def host_state() -> dict[str, str]:
+    """What a failed deploy must leave untouched: containers (with IDs and state) and tagged images."""
+    return {
+        "containers": docker("ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}} {{.Status}}"),
+        "images": docker("images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"),
+    }
+
+
+def latest_manifest() -> tuple[Path, dict[str, Any]]:
+    runs = sorted(p for p in RUNS.iterdir() if (p / "manifest.json").is_file())
+    assert runs, f"no manifest under {RUNS}"
+    return runs[-1], json.loads((runs[-1] / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def docker_engine() -> None:
+    proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(
+            "the integration tests need a running Docker Engine (start dockerd, or run `make test-unit` "
+            f"for the fast set): {proc.stderr.strip()}"
+        )

@@ -1,0 +1,234 @@
+"""The embedded default, end to end: `make deploy` on this machine, a real vLLM answering, the
+manifest checked against the running container, idempotency, and every bad input leaving the host
+as it was. Tests run in file order and share one deployment."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.conftest import CONTAINER, REPO, docker, host_state, inspect, latest_manifest, make
+
+pytestmark = pytest.mark.integration
+
+BASE_URL = "http://127.0.0.1:8000"
+
+
+def _profile_copy(tmp_path: Path, name: str, edit) -> Path:  # type: ignore[no-untyped-def]
+    data = yaml.safe_load((REPO / "serving/profiles/cpu-tiny.yaml").read_text())
+    edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _complete(prompt: str, max_tokens: int) -> dict:
+    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True})
+    req = urllib.request.Request(
+        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _wait_healthy(name: str, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        c = inspect(name)
+        if c and c["State"]["Status"] == "running" and c["State"].get("Health", {}).get("Status") == "healthy":
+            return
+        time.sleep(2)
+    raise AssertionError(f"{name} did not become healthy within {timeout_s} s")
+
+
+def _unchanged_after(result_rc: int, before: dict[str, str]) -> None:
+    assert result_rc != 0
+    assert host_state() == before
+
+
+def test_deploy_serves_completions() -> None:
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+    c = inspect(CONTAINER)
+    assert c is not None
+    assert c["State"]["Health"]["Status"] == "healthy"
+    out = _complete("def main(", 8)
+    assert out["usage"]["completion_tokens"] == 8
+    assert out["choices"][0]["text"]
+
+
+def test_manifest_matches_the_running_container() -> None:
+    run_dir, m = latest_manifest()
+    assert m["verified"] is True, [c for c in m["verification"] if not c["ok"]]
+    c = inspect(CONTAINER)
+    assert c is not None
+    assert m["container"]["id"] == c["Id"]
+    assert m["image"]["id"] == c["Image"]
+    labels = json.loads(docker("image", "inspect", c["Image"]))[0]["Config"]["Labels"]
+    for patch in sorted((REPO / "images/vllm/patches").glob("*.patch")):
+        digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+        assert labels[f"org.refdeploy.vllm.patch.{patch.name}"] == f"sha256:{digest}"
+        assert {"name": patch.name, "sha256": digest} in m["image"]["patches"]
+    hc = c["HostConfig"]
+    assert m["container_spec"]["cpuset_cpus"] == hc["CpusetCpus"] == m["limits_in_force"]["cpuset_cpus"]
+    assert hc["Memory"] == m["limits_in_force"]["memory_limit_bytes"] == 8 << 30
+    assert m["limits_in_force"]["docker_ulimits"]["nofile"] == [16384, 16384]
+    limits = docker("exec", CONTAINER, "cat", "/proc/1/limits")
+    assert any(
+        line.startswith("Max open files") and line.split()[3:5] == ["16384", "16384"] for line in limits.splitlines()
+    )
+    assert m["vllm_argv"] == c["Config"]["Cmd"]
+    assert m["effective_config"]["vllm_version"] == "0.32.0"
+    assert m["effective_config"]["mismatches"] == []
+    assert (run_dir / "raw-readings.json").is_file()
+
+
+def test_redeploy_with_nothing_changed_is_a_noop() -> None:
+    before = inspect(CONTAINER)
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+    assert r.recap_changed == 0
+    after = inspect(CONTAINER)
+    assert after is not None and before is not None
+    assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
+
+
+def test_check_mode_runs_clean() -> None:
+    r = make("deploy", "ANSIBLE_ARGS=--check")
+    assert r.rc == 0, r.output[-4000:]
+    assert r.recap_changed == 0
+
+
+def test_tiny_model_generation_is_deterministic(tmp_path: Path) -> None:
+    _, m = latest_manifest()
+    sums = []
+    for n in (1, 2):
+        out = tmp_path / f"gen{n}"
+        out.mkdir()
+        docker("run", "--rm", "--user", "0", "--network", "none", "-v", f"{out}:/out", m["image"]["tag"],
+               "python3", "/opt/refdeploy/tinymodel.py", "/out")  # fmt: skip
+        sums.append((out / "SHA256SUMS").read_text())
+    assert sums[0] == sums[1]
+    files = dict(line.split()[::-1] for line in sums[0].splitlines())
+    assert set(files) >= {"model.safetensors", "tokenizer.json", "config.json"}
+    assert files == m["model"]["files_sha256"]
+
+
+def test_unknown_host_fails_at_once_listing_the_inventory() -> None:
+    before = host_state()
+    r = make("deploy", "HOST=gpu-node-17")
+    _unchanged_after(r.rc, before)
+    assert "unknown HOST 'gpu-node-17': inventory inventory/local has: localhost" in r.output
+    assert "PLAY [" not in r.output
+
+
+def test_misspelled_profile_key_fails_naming_file_and_field(tmp_path: Path) -> None:
+    path = _profile_copy(tmp_path, "misspelled", lambda d: d["vllm"].update(max_num_seq=d["vllm"].pop("max_num_seqs")))
+    before = host_state()
+    r = make("deploy", f"PROFILE={path}")
+    _unchanged_after(r.rc, before)
+    assert f"{path}: vllm.max_num_seq: unknown key (did you mean 'max_num_seqs'?)" in r.output
+
+
+def test_serving_port_taken_fails_before_any_change(tmp_path: Path) -> None:
+    path = _profile_copy(tmp_path, "port", lambda d: d["ports"].update(host_port=18000))
+    before = host_state()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 18000))
+        holder.listen()
+        r = make("deploy", f"PROFILE={path}")
+    _unchanged_after(r.rc, before)
+    assert "port 18000 on localhost is already in use by users:((" in r.output
+    assert "set ports.host_port in profile cpu-tiny" in r.output
+
+
+def test_docker_not_running_fails_with_what_to_do() -> None:
+    before = host_state()
+    r = make("deploy", "ANSIBLE_ARGS=-e preflight_docker_host=unix:///tmp/refdeploy-no-docker.sock")
+    _unchanged_after(r.rc, before)
+    assert "Docker Engine is not reachable at unix:///tmp/refdeploy-no-docker.sock on localhost" in r.output
+    assert "preflight_install_docker=true" in r.output
+
+
+def test_patch_that_does_not_apply_fails_naming_it(tmp_path: Path) -> None:
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    for p in (REPO / "images/vllm/patches").glob("*.patch"):
+        (patches / p.name).write_bytes(p.read_bytes())
+    (patches / "0099-stale.patch").write_text(
+        "What: a hunk against lines vllm/version.py does not have\nWhy: test input\nUpstream: n/a\n\n"
+        "diff -ru a/vllm/version.py b/vllm/version.py\n--- a/vllm/version.py\n+++ b/vllm/version.py\n"
+        "@@ -1,3 +1,3 @@\n not in the file\n-nor this\n+so the dry run fails\n context\n"
+    )
+    before = host_state()
+    r = make("images", f"ANSIBLE_ARGS=-e images_vllm_patches_dir={patches}", timeout=1800)
+    _unchanged_after(r.rc, before)
+    assert "apply-patches: patch 0099-stale.patch does not apply" in r.output
+    assert not list(Path("/var/lib/refdeploy/build").glob("vllm-*"))
+
+
+def test_failed_launch_keeps_the_last_good_container(tmp_path: Path) -> None:
+    # The CPU attention backend only takes block sizes that are multiples of 32: a real engine start failure.
+    path = _profile_copy(tmp_path, "bad-block", lambda d: d["vllm"].update(block_size=16))
+    good = inspect(CONTAINER)
+    assert good is not None
+    r = make("deploy", f"PROFILE={path}")
+    assert r.rc != 0
+    assert "No common block size for 16" in r.output  # the failed container's own log, printed
+    assert f"kept, stopped, as {CONTAINER}-failed" in r.output
+    assert "was restarted as refdeploy-vllm" in r.output
+    back = inspect(CONTAINER)
+    assert back is not None and back["Id"] == good["Id"]
+    assert back["State"]["Health"]["Status"] == "healthy"
+    failed = inspect(f"{CONTAINER}-failed")
+    assert failed is not None and failed["State"]["Status"] == "exited"
+    assert inspect(f"{CONTAINER}-previous") is None
+    assert _complete("x", 4)["usage"]["completion_tokens"] == 4
+
+
+def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path) -> None:
+    path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+    old = inspect(CONTAINER)
+    sums = Path("/var/lib/refdeploy/models/tiny-llama/SHA256SUMS").stat().st_mtime_ns
+    images_before = host_state()["images"]
+    r = make("deploy", f"PROFILE={path}")
+    assert r.rc == 0, r.output[-4000:]
+    new = inspect(CONTAINER)
+    assert old is not None and new is not None
+    assert new["Id"] != old["Id"]
+    assert new["Image"] == old["Image"]
+    assert "--max-num-seqs" in new["Config"]["Cmd"]
+    assert new["Config"]["Cmd"][new["Config"]["Cmd"].index("--max-num-seqs") + 1] == "4"
+    assert inspect(f"{CONTAINER}-previous") is None
+    assert host_state()["images"] == images_before
+    assert Path("/var/lib/refdeploy/models/tiny-llama/SHA256SUMS").stat().st_mtime_ns == sums
+    _, m = latest_manifest()
+    assert m["container"]["replaced_by_this_deploy"] is True
+    assert m["verified"] is True
+
+
+def test_undeploy_removes_the_containers_and_keeps_images() -> None:
+    images_before = host_state()["images"]
+    r = make("undeploy")
+    assert r.rc == 0, r.output[-4000:]
+    names = docker("ps", "-a", "--format", "{{.Names}}").split()
+    assert not [n for n in names if n.startswith(CONTAINER)]
+    assert host_state()["images"] == images_before
+    status = make("status")
+    assert status.rc == 0
+    assert f"container {CONTAINER}: absent" in status.output
+
+
+def test_plan_prints_the_rendered_spec() -> None:
+    r = make("plan")
+    assert r.rc == 0, r.output
+    plan = json.loads(r.output)
+    assert plan["container_spec"]["name"] == CONTAINER
+    assert plan["argv"] == plan["container_spec"]["command"]
