@@ -33,7 +33,10 @@ def cmd_check_host(a: argparse.Namespace) -> int:
 def cmd_plan(a: argparse.Namespace) -> int:
     profile = load_profile(a.profile)
     images = plan_images(
-        profile.image.distribution, profile.image.version, Path(a.patches_dir) if a.patches_dir else None
+        profile.image.distribution,
+        profile.image.version,
+        Path(a.patches_dir) if a.patches_dir else None,
+        base_image=a.base_image or None,
     )
     plan = {
         "profile": profile.model_dump(mode="json"),
@@ -89,6 +92,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="render a profile into argv, container spec and image plan (JSON)")
     p.add_argument("--profile", required=True)
     p.add_argument("--patches-dir")
+    p.add_argument("--base-image", help="a registry base image to build on instead of the debootstrap one")
     p.add_argument("--compact", action="store_true")
     p.set_defaults(func=cmd_plan)
 

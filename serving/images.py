@@ -40,6 +40,8 @@ class Patch:
 @dataclass(frozen=True)
 class ImagePlan:
     base_tag: str
+    # False when a base image is named instead (images_base_image): nothing to debootstrap.
+    base_build: bool
     base_suite: str
     base_mirror: str
     base_inputs_sha256: str
@@ -105,8 +107,13 @@ def _source_date(paths: list[Path]) -> str:
 
 
 def plan_images(
-    distribution: str, version: str, patches_dir: Path | None = None, images_dir: Path = IMAGES_DIR
+    distribution: str,
+    version: str,
+    patches_dir: Path | None = None,
+    images_dir: Path = IMAGES_DIR,
+    base_image: str | None = None,
 ) -> ImagePlan:
+    """The plan for one distribution and version; base_image names a registry base instead of ours."""
     if distribution not in _DIST_SHORT:
         raise ImagePlanError(f"unknown vLLM distribution {distribution!r} (known: {', '.join(_DIST_SHORT)})")
     base_dir = images_dir / "base"
@@ -121,7 +128,7 @@ def plan_images(
 
     base_inputs = [base_dir / "build.sh", base_dir / "packages.txt"]
     base_sha = _hash_files(base_inputs, [BASE_SUITE, BASE_MIRROR])
-    base_tag = f"refdeploy/base:{BASE_SUITE}-{base_sha[:12]}"
+    base_tag = base_image or f"refdeploy/base:{BASE_SUITE}-{base_sha[:12]}"
 
     patches = list_patches(patches_dir)
     tinymodel = images_dir.parent / "serving" / "tinymodel.py"
@@ -151,6 +158,7 @@ def plan_images(
     }
     return ImagePlan(
         base_tag=base_tag,
+        base_build=base_image is None,
         base_suite=BASE_SUITE,
         base_mirror=BASE_MIRROR,
         base_inputs_sha256=base_sha,

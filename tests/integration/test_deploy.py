@@ -106,6 +106,15 @@ def test_check_mode_runs_clean() -> None:
     assert r.recap_changed == 0
 
 
+def test_images_rebuild_with_nothing_changed_is_served_from_cache() -> None:
+    before = host_state()["images"]
+    r = make("images")
+    assert r.rc == 0, r.output[-4000:]
+    assert r.recap_changed == 0
+    assert "Build the runtime image" not in r.output
+    assert host_state()["images"] == before
+
+
 def test_tiny_model_generation_is_deterministic(tmp_path: Path) -> None:
     _, m = latest_manifest()
     sums = []

