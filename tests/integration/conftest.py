@@ -60,8 +60,16 @@ def inspect(name: str) -> dict[str, Any] | None:
 
 def host_state() -> dict[str, str]:
     """What a failed deploy must leave untouched: containers (with IDs and state) and tagged images."""
+    ids = docker("ps", "-aq", "--no-trunc").split()
+    containers = (
+        docker(
+            "inspect", "--format", "{{.Id}} {{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}", *ids
+        )
+        if ids
+        else ""
+    )
     return {
-        "containers": docker("ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Names}} {{.Status}}"),
+        "containers": containers,
         "images": docker("images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"),
     }
 
