@@ -50,6 +50,13 @@ images: $(STAMP) ## Build the base and runtime images on HOST (cached by content
 plan: $(STAMP) ## Print the rendered plan (vLLM argv, container spec, image tags) for PROFILE
 	@$(BIN)/refdeploy plan --profile $(or $(PROFILE),cpu-tiny)
 
+##@ Probes
+
+.PHONY: probe-io
+probe-io: $(STAMP) ## fio QD1/QD64 random reads on the data HOST serves from; results in runs/<host>/<ts>/probe-io/
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/probe-io.yml
+
 ##@ Development
 
 .PHONY: venv

@@ -3,6 +3,7 @@
   refdeploy check-host --inventory DIR HOST
   refdeploy plan --profile NAME|PATH [--patches-dir DIR]
   refdeploy effective --profile NAME|PATH  < {"log": ..., "metrics": ...}
+  refdeploy probe-io-argv --probes-image TAG --target F --data-dir D --out DIR [...]
   refdeploy manifest --runs-dir DIR  < raw readings (JSON)
 
 Each prints JSON (or nothing) on stdout and one clear line on stderr when it
@@ -21,6 +22,7 @@ from serving.effective import EffectiveConfigError, describe_mismatches, effecti
 from serving.images import ImagePlanError, plan_images
 from serving.inventory import InventoryError, check_host
 from serving.manifest import build_manifest, failed_checks, new_run_dir
+from serving.probe_plan import ProbePlanError, parse_thresholds, render_probe_io_argv
 from serving.profile import ProfileError, load_profile
 from serving.render import render_container_spec, render_vllm_argv
 
@@ -80,6 +82,21 @@ def cmd_manifest(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_io_argv(a: argparse.Namespace) -> int:
+    argv = render_probe_io_argv(
+        a.probes_image,
+        a.target,
+        a.data_dir or [],
+        a.out,
+        a.runtime,
+        a.depth or [1, 64],
+        parse_thresholds(json.loads(a.thresholds_json)),
+    )
+    json.dump(argv, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="refdeploy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -100,6 +117,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", required=True)
     p.set_defaults(func=cmd_effective)
 
+    p = sub.add_parser("probe-io-argv", help="the docker run argv of the fio probe on a host (JSON)")
+    p.add_argument("--probes-image", required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--data-dir", action="append")
+    p.add_argument("--out", required=True, help="host directory the probe writes into")
+    p.add_argument("--runtime", type=int, default=10)
+    p.add_argument("--depth", type=int, action="append")
+    p.add_argument("--thresholds-json", default="{}")
+    p.set_defaults(func=cmd_probe_io_argv)
+
     p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
     p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")
     p.add_argument("--raw", help="raw readings JSON (default: stdin)")
@@ -111,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         return int(a.func(a))
-    except (ProfileError, ImagePlanError, InventoryError, EffectiveConfigError) as exc:
+    except (ProfileError, ImagePlanError, InventoryError, EffectiveConfigError, ProbePlanError) as exc:
         print(str(exc), file=sys.stderr)
         return 2
 

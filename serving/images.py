@@ -55,6 +55,11 @@ class ImagePlan:
     labels: dict[str, str] = field(default_factory=dict)
     # The same, as `docker build` flags (what the images role passes).
     docker_build_flags: list[str] = field(default_factory=list)
+    # The probe image (images/probes + the probes package) on the same base.
+    probes_tag: str = ""
+    probes_inputs_sha256: str = ""
+    probes_package_files: list[str] = field(default_factory=list)
+    probes_build_flags: list[str] = field(default_factory=list)
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -156,6 +161,15 @@ def plan_images(
         "VLLM_VERSION": version,
         "REMOVE_PACKAGES": _REMOVE[distribution],
     }
+    probes_dir = images_dir / "probes"
+    package = sorted((images_dir.parent / "probes").glob("*.py"))
+    probes_inputs = [probes_dir / "Dockerfile", *package]
+    probes_sha = _hash_files(probes_inputs, [base_tag])
+    probes_labels = {
+        "org.opencontainers.image.revision": probes_sha,
+        "org.opencontainers.image.created": _source_date([*base_inputs, *probes_inputs]),
+        "org.opencontainers.image.base.name": base_tag,
+    }
     return ImagePlan(
         base_tag=base_tag,
         base_build=base_image is None,
@@ -172,4 +186,9 @@ def plan_images(
         labels=labels,
         docker_build_flags=[f"--build-arg={k}={v}" for k, v in build_args.items()]
         + [f"--label={k}={v}" for k, v in sorted(labels.items())],
+        probes_tag=f"refdeploy/probes:{probes_sha[:12]}",
+        probes_inputs_sha256=probes_sha,
+        probes_package_files=[str(p) for p in package],
+        probes_build_flags=[f"--build-arg=BASE_IMAGE={base_tag}"]
+        + [f"--label={k}={v}" for k, v in sorted(probes_labels.items())],
     )

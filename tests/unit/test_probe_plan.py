@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from serving.probe_plan import IoThresholds, ProbePlanError, parse_thresholds, render_probe_io_argv
+
+
+def test_probe_io_argv_mounts_data_read_only_at_host_paths() -> None:
+    argv = render_probe_io_argv(
+        "refdeploy/probes:abc",
+        "/var/lib/refdeploy/models/tiny-llama/model.safetensors",
+        ["/var/lib/refdeploy/models"],
+        "/var/lib/refdeploy/probe-runs/x",
+        5,
+        [1, 64],
+        {64: IoThresholds(min_iops=20000, max_ms=200)},
+    )
+    assert argv[:12] == [
+        "docker", "run", "--rm", "--name", "refdeploy-probe-io", "--network", "none", "--read-only",
+        "--tmpfs", "/tmp", "--volume", "/var/lib/refdeploy/probe-runs/x:/out",
+    ]  # fmt: skip
+    assert "/var/lib/refdeploy/models:/var/lib/refdeploy/models:ro" in argv
+    i = argv.index("refdeploy/probes:abc")
+    assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.io"]
+    assert argv[-2:] == ["--min-iops=64:20000", "--max-ms=64:200"]
+    assert argv.count("--depth") == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"data_dirs": []}, "probes_io_data_dirs is empty"),
+        ({"target": "models/x"}, "models/x: probe paths must be absolute"),
+        ({"target": "/dev/vda"}, r"target /dev/vda is outside the data directories \(/data\)"),
+        ({"depths": [0]}, "must be positive queue depths"),
+        ({"thresholds": {8: IoThresholds(min_iops=1)}}, r"names depths \[8\] that are not probed"),
+    ],
+)
+def test_bad_probe_settings_are_refused(kwargs: dict, message: str) -> None:
+    args = {
+        "probes_image": "img",
+        "target": "/data/x",
+        "data_dirs": ["/data"],
+        "host_out_dir": "/out",
+        "runtime_s": 5,
+        "depths": [1, 64],
+        "thresholds": {},
+    }
+    args.update(kwargs)
+    with pytest.raises(ProbePlanError, match=message):
+        render_probe_io_argv(**args)
+
+
+def test_thresholds_from_inventory_yaml() -> None:
+    t = parse_thresholds({1: {"min_iops": 2000}, "64": {"min_iops": 20000, "max_p999_ms": 50, "max_ms": 200}})
+    assert t == {1: IoThresholds(min_iops=2000.0), 64: IoThresholds(20000.0, 50.0, 200.0)}
+    assert parse_thresholds({}) == {}
+    with pytest.raises(ProbePlanError, match="expected keys among"):
+        parse_thresholds({64: {"min_iop": 1}})
