@@ -29,7 +29,7 @@ def new_run_dir(runs_dir: Path, host: str) -> Path:
     """runs/<host>/<UTC timestamp>/, created; a suffix keeps two runs in one second apart."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for n in range(100):
-        path = runs_dir / host / (stamp if n == 0 else f"{stamp}-{n}")
+        path = runs_dir.resolve() / host / (stamp if n == 0 else f"{stamp}-{n}")
         try:
             path.mkdir(parents=True)
             return path
@@ -64,6 +64,28 @@ def engine_startup_s(started_at: str | None, server_started_log_ts: str | None) 
     start = start.replace(microsecond=0)
     logged = datetime.strptime(f"{start.year}-{server_started_log_ts}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     return (logged - start).total_seconds()
+
+
+def _utc(text: str | None) -> datetime | None:
+    """Docker's and Ansible's UTC timestamps (nanoseconds allowed) as aware datetimes."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00")
+
+
+def deploy_timing(raw: dict[str, Any], engine_s: float | None) -> dict[str, Any]:
+    """When this deploy started, when it saw the new container healthy, and what of that was vLLM's own start-up."""
+    timing = raw.get("timing") or {}
+    started = _utc(timing.get("deploy_started_utc"))
+    healthy = _utc(timing.get("healthy_observed_utc"))
+    to_healthy = (healthy - started).total_seconds() if started and healthy else None
+    return {
+        "deploy_started_utc": timing.get("deploy_started_utc"),
+        "healthy_observed_utc": timing.get("healthy_observed_utc"),
+        "time_to_healthy_s": round(to_healthy, 2) if to_healthy is not None else None,
+        "engine_startup_s": engine_s,
+        "overhead_to_healthy_s": round(to_healthy - engine_s, 2) if to_healthy is not None and engine_s else None,
+    }
 
 
 def parse_sections(text: str) -> dict[str, str]:
@@ -135,6 +157,7 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             )
 
     effective = raw.get("effective", {})
+    engine_s = engine_startup_s(container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts"))
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "deploy",
@@ -172,10 +195,9 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "name": container.get("Name", "").lstrip("/"),
             "started_at": container.get("State", {}).get("StartedAt"),
             "replaced_by_this_deploy": bool(raw.get("replaced")),
-            "engine_startup_s": engine_startup_s(
-                container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts")
-            ),
+            "engine_startup_s": engine_s,
         },
+        "deploy_timing": deploy_timing(raw, engine_s if raw.get("replaced") else None),
         "effective_config": effective,
         "limits_in_force": {
             "cgroup_version": cgroup["cgroup_version"],

@@ -70,6 +70,23 @@ def test_a_patch_missing_from_the_image_fails(vllm_cpu_fixtures: Path) -> None:
     assert any(b.startswith("image labels carry the planned patch hashes") for b in bad)
 
 
+def test_deploy_timing_separates_our_overhead_from_the_engines_start_up(vllm_cpu_fixtures: Path) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    raw["replaced"] = True
+    # The fixture container started 08:50:12.13 and logged "Starting vLLM server" at 08:51:03.
+    raw["timing"] = {
+        "deploy_started_utc": "2026-11-29T08:50:00.000000Z",
+        "healthy_observed_utc": "2026-11-29T08:51:05.500000Z",
+    }
+    t = build_manifest(raw)["deploy_timing"]
+    assert t["time_to_healthy_s"] == 65.5
+    assert t["engine_startup_s"] == 51.0
+    assert t["overhead_to_healthy_s"] == 14.5
+    raw["replaced"] = False
+    raw["timing"] = {"deploy_started_utc": "2026-11-29T09:00:00.000000Z", "healthy_observed_utc": None}
+    assert build_manifest(raw)["deploy_timing"]["overhead_to_healthy_s"] is None
+
+
 def test_engine_startup_uses_dockers_year_and_clock() -> None:
     assert engine_startup_s("2026-11-29T08:57:29.096613671Z", "11-29 08:58:15") == 46.0
     assert engine_startup_s(None, "11-29 08:58:15") is None
