@@ -202,6 +202,20 @@ def test_failed_launch_keeps_the_last_good_container(tmp_path: Path) -> None:
     assert _complete("x", 4)["usage"]["completion_tokens"] == 4
 
 
+def test_an_interrupted_replacement_is_reported_not_discarded() -> None:
+    # What an interrupted deploy leaves: the last good container renamed aside, stopped.
+    image = inspect(CONTAINER)["Config"]["Image"]  # type: ignore[index]
+    docker("create", "--name", f"{CONTAINER}-previous", image, "true")
+    try:
+        before = host_state()
+        r = make("deploy")
+        _unchanged_after(r.rc, before)
+        assert f"{CONTAINER}-previous exists (created {image})" in r.output
+        assert "it may be the last good container" in r.output
+    finally:
+        docker("rm", f"{CONTAINER}-previous")
+
+
 def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path) -> None:
     path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
     old = inspect(CONTAINER)
