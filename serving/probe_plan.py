@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from serving.errors import InputError
 
-class ProbePlanError(ValueError):
+
+class ProbePlanError(InputError):
     pass
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from serving.errors import InputError
+
 SCHEMA_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -22,7 +24,7 @@ _MEMORY_RE = re.compile(r"^[0-9]+[bkmg]?$")
 _CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError):
     """A profile that cannot be used; the message names the file and the field."""
 
 
