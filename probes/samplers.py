@@ -1,0 +1,432 @@
+"""Samplers: vmstat, iostat -x, pidstat on the vLLM processes, nvidia-smi, every line on one clock.
+
+Each sampler is the standard tool writing to a pipe; a reader thread stamps every line it receives with
+`time.monotonic()` (CLOCK_MONOTONIC, the same clock in every container on the host) and the UTC wall clock,
+and appends `mono_s<TAB>wall<TAB>line` to `<name>.log`. The tools flush per line, so the stamp is within a
+few milliseconds of the tool's own sample time; the stamp, not the tool's clock, is what lines are matched
+on. Output is bounded: in a window, a log stops at `max_bytes` (the rest is counted, not kept); as a
+sidecar, a log rotates to `<name>.log.1` at `max_bytes`, so each sampler keeps at most twice that.
+
+pidstat watches only the vLLM processes and their threads: over all processes it perturbs vLLM on a
+small host (REFERENCE §1). nvidia-smi is skipped, with the reason, where there is none.
+
+  python -m probes.samplers --out DIR [--seconds N | --sidecar] [--only vmstat,iostat,pidstat,nvidia-smi]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Literal
+
+from probes import procs
+
+SCHEMA_VERSION = 1
+SAMPLER_NAMES = ("vmstat", "iostat", "pidstat", "nvidia-smi")
+# REFERENCE §7: the fields sampled every 200 ms on GPU hosts.
+NVIDIA_SMI_FIELDS = (
+    "timestamp",
+    "index",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "power.draw",
+    "clocks.sm",
+    "clocks.mem",
+    "temperature.gpu",
+)
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+_TERM_GRACE_S = 3.0
+
+Status = Literal["successful", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    name: str
+    argv: list[str]
+    skip_reason: str | None = None  # set when it cannot run here
+
+
+@dataclass
+class SamplerResult:
+    name: str
+    status: Status
+    reason: str | None
+    command: list[str]
+    log: str | None  # file name inside the output directory
+    lines: int = 0
+    bytes_written: int = 0
+    lines_dropped: int = 0
+    exit_code: int | None = None
+    stderr_tail: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+
+def stamp() -> tuple[float, str]:
+    """One reading of both clocks: (monotonic seconds, UTC wall time ISO 8601)."""
+    return time.monotonic(), datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def build_specs(
+    names: Iterable[str],
+    pids: Sequence[int],
+    interval_s: int = 1,
+    gpu_interval_ms: int = 200,
+    which: object = shutil.which,
+) -> list[SamplerSpec]:
+    """The command of each sampler, or why it cannot run here. `which` is shutil.which (tests replace it)."""
+    find = which if callable(which) else shutil.which
+    specs = []
+    for name in names:
+        if name == "vmstat":
+            argv = ["vmstat", "-n", str(interval_s)]
+        elif name == "iostat":
+            argv = ["iostat", "-x", "-d", "-y", str(interval_s)]
+        elif name == "pidstat":
+            argv = ["pidstat", "-h", "-u", "-t", "-p", ",".join(map(str, pids)), str(interval_s)]
+        elif name == "nvidia-smi":
+            argv = [
+                "nvidia-smi",
+                f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}",
+                "--format=csv,noheader,nounits",
+                "-lms",
+                str(gpu_interval_ms),
+            ]
+        else:
+            raise ValueError(f"unknown sampler {name!r}: choose from {', '.join(SAMPLER_NAMES)}")
+        reason = None
+        if find(argv[0]) is None:
+            package = {"vmstat": "procps", "nvidia-smi": "the NVIDIA driver"}.get(name, "sysstat")
+            reason = f"{argv[0]} not found" + (
+                ": no NVIDIA GPU driver on this host" if name == "nvidia-smi" else f": install {package}"
+            )
+        elif name == "pidstat" and not pids:
+            reason = procs.NO_VLLM
+        specs.append(SamplerSpec(name=name, argv=argv, skip_reason=reason))
+    return specs
+
+
+class _Log:
+    """An append-only stamped log, bounded: truncate (window) or rotate once (sidecar)."""
+
+    def __init__(self, path: Path, max_bytes: int, rotate: bool) -> None:
+        self.path, self.max_bytes, self.rotate = path, max_bytes, rotate
+        self.fh: IO[str] = path.open("a", encoding="utf-8")
+        self.size = path.stat().st_size
+        self.lines = self.bytes_written = self.dropped = 0
+
+    def write(self, line: str) -> None:
+        mono, wall = stamp()
+        rec = f"{mono:.6f}\t{wall}\t{line}\n"
+        n = len(rec.encode())
+        if self.size + n > self.max_bytes:
+            if not self.rotate:
+                self.dropped += 1
+                return
+            self.fh.close()
+            self.path.replace(self.path.with_name(self.path.name + ".1"))
+            self.fh = self.path.open("a", encoding="utf-8")
+            self.size = 0
+        self.fh.write(rec)
+        self.fh.flush()
+        self.size += n
+        self.lines += 1
+        self.bytes_written += n
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class SamplerSet:
+    """Start samplers together, stop them together; each writes `<out>/<name>.log`."""
+
+    def __init__(self, specs: Sequence[SamplerSpec], out_dir: Path, max_bytes: int, rotate: bool = False) -> None:
+        self.specs, self.out_dir, self.max_bytes, self.rotate = list(specs), out_dir, max_bytes, rotate
+        self._procs: dict[str, subprocess.Popen[str]] = {}
+        self._logs: dict[str, _Log] = {}
+        self._threads: list[threading.Thread] = []
+        self.results: dict[str, SamplerResult] = {}
+
+    def start(self) -> None:
+        env = dict(os.environ, LC_ALL="C", S_TIME_FORMAT="ISO")
+        for spec in self.specs:
+            if spec.skip_reason:
+                self.results[spec.name] = SamplerResult(spec.name, "skipped", spec.skip_reason, spec.argv, None)
+                continue
+            log = _Log(self.out_dir / f"{spec.name}.log", self.max_bytes, self.rotate)
+            try:
+                proc = subprocess.Popen(
+                    spec.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1
+                )
+            except OSError as e:
+                log.close()
+                self.results[spec.name] = SamplerResult(spec.name, "failed", str(e), spec.argv, None)
+                continue
+            self._procs[spec.name], self._logs[spec.name] = proc, log
+            t = threading.Thread(target=self._pump, args=(proc, log), name=f"sampler-{spec.name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], log: _Log) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line.rstrip("\n"))
+
+    def stop(self) -> dict[str, SamplerResult]:
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + _TERM_GRACE_S
+        for proc in self._procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for t in self._threads:
+            t.join(timeout=_TERM_GRACE_S)
+        for name, proc in self._procs.items():
+            log = self._logs[name]
+            log.close()
+            stderr = proc.stderr.read() if proc.stderr else ""
+            # Killed by our SIGTERM is how a sampler normally ends; anything else before that is a failure.
+            ok = proc.returncode in (0, -signal.SIGTERM) and log.lines > 0
+            reason = None if ok else f"{name} exited {proc.returncode} after {log.lines} lines: {stderr.strip()[-300:]}"
+            self.results[name] = SamplerResult(
+                name,
+                "successful" if ok else "failed",
+                reason,
+                proc.args if isinstance(proc.args, list) else [],
+                log.path.name,
+                log.lines,
+                log.bytes_written,
+                log.dropped,
+                proc.returncode,
+                stderr[-2000:],
+            )
+        return self.results
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self._procs.items() if p.poll() is None]
+
+
+# --- reading the logs back -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    mono_s: float
+    wall: str
+    text: str
+
+
+def read_log(path: Path) -> list[Line]:
+    """The stamped lines of a sampler log (and its rotated predecessor, first)."""
+    out: list[Line] = []
+    for p in (path.with_name(path.name + ".1"), path):
+        if not p.exists():
+            continue
+        for raw in p.read_text(encoding="utf-8", errors="replace").splitlines():
+            mono, wall, text = [*raw.split("\t", 2), "", ""][:3]
+            try:
+                out.append(Line(float(mono), wall, text))
+            except ValueError:
+                continue
+    return out
+
+
+Series = dict[str, list[tuple[float, float]]]  # label -> [(mono_s, value)]
+
+
+@dataclass
+class Parsed:
+    series: Series = field(default_factory=dict)
+
+    def add(self, label: str, t: float, value: float) -> None:
+        self.series.setdefault(label, []).append((t, value))
+
+
+def _num(s: str) -> float | None:
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def parse_vmstat(lines: Sequence[Line]) -> Series:
+    """vmstat -n: the header row names columns; the first data row is the average since boot, dropped."""
+    out, cols, first = Parsed(), list[str](), True
+    for ln in lines:
+        words = ln.text.split()
+        if not words or words[0].startswith("procs"):
+            continue
+        if words[0] == "r":
+            cols = words
+            continue
+        if not cols or len(words) != len(cols):
+            continue
+        if first:
+            first = False
+            continue
+        for c, w in zip(cols, words, strict=True):
+            v = _num(w)
+            if v is not None:
+                out.add(c, ln.mono_s, v)
+    return out.series
+
+
+def parse_iostat(lines: Sequence[Line]) -> dict[str, Series]:
+    """iostat -x -d -y: {device: {column: series}}."""
+    out: dict[str, Parsed] = {}
+    cols: list[str] = []
+    for ln in lines:
+        words = ln.text.split()
+        if not words:
+            continue
+        if words[0] in ("Device", "Device:"):
+            cols = words
+            continue
+        if not cols or len(words) != len(cols):
+            continue
+        dev = words[0]
+        for c, w in zip(cols[1:], words[1:], strict=True):
+            v = _num(w)
+            if v is not None:
+                out.setdefault(dev, Parsed()).add(c, ln.mono_s, v)
+    return {d: p.series for d, p in out.items()}
+
+
+@dataclass(frozen=True)
+class PidstatRow:
+    mono_s: float
+    tgid: int
+    tid: int | None  # None on the process row
+    command: str
+    values: dict[str, float]
+
+
+def parse_pidstat(lines: Sequence[Line]) -> list[PidstatRow]:
+    """pidstat -h -u -t: one row per process (TID '-') and per thread (TGID '-', command '|__name')."""
+    rows: list[PidstatRow] = []
+    cols: list[str] = []
+    tgid = 0
+    for ln in lines:
+        text = ln.text
+        if text.startswith("#"):
+            cols = text.lstrip("#").split()
+            continue
+        words = text.split()
+        if not cols or len(words) != len(cols) or "TGID" not in cols:
+            continue
+        rec = dict(zip(cols, words, strict=True))
+        tid: int | None
+        if rec["TGID"] != "-":
+            tgid, tid = int(rec["TGID"]), None
+        else:
+            tid = int(rec["TID"])
+        values = {c: v for c, w in rec.items() if c.startswith("%") and (v := _num(w)) is not None}
+        rows.append(PidstatRow(ln.mono_s, tgid, tid, rec.get("Command", "").removeprefix("|__"), values))
+    return rows
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    mono_s: float
+    index: int
+    values: dict[str, float]
+
+
+def parse_nvidia_smi(lines: Sequence[Line]) -> list[GpuSample]:
+    """nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits; '[N/A]' fields are left out."""
+    out = []
+    for ln in lines:
+        parts = [p.strip() for p in ln.text.split(",")]
+        if len(parts) != len(NVIDIA_SMI_FIELDS):
+            continue
+        rec = dict(zip(NVIDIA_SMI_FIELDS, parts, strict=True))
+        idx = _num(rec["index"])
+        if idx is None:
+            continue
+        vals = {k: v for k, w in rec.items() if k not in ("timestamp", "index") and (v := _num(w)) is not None}
+        out.append(GpuSample(ln.mono_s, int(idx), vals))
+    return out
+
+
+# --- CLI ---------------------------------------------------------------------------------------------------------
+
+
+def write_results(
+    out_dir: Path,
+    results: dict[str, SamplerResult],
+    pids: Sequence[int],
+    start: tuple[float, str],
+    end: tuple[float, str],
+) -> Path:
+    path = out_dir / "samplers.json"
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "pids": list(pids),
+        "start": {"mono_s": start[0], "wall": start[1]},
+        "end": {"mono_s": end[0], "wall": end[1]},
+        "samplers": {n: asdict(r) for n, r in results.items()},
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m probes.samplers", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--seconds", type=float, help="sample for this long, then stop")
+    mode.add_argument("--sidecar", action="store_true", help="sample until stopped; logs rotate at --max-bytes")
+    ap.add_argument("--only", default=",".join(SAMPLER_NAMES), help="comma-separated samplers")
+    ap.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
+    ap.add_argument("--proc-root", type=Path, default=Path("/proc"))
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        found = procs.discover(args.proc_root)
+        specs = build_specs(names, [p.pid for p in found])
+    except (OSError, ValueError) as e:
+        print(f"samplers: {e}", file=sys.stderr)
+        return 2
+    if not found:
+        print(f"samplers: {procs.NO_VLLM}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sset = SamplerSet(specs, args.out, args.max_bytes, rotate=args.sidecar)
+    start = stamp()
+    sset.start()
+    # A sidecar runs until SIGTERM, or ends with the serving container: its PID namespace goes, and we with it.
+    deadline = None if args.sidecar else start[0] + args.seconds
+    while not stop.is_set():
+        left = 0.5 if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            break
+        stop.wait(min(0.5, left))
+    results = sset.stop()
+    write_results(args.out, results, [p.pid for p in found], start, stamp())
+    for r in results.values():
+        print(f"{r.name:<10} {r.status:<10} lines={r.lines:<6} {r.reason or ''}")
+    return 0 if all(r.status != "failed" for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Samplers: the commands, the stamped logs, and the parsers against real sysstat/procps output."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from probes import samplers
+from probes.samplers import Line
+
+FIX = Path(__file__).parent.parent / "fixtures"
+SYSSTAT = FIX / "sysstat-12.6"
+
+
+def test_specs_target_the_vllm_pids_and_skip_a_missing_nvidia_smi() -> None:
+    specs = {
+        s.name: s
+        for s in samplers.build_specs(
+            samplers.SAMPLER_NAMES, [1, 30, 54], which=lambda n: None if n == "nvidia-smi" else n
+        )
+    }
+    assert specs["pidstat"].argv == ["pidstat", "-h", "-u", "-t", "-p", "1,30,54", "1"]
+    assert specs["pidstat"].skip_reason is None
+    assert specs["nvidia-smi"].skip_reason == "nvidia-smi not found: no NVIDIA GPU driver on this host"
+    assert specs["nvidia-smi"].argv[-2:] == ["-lms", "200"]
+    assert "utilization.gpu" in specs["nvidia-smi"].argv[1]
+
+
+def test_pidstat_without_vllm_pids_is_skipped_not_run_over_every_process() -> None:
+    (spec,) = samplers.build_specs(["pidstat"], [], which=lambda n: n)
+    assert spec.skip_reason is not None and "no vLLM process" in spec.skip_reason
+
+
+def test_unknown_sampler_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown sampler 'top'"):
+        samplers.build_specs(["top"], [1])
+
+
+def test_vmstat_drops_the_since_boot_row() -> None:
+    series = samplers.parse_vmstat(samplers.read_log(SYSSTAT / "vmstat.log"))
+    # 5 lines: two headers, the since-boot row, two interval rows.
+    assert len(series["us"]) == 2
+    assert [v for _, v in series["id"]] == [97.0, 93.0]  # not the since-boot 45
+    assert series["us"][0][0] < series["us"][1][0]
+
+
+def test_iostat_rows_by_device_and_column() -> None:
+    by_dev = samplers.parse_iostat(samplers.read_log(SYSSTAT / "iostat.log"))
+    assert "vda" in by_dev
+    assert {"r/s", "w/s", "r_await", "aqu-sz", "%util"} <= set(by_dev["vda"])
+    assert len(by_dev["vda"]["r/s"]) == 2  # -y: no since-boot report; 2 intervals in 3 s
+
+
+def test_pidstat_process_and_thread_rows() -> None:
+    rows = samplers.parse_pidstat(samplers.read_log(SYSSTAT / "pidstat.log"))
+    procs_rows = [r for r in rows if r.tid is None]
+    assert {r.tgid for r in procs_rows} == {1, 30, 54}
+    worker_threads = [r for r in rows if r.tgid == 54 and r.tid is not None]
+    assert len(worker_threads) > 10  # the worker's gloo and OpenMP threads
+    assert all("%CPU" in r.values for r in rows)
+    assert any(r.command == "VLLM::Worker" for r in procs_rows)
+
+
+def test_nvidia_smi_csv_lines_with_na_fields() -> None:
+    text = (FIX / "nvidia-smi" / "query-gpu-3x3090.constructed.csv").read_text().splitlines()
+    samples = samplers.parse_nvidia_smi([Line(float(i), "", t) for i, t in enumerate(text)])
+    assert [s.index for s in samples] == [0, 1, 2, 0, 1, 2]
+    assert samples[0].values["utilization.gpu"] == 97.0
+    assert "power.draw" not in samples[2].values  # [N/A]
+    assert samples[2].values["memory.used"] == 22990.0
+
+
+def test_window_log_is_bounded_and_counts_what_it_dropped(tmp_path: Path) -> None:
+    log = samplers._Log(tmp_path / "x.log", max_bytes=300, rotate=False)
+    for i in range(50):
+        log.write(f"line {i}")
+    log.close()
+    assert (tmp_path / "x.log").stat().st_size <= 300
+    assert log.lines + log.dropped == 50 and log.dropped > 0
+
+
+def test_sidecar_log_rotates_once(tmp_path: Path) -> None:
+    log = samplers._Log(tmp_path / "x.log", max_bytes=300, rotate=True)
+    for i in range(50):
+        log.write(f"line {i}")
+    log.close()
+    assert (tmp_path / "x.log.1").exists()
+    assert (tmp_path / "x.log").stat().st_size <= 300
+    lines = samplers.read_log(tmp_path / "x.log")
+    assert lines[-1].text == "line 49"
+    assert all(a.mono_s <= b.mono_s for a, b in itertools.pairwise(lines))
+
+
+def test_a_real_sampler_set_stamps_lines_on_the_monotonic_clock(tmp_path: Path) -> None:
+    specs = samplers.build_specs(["vmstat"], [1])
+    if specs[0].skip_reason:
+        pytest.fail(f"vmstat must be installed for the tests (procps): {specs[0].skip_reason}")
+    before = time.monotonic()
+    sset = samplers.SamplerSet(specs, tmp_path, 1 << 20)
+    sset.start()
+    time.sleep(2.5)
+    results = sset.stop()
+    after = time.monotonic()
+    assert results["vmstat"].status == "successful", results["vmstat"].reason
+    lines = samplers.read_log(tmp_path / "vmstat.log")
+    assert len(lines) >= 4  # two headers and at least two rows
+    assert all(before <= ln.mono_s <= after for ln in lines)
+
+
+def test_cli_without_vllm_is_bad_input(tmp_path: Path) -> None:
+    fake_proc = tmp_path / "proc"
+    (fake_proc / "77").mkdir(parents=True)
+    (fake_proc / "77" / "cmdline").write_bytes(b"sleep\x00100\x00")
+    cp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "probes.samplers",
+            "--out",
+            str(tmp_path / "o"),
+            "--seconds",
+            "1",
+            "--proc-root",
+            str(fake_proc),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cp.returncode == 2
+    assert "no vLLM process" in cp.stderr
+    assert not (tmp_path / "o" / "samplers.json").exists()
+
+
+def test_results_file_records_both_clocks(tmp_path: Path) -> None:
+    r = {"vmstat": samplers.SamplerResult("vmstat", "skipped", "why", ["vmstat"], None)}
+    path = samplers.write_results(tmp_path, r, [1], (1.0, "a"), (2.0, "b"))
+    doc = json.loads(path.read_text())
+    assert doc["start"] == {"mono_s": 1.0, "wall": "a"}
+    assert doc["samplers"]["vmstat"]["reason"] == "why"
