@@ -1,0 +1,240 @@
+"""What the kernel sees of vLLM: perf record/report of one process, and wchan sampling of every thread.
+
+perf: `perf record -e cpu-clock -F 99 -g -p PID -- sleep N`, then `perf report --stdio`. cpu-clock is a
+software event, so it works where hardware counters are not exposed (VMs, this machine: REFERENCE §1).
+Python 3.11 frames show as [unknown] in perf; perf says which native code (torch kernels, libgomp spinning,
+memcpy, page faults) burns CPU, py-spy says which Python called it. Needs CAP_PERFMON (or CAP_SYS_ADMIN on
+Docker releases that do not know PERFMON) and `kernel.perf_event_paranoid` permitting; otherwise skipped
+with perf's reason.
+
+wchan: `/proc/<pid>/task/<tid>/wchan` names the kernel function a sleeping thread waits in
+(`futex_wait_queue`, `do_epoll_wait`, `folio_wait_bit_common` for a page fault on slow storage). Sampled
+for every thread of the vLLM processes at a fixed rate and counted; "0" or empty means running.
+
+  python -m probes.kernel perf --pid N --seconds S --out DIR
+  python -m probes.kernel wchan --seconds S --out DIR [--rate-hz 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from probes import procs
+
+SCHEMA_VERSION = 1
+REPORT_MAX_BYTES = 512 * 1024
+PERF_NOT_INSTALLED = "perf not found: install linux-perf (it is in the probe image)"
+Status = Literal["successful", "failed", "skipped"]
+
+
+@dataclass
+class PerfResult:
+    pid: int
+    status: Status
+    reason: str | None
+    record_command: list[str]
+    report_command: list[str]
+    samples: int | None = None
+    files: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+
+def _why_perf_failed(stderr: str) -> str:
+    low = stderr.lower()
+    if "perf_event_paranoid" in low or "permission" in low or "not permitted" in low:
+        return (
+            "perf_event_open not permitted: the probe needs CAP_PERFMON (or CAP_SYS_ADMIN) and "
+            "kernel.perf_event_paranoid <= 2; " + (stderr.strip().splitlines() or [""])[-1]
+        )
+    return (stderr.strip().splitlines() or ["no output"])[-1][:300]
+
+
+def sample_count(report_stdio: str) -> int | None:
+    """perf report --stdio header: '# Samples: 1K of event 'cpu-clock'' -> the count (K/M expanded)."""
+    for line in report_stdio.splitlines():
+        if line.startswith("# Samples:"):
+            word = line.split()[2]
+            mult = {"K": 1000, "M": 1_000_000}.get(word[-1], 1)
+            try:
+                return int(float(word.rstrip("KM")) * mult)
+            except ValueError:
+                return None
+    return None
+
+
+def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) -> PerfResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = out_dir / f"perf-{pid}.data"
+    rec = [
+        "perf",
+        "record",
+        "-e",
+        "cpu-clock",
+        "-F",
+        str(frequency_hz),
+        "-g",
+        "-p",
+        str(pid),
+        "-o",
+        str(data),
+        "--",
+        "sleep",
+        str(seconds),
+    ]
+    rep = ["perf", "report", "--stdio", "--no-children", "--sort", "comm,dso,sym", "-i", str(data)]
+    res = PerfResult(pid, "skipped", None, rec, rep)
+    if shutil.which("perf") is None:
+        res.reason = PERF_NOT_INSTALLED
+        return _write(res, out_dir)
+    try:
+        cp = subprocess.run(rec, capture_output=True, text=True, timeout=seconds + 30, check=False)
+    except subprocess.TimeoutExpired:
+        res.status, res.reason = "failed", f"perf record ran past {seconds + 30} s"
+        return _write(res, out_dir)
+    (out_dir / f"perf-{pid}.record.stderr.txt").write_text(cp.stderr)
+    res.files.append(f"perf-{pid}.record.stderr.txt")
+    if cp.returncode != 0 or not data.exists():
+        reason = _why_perf_failed(cp.stderr)
+        res.status = "skipped" if "not permitted" in reason else "failed"
+        res.reason = reason
+        return _write(res, out_dir)
+    res.files.append(data.name)
+    cp2 = subprocess.run(rep, capture_output=True, text=True, timeout=120, check=False)
+    report = cp2.stdout
+    if len(report.encode()) > REPORT_MAX_BYTES:
+        report = report.encode()[:REPORT_MAX_BYTES].decode(errors="ignore") + "\n[truncated by probes.kernel]\n"
+    (out_dir / f"perf-{pid}.report.txt").write_text(report + cp2.stderr)
+    res.files.append(f"perf-{pid}.report.txt")
+    res.samples = sample_count(report)
+    if cp2.returncode != 0 and "no samples" not in cp2.stderr.lower():
+        res.status, res.reason = "failed", _why_perf_failed(cp2.stderr)
+    elif not res.samples:
+        res.status, res.reason = "successful", "no samples: the process was idle for the whole window"
+        res.samples = 0
+    else:
+        res.status = "successful"
+    return _write(res, out_dir)
+
+
+def _write(res: PerfResult, out_dir: Path) -> PerfResult:
+    (out_dir / f"perf-{res.pid}.result.json").write_text(json.dumps(asdict(res), indent=2) + "\n")
+    return res
+
+
+# --- wchan ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WchanResult:
+    status: Status
+    reason: str | None
+    rate_hz: float
+    rounds: int
+    # "pid role/thread comm" -> {wchan: count}; "running" counts samples where the thread was on a CPU.
+    counts: dict[str, dict[str, int]]
+    schema_version: int = SCHEMA_VERSION
+
+
+def read_wchan(proc_root: Path, pid: int, tid: int) -> str | None:
+    try:
+        w = (proc_root / str(pid) / "task" / str(tid) / "wchan").read_text().strip()
+    except OSError:
+        return None
+    return "running" if w in ("", "0") else w
+
+
+def sample_wchan(
+    found: Sequence[procs.VllmProcess],
+    seconds: float,
+    rate_hz: float = 10.0,
+    proc_root: Path = Path("/proc"),
+    stop: threading.Event | None = None,
+) -> WchanResult:
+    counts: dict[str, Counter[str]] = {}
+    rounds = 0
+    unreadable = 0
+    period = 1.0 / rate_hz
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (stop and stop.is_set()):
+        t0 = time.monotonic()
+        for p in found:
+            for t in procs.threads(p.pid, proc_root):
+                w = read_wchan(proc_root, p.pid, t.tid)
+                if w is None:
+                    unreadable += 1
+                    continue
+                counts.setdefault(f"{p.pid} {p.role}/{t.comm}", Counter())[w] += 1
+        rounds += 1
+        time.sleep(max(0.0, period - (time.monotonic() - t0)))
+    if not counts:
+        why = procs.NO_VLLM if not found else "no thread's wchan was readable (needs CAP_SYS_PTRACE over the target)"
+        return WchanResult("skipped", why, rate_hz, rounds, {})
+    return WchanResult("successful", None, rate_hz, rounds, {k: dict(v.most_common()) for k, v in counts.items()})
+
+
+def format_wchan(res: WchanResult, top: int = 3) -> str:
+    if res.status != "successful":
+        return f"wchan: {res.status}: {res.reason}\n"
+    lines = [f"wchan: {res.rounds} rounds at {res.rate_hz:g} Hz; per thread, the {top} most frequent waits"]
+    for key, c in sorted(res.counts.items()):
+        total = sum(c.values())
+        shown = ", ".join(f"{w} {100 * n / total:.0f}%" for w, n in list(c.items())[:top])
+        lines.append(f"  {key:<40} {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def write_wchan(res: WchanResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "wchan.json").write_text(json.dumps(asdict(res), indent=2) + "\n")
+    (out_dir / "wchan.txt").write_text(format_wchan(res))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m probes.kernel", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p1 = sub.add_parser("perf")
+    p1.add_argument("--pid", type=int, help="default: the first VLLM::Worker, else EngineCore")
+    p1.add_argument("--seconds", type=int, default=10)
+    p1.add_argument("--out", type=Path, required=True)
+    p2 = sub.add_parser("wchan")
+    p2.add_argument("--seconds", type=float, default=10)
+    p2.add_argument("--rate-hz", type=float, default=10)
+    p2.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    found = procs.discover()
+    if not found:
+        print(f"kernel: {procs.NO_VLLM}", file=sys.stderr)
+        return 2
+    if args.cmd == "perf":
+        pid = args.pid or default_perf_target(found).pid
+        res = perf_capture(pid, args.seconds, args.out)
+        print(f"perf pid {pid}: {res.status}" + (f": {res.reason}" if res.reason else f", {res.samples} samples"))
+        return {"successful": 0, "failed": 1, "skipped": 3}[res.status]
+    w = sample_wchan(found, args.seconds, args.rate_hz)
+    write_wchan(w, args.out)
+    print(format_wchan(w), end="")
+    return {"successful": 0, "failed": 1, "skipped": 3}[w.status]
+
+
+def default_perf_target(found: Sequence[procs.VllmProcess]) -> procs.VllmProcess:
+    """The process doing the model's compute: the first worker, else the engine core, else the API server."""
+    for role in ("worker", "engine_core", "api_server"):
+        for p in found:
+            if p.role == role:
+                return p
+    raise ValueError(procs.NO_VLLM)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
