@@ -1,0 +1,292 @@
+"""The timeline page as a browser draws it: headless Chromium screenshots timeline.html; each panel's colour is there.
+
+Each panel draws its series in colours no other panel uses (probes.report.PANEL_COLOURS), and everything else on the
+page is grey, black or white; so a panel's first colour found in enough pixels proves that panel's lines were drawn.
+A second page, the same but with the latency series emptied, proves the check can fail. The PNG is read by the small
+decoder below (standard library: zlib plus PNG's filter reconstruction), so the test needs nothing but Chromium.
+
+Chromium: `apt-get install -y --no-install-recommends chromium`. Without it the tests skip, except under CI (the CI
+environment variable set), where Chromium is installed and its absence is a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes.report import PANEL_COLOURS, PANEL_KEYS, render_html
+
+pytestmark = pytest.mark.integration
+
+WINDOW_WIDTH = 1000
+WINDOW_HEIGHT = 2400  # the page is about 1,850 px tall at this width; the test checks the bottom is blank
+SCREENSHOT_TIMEOUT_S = 60.0
+TERM_GRACE_S = 5.0
+# A colour counts as a panel's when every channel is within this of it: antialiasing moves a line's edge pixels
+# towards the background, its core pixels stay at the colour.
+TOLERANCE = 6
+# A line across a panel's 604 px plot area is over 600 px of its colour; a legend swatch is 14 x 2 = 28 px. So 300
+# pixels are a drawn line, and a swatch on its own (a panel whose lines were not drawn) is not.
+MIN_PIXELS = 300
+
+SECONDS = 20.0
+
+
+# --- PNG -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Png:
+    width: int
+    height: int
+    channels: int  # 3 RGB, 4 RGBA
+    pixels: bytes  # rows top to bottom, no filter bytes
+
+    def rgb_counts(self) -> Counter[tuple[int, int, int]]:
+        c = self.channels
+        p = self.pixels
+        return Counter(zip(p[0::c], p[1::c], p[2::c], strict=True))
+
+    def row(self, y: int) -> bytes:
+        stride = self.width * self.channels
+        return self.pixels[y * stride : (y + 1) * stride]
+
+
+def _paeth(a: int, b: int, c: int) -> int:
+    p = a + b - c
+    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+    if pa <= pb and pa <= pc:
+        return a
+    return b if pb <= pc else c
+
+
+def read_png(data: bytes) -> Png:
+    """Decode an 8-bit RGB or RGBA, non-interlaced PNG (what Chromium's screenshots are)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    pos, idat, header = 8, [], None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if zlib.crc32(kind + body) != struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0]:
+            raise ValueError(f"bad CRC in {kind!r} chunk")
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat.append(body)
+        elif kind == b"IEND":
+            break
+    if header is None:
+        raise ValueError("no IHDR chunk")
+    width, height, depth, colour_type, _, _, interlace = header
+    if depth != 8 or colour_type not in (2, 6) or interlace != 0:
+        raise ValueError(f"unsupported PNG: bit depth {depth}, colour type {colour_type}, interlace {interlace}")
+    bpp = 3 if colour_type == 2 else 4
+    stride = width * bpp
+    raw = zlib.decompress(b"".join(idat))
+    if len(raw) != height * (stride + 1):
+        raise ValueError(f"image data is {len(raw)} bytes, expected {height * (stride + 1)}")
+    out = bytearray()
+    prev = bytes(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        if kind == 1:  # Sub
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 0xFF
+        elif kind == 2:  # Up
+            line = bytearray((x + b) & 0xFF for x, b in zip(line, prev, strict=True))
+        elif kind == 3:  # Average
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
+        elif kind == 4:  # Paeth
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                c = prev[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + _paeth(a, prev[i], c)) & 0xFF
+        elif kind != 0:
+            raise ValueError(f"row {y}: unknown filter type {kind}")
+        out += line
+        prev = bytes(line)
+    return Png(width, height, bpp, bytes(out))
+
+
+def _encode_png(width: int, height: int, pixels: bytes, filters: list[int]) -> bytes:
+    """An RGB PNG with the given filter type per row: the decoder's reference, independent of Chromium."""
+    stride, bpp = width * 3, 3
+    raw = bytearray()
+    prev = bytes(stride)
+    for y in range(height):
+        line = pixels[y * stride : (y + 1) * stride]
+        f = filters[y]
+        raw.append(f)
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            pred = (0, a, b, (a + b) >> 1, _paeth(a, b, c))[f]
+            raw.append((line[i] - pred) & 0xFF)
+        prev = line
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b"")
+
+
+def test_png_decoder_undoes_every_filter_type() -> None:
+    width, height = 7, 10
+    pixels = bytes((x * 37 + y * 91 + (x * y) % 13) & 0xFF for y in range(height) for x in range(width * 3))
+    filters = [0, 1, 2, 3, 4, 4, 3, 2, 1, 0]
+    png = read_png(_encode_png(width, height, pixels, filters))
+    assert (png.width, png.height, png.channels) == (width, height, 3)
+    assert png.pixels == pixels
+
+
+# --- the screenshot ------------------------------------------------------------------------------------------
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        reason = "chromium is not installed: apt-get install -y --no-install-recommends chromium"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {reason}")
+        pytest.skip(reason)
+    return path
+
+
+def screenshot(html_path: Path, png_path: Path, profile: Path) -> float:
+    """Headless Chromium's screenshot of a local page; seconds it took. Terminated, then killed, past the timeout."""
+    argv = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+        f"--user-data-dir={profile}",
+        f"--window-size={WINDOW_WIDTH},{WINDOW_HEIGHT}",
+        f"--screenshot={png_path}",
+        html_path.as_uri(),
+    ]
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=SCREENSHOT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        pytest.fail(f"chromium took over {SCREENSHOT_TIMEOUT_S:.0f} s: {out.decode(errors='replace')[-2000:]}")
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {out.decode(errors='replace')[-2000:]}"
+    assert png_path.is_file(), f"chromium wrote no screenshot: {out.decode(errors='replace')[-2000:]}"
+    return seconds
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
+
+
+def pixels_of(counts: Counter[tuple[int, int, int]], hex_colour: str) -> int:
+    r, g, b = _rgb(hex_colour)
+    return sum(
+        n
+        for (pr, pg, pb), n in counts.items()
+        if abs(pr - r) <= TOLERANCE and abs(pg - g) <= TOLERANCE and abs(pb - b) <= TOLERANCE
+    )
+
+
+def _wave(mean: float, amplitude: float, phase: float, n: int = 100) -> list[list[float]]:
+    return [[i * SECONDS / (n - 1), mean + amplitude * math.sin(i / 8 + phase)] for i in range(n)]
+
+
+def _timeline() -> dict[str, Any]:
+    def panel(title: str, unit: str, series: dict[str, list[list[float]]]) -> dict[str, Any]:
+        return {
+            "title": title,
+            "unit": unit,
+            "status": "successful",
+            "reason": None,
+            "source": "test",
+            "series": series,
+        }
+
+    return {
+        "schema_version": 1,
+        "host": "localhost",
+        "container": "refdeploy-vllm",
+        "window": {
+            "start_wall": "2026-11-29T12:00:00.123456+00:00",
+            "end_wall": "2026-11-29T12:00:20.123456+00:00",
+            "start_mono_s": 12345.678,
+            "end_mono_s": 12365.678,
+            "seconds": SECONDS,
+        },
+        "panels": {
+            "gpu": panel("GPU", "%", {"gpu0 util %": _wave(50, 45, 0), "gpu1 util %": _wave(30, 20, 1)}),
+            "cpu": panel("CPU", "%", {"vmstat us": _wave(40, 30, 0), "vmstat sy": _wave(10, 5, 2)}),
+            "io": panel("I/O", "r/s", {"sda r/s": _wave(800, 700, 0)}),
+            "latency": panel("Latency", "ms", {"TTFT mean": _wave(20, 10, 0), "e2e mean": _wave(900, 300, 2)}),
+            "queue": panel("Queue", "requests", {"running": _wave(8, 7, 0), "waiting": _wave(3, 3, 1)}),
+        },
+        "events": [{"t_s": 3.2, "label": "py-spy dump 1/2"}, {"t_s": 12.5, "label": "py-spy dump 2/2"}],
+        "summary": {"requests": 40, "prompt_tokens": 1234, "generation_tokens": 5120, "ttft_p50_ms": 12.3},
+        "notes": ["perf: skipped: perf_event_paranoid is 4"],
+        "artifacts": {"metrics delta": "metrics/delta.json"},
+    }
+
+
+def _shoot(timeline: dict[str, Any], directory: Path) -> tuple[Png, float]:
+    directory.mkdir()
+    page = directory / "timeline.html"
+    page.write_text(render_html(timeline), encoding="utf-8")
+    png_path = directory / "screenshot.png"
+    seconds = screenshot(page, png_path, directory / "chromium-profile")
+    return read_png(png_path.read_bytes()), seconds
+
+
+def test_every_panel_is_drawn_in_its_own_colour(tmp_path: Path) -> None:
+    png, seconds = _shoot(_timeline(), tmp_path / "all")
+    print(f"chromium screenshot: {seconds:.2f} s")
+    assert (png.width, png.height) == (WINDOW_WIDTH, WINDOW_HEIGHT)
+    white = bytes([255] * png.width * png.channels)
+    assert png.row(0) == white  # the page's background: the decoder reads what Chromium wrote
+    assert all(png.row(y) == white for y in range(png.height - 50, png.height)), "the page is taller than the window"
+    counts = png.rgb_counts()
+    found = {key: pixels_of(counts, PANEL_COLOURS[key][0]) for key in PANEL_KEYS}
+    assert all(n >= MIN_PIXELS for n in found.values()), f"pixels in each panel's first colour: {found}"
+
+
+def test_a_panel_without_lines_has_none_of_its_colour(tmp_path: Path) -> None:
+    timeline = _timeline()
+    latency = timeline["panels"]["latency"]
+    latency["series"] = {name: [] for name in latency["series"]}  # still successful: nothing sampled
+    png, _ = _shoot(timeline, tmp_path / "no-latency")
+    counts = png.rgb_counts()
+    found = {key: pixels_of(counts, PANEL_COLOURS[key][0]) for key in PANEL_KEYS}
+    assert found["latency"] == 0, f"pixels in each panel's first colour: {found}"
+    assert all(n >= MIN_PIXELS for key, n in found.items() if key != "latency"), found
