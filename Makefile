@@ -10,6 +10,10 @@ INVENTORY ?= inventory/local
 PROFILE   ?=
 # Extra arguments for ansible-playbook, e.g. ANSIBLE_ARGS='--check --diff' or '-e var=value'.
 ANSIBLE_ARGS ?=
+# make capture: seconds of the window. make probe: which probe (io, samplers, metrics, stacks, wchan, perf,
+# hoststate, record).
+SECONDS   ?= 20
+PROBE     ?=
 # pytest selection for `make test-unit`/`make test`, e.g. PYTEST_ARGS='-k manifest'.
 PYTEST_ARGS ?=
 
@@ -56,6 +60,17 @@ plan: $(STAMP) ## Print the rendered plan (vLLM argv, container spec, image tags
 probe-io: $(STAMP) ## fio QD1/QD64 random reads on the data HOST serves from; results in runs/<host>/<ts>/probe-io/
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/probe-io.yml
+
+.PHONY: probe
+probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|stacks|wchan|perf|hoststate|record
+	@$(CHECK_HOST)
+	@test -n "$(PROBE)" || { echo "make probe: set PROBE=io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2; }
+	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(PLAYBOOK) ansible/capture.yml -e probes_capture_probe=$(PROBE) -e probes_capture_seconds=$(SECONDS))
+
+.PHONY: capture
+capture: $(STAMP) ## One evidence bundle over SECONDS (default 20): samplers, metrics, stacks, host state, timeline.html
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS)
 
 ##@ Development
 

@@ -115,7 +115,7 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
     if len(report.encode()) > REPORT_MAX_BYTES:
         report = report.encode()[:REPORT_MAX_BYTES].decode(errors="ignore") + "\n[truncated by probes.kernel]\n"
     (out_dir / f"perf-{pid}.report.txt").write_text(report + cp2.stderr)
-    res.files.append(f"perf-{pid}.report.txt")
+    res.files.insert(0, f"perf-{pid}.report.txt")
     res.samples = sample_count(report)
     if cp2.returncode != 0 and "no samples" not in cp2.stderr.lower():
         res.status, res.reason = "failed", _why_perf_failed(cp2.stderr)

@@ -436,6 +436,12 @@ def _panel_svg(key: str, panel: Mapping[str, Any] | None, window: _Window, event
         _text(PLOT_LEFT, 16, heading, size=13, extra=' font-weight="bold"'),
     ]
     out.extend(_x_axis(window.seconds))
+    # Frame and axis first: a series that sits at zero is drawn over the axis, not hidden under it.
+    out.append(
+        f'<rect x="{PLOT_LEFT}" y="{PLOT_TOP}" width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
+        f'fill="none" stroke="{FRAME}"/>'
+    )
+    out.append(f'<line x1="{PLOT_LEFT}" y1="{PLOT_BOTTOM}" x2="{PLOT_RIGHT}" y2="{PLOT_BOTTOM}" stroke="{AXIS}"/>')
     series = _panel_series(panel, window.seconds) if status == "successful" else []
     values = [v for s in series for v in s.values]
     if status != "successful":
@@ -453,11 +459,6 @@ def _panel_svg(key: str, panel: Mapping[str, Any] | None, window: _Window, event
         out.extend(_y_axis(lo, hi, unit))
         out.extend(_lines(key, series, window.seconds, lo, hi))
         out.extend(_legend(key, series))
-    out.append(
-        f'<rect x="{PLOT_LEFT}" y="{PLOT_TOP}" width="{PLOT_RIGHT - PLOT_LEFT}" height="{PLOT_BOTTOM - PLOT_TOP}" '
-        f'fill="none" stroke="{FRAME}"/>'
-    )
-    out.append(f'<line x1="{PLOT_LEFT}" y1="{PLOT_BOTTOM}" x2="{PLOT_RIGHT}" y2="{PLOT_BOTTOM}" stroke="{AXIS}"/>')
     out.extend(_events(events, window.seconds))
     out.append("</svg>")
     return "\n".join(out)

@@ -4,6 +4,7 @@
   refdeploy plan --profile NAME|PATH [--patches-dir DIR]
   refdeploy effective --profile NAME|PATH  < {"log": ..., "metrics": ...}
   refdeploy probe-io-argv --probes-image TAG --target F --data-dir D --out DIR [...]
+  refdeploy capture-argv --probes-image TAG --container NAME --container-port N --out DIR --host H [...]
   refdeploy manifest --runs-dir DIR  < raw readings (JSON)
 
 Each prints JSON (or nothing) on stdout and one clear line on stderr when it
@@ -34,7 +35,7 @@ def cmd_check_host(a: argparse.Namespace) -> int:
 def cmd_plan(a: argparse.Namespace) -> int:
     from serving.images import plan_images
     from serving.profile import load_profile
-    from serving.render import render_container_spec, render_vllm_argv
+    from serving.render import render_container_spec, render_sidecar_spec, render_vllm_argv
 
     profile = load_profile(a.profile)
     images = plan_images(
@@ -47,6 +48,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         "profile": profile.model_dump(mode="json"),
         "argv": render_vllm_argv(profile),
         "container_spec": render_container_spec(profile, images.runtime_tag),
+        "sidecar_spec": render_sidecar_spec(profile, images.probes_tag),
         "images": asdict(images),
     }
     json.dump(plan, sys.stdout, indent=None if a.compact else 2, sort_keys=True)
@@ -107,6 +109,27 @@ def cmd_probe_io_argv(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_capture_argv(a: argparse.Namespace) -> int:
+    from serving.probe_plan import probe_parts, render_capture_argv
+
+    argv = render_capture_argv(
+        a.probes_image,
+        a.container,
+        a.container_port,
+        a.out,
+        a.seconds,
+        probe_parts(a.probe),
+        a.data_file or [],
+        a.data_dir or [],
+        a.host,
+        a.perf_capability,
+        a.record_seconds,
+    )
+    json.dump(argv, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="refdeploy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -136,6 +159,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, action="append")
     p.add_argument("--thresholds-json", default="{}")
     p.set_defaults(func=cmd_probe_io_argv)
+
+    p = sub.add_parser("capture-argv", help="the docker run argv of a capture or one probe beside vLLM (JSON)")
+    p.add_argument("--probes-image", required=True)
+    p.add_argument("--probe", default="capture", help="capture, or one part: samplers, metrics, stacks, ...")
+    p.add_argument("--container", required=True, help="the serving container")
+    p.add_argument("--container-port", type=int, required=True)
+    p.add_argument("--out", required=True, help="host directory the probe writes into")
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--data-file", action="append")
+    p.add_argument("--data-dir", action="append")
+    p.add_argument("--host", required=True)
+    p.add_argument("--perf-capability", default="PERFMON")
+    p.add_argument("--record-seconds", type=int, default=0)
+    p.set_defaults(func=cmd_capture_argv)
 
     p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
     p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")

@@ -87,3 +87,75 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
             raise ProbePlanError(f"probes_io_thresholds.{depth}: expected keys among {sorted(allowed)}, got {limits!r}")
         out[d] = IoThresholds(**{k: float(v) for k, v in limits.items()})
     return out
+
+
+# Parts of probes/capture.py, and the one-part probes `make probe PROBE=<name>` runs (io has its own playbook).
+CAPTURE_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate", "record")
+DEFAULT_CAPTURE_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate")
+CGROUP_MOUNT = "/host/sys/fs/cgroup"
+
+
+def render_capture_argv(
+    probes_image: str,
+    serving_container: str,
+    container_port: int,
+    host_out_dir: str,
+    seconds: float,
+    parts: list[str],
+    data_files: list[str],
+    data_dirs: list[str],
+    host: str,
+    perf_capability: str = "PERFMON",
+    record_seconds: int = 0,
+    container_name: str = "refdeploy-probe",
+) -> list[str]:
+    """`docker run` of probes.capture beside the serving container.
+
+    It joins the serving container's PID namespace (py-spy, pidstat, wchan see vLLM's processes) and network
+    namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with
+    `--cgroupns host` read-only, the data directories read-only, and writes only its output directory.
+    Capabilities: none but SYS_PTRACE (py-spy, smaps_rollup, wchan), plus the perf capability when perf
+    is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON.
+    """
+    unknown = sorted(set(parts) - set(CAPTURE_PARTS))
+    if not parts or unknown:
+        raise ProbePlanError(
+            f"unknown probe {', '.join(unknown) or '(none given)'}: choose from io, {', '.join(CAPTURE_PARTS)}"
+        )
+    if seconds <= 0 or seconds > 3600:
+        raise ProbePlanError(f"SECONDS={seconds:g}: a capture window is 1 to 3600 seconds")
+    if perf_capability not in ("PERFMON", "SYS_ADMIN"):
+        raise ProbePlanError(f"perf capability {perf_capability!r}: PERFMON or SYS_ADMIN")
+    for path in (*data_files, *data_dirs, host_out_dir):
+        if not PurePosixPath(path).is_absolute():
+            raise ProbePlanError(f"{path}: probe paths must be absolute host paths")
+    for f in data_files:
+        if not any(PurePosixPath(f).is_relative_to(d) for d in data_dirs):
+            raise ProbePlanError(f"data file {f} is outside the data directories ({', '.join(data_dirs)})")
+    argv = ["docker", "run", "--rm", "--name", container_name,
+            "--pid", f"container:{serving_container}", "--network", f"container:{serving_container}",
+            "--cgroupns", "host", "--read-only", "--tmpfs", "/tmp:size=256m",
+            "--cap-drop", "ALL", "--cap-add", "SYS_PTRACE", "--security-opt", "no-new-privileges",
+            "--memory", "1g", "--pids-limit", "512", "--env", "LC_ALL=C",
+            "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
+    if "perf" in parts:
+        argv += ["--cap-add", perf_capability]
+    for d in data_dirs:
+        argv += ["--volume", f"{d}:{d}:ro"]
+    argv += [probes_image, "python3", "-m", "probes.capture", "--out", "/out/bundle", "--seconds", f"{seconds:g}",
+             "--only", ",".join(parts), "--metrics-url", f"http://127.0.0.1:{container_port}/metrics",
+             "--cgroup-root", CGROUP_MOUNT, "--host", host, "--container", serving_container]  # fmt: skip
+    if record_seconds > 0:
+        argv += ["--record-seconds", str(record_seconds)]
+    for f in data_files:
+        argv += ["--data-file", f]
+    return argv
+
+
+def probe_parts(probe: str) -> list[str]:
+    """PROBE=<name> (or `capture`) -> the capture parts it runs."""
+    if probe == "capture":
+        return list(DEFAULT_CAPTURE_PARTS)
+    if probe not in CAPTURE_PARTS:
+        raise ProbePlanError(f"unknown PROBE={probe!r}: choose from io, {', '.join(CAPTURE_PARTS)} (or make capture)")
+    return [probe]

@@ -111,6 +111,20 @@ class Ports(_Strict):
     container_port: int = Field(default=8000, ge=1, le=65535)
 
 
+SamplerName = Literal["vmstat", "iostat", "pidstat", "nvidia-smi"]
+DEFAULT_SIDECAR_SAMPLERS: tuple[SamplerName, ...] = ("vmstat", "iostat", "pidstat", "nvidia-smi")
+
+
+class Probes(_Strict):
+    # The samplers the deploy runs beside vLLM, all the time (probes/samplers.py); [] runs no sidecar.
+    # nvidia-smi is skipped with its reason on hosts without an NVIDIA driver.
+    sidecar_samplers: list[SamplerName] = Field(default_factory=lambda: list(DEFAULT_SIDECAR_SAMPLERS))
+    # Each sampler log rotates once at this size, so a sampler keeps at most twice this on the host.
+    sidecar_max_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    # Host directory for the sidecar's logs: <dir>/<container name>/.
+    sidecar_host_dir: str = "/var/lib/refdeploy/samplers"
+
+
 class Profile(_Strict):
     schema_version: Literal[1]
     name: str
@@ -121,6 +135,7 @@ class Profile(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     container: Container = Field(default_factory=Container)
     ports: Ports = Field(default_factory=Ports)
+    probes: Probes = Field(default_factory=Probes)
 
 
 _TYPE_WORDS = {

@@ -35,6 +35,7 @@ _BOOL_OPTIONAL = ("enable_prefix_caching", "enable_chunked_prefill")
 _STORE_TRUE = ("enforce_eager",)
 
 SPEC_LABEL = "org.refdeploy.spec-sha256"
+SIDECAR_OF_LABEL = "org.refdeploy.sidecar-of"
 PROFILE_LABEL = "org.refdeploy.profile"
 
 
@@ -122,4 +123,37 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         # slow process nobody asked for.
         spec["memory_swap"] = c.memory
     spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
+    return spec
+
+
+def render_sidecar_spec(profile: Profile, probes_image: str) -> dict[str, Any] | None:
+    """The samplers sidecar beside the serving container, or None when the profile runs none.
+
+    It joins the serving container's PID namespace (pidstat sees vLLM's processes and threads), has no
+    network and no capabilities (vmstat, iostat and pidstat read world-readable /proc files), a read-only
+    root, and one writable directory whose logs rotate at `sidecar_max_bytes`. The serve role records the
+    serving container's ID beside it and recreates the sidecar when that container is replaced.
+    """
+    p = profile.probes
+    if not p.sidecar_samplers:
+        return None
+    name = profile.container.name
+    spec: dict[str, Any] = {
+        "name": f"{name}-samplers",
+        "image": probes_image,
+        "command": ["python3", "-m", "probes.samplers", "--sidecar", "--out", "/out",
+                    "--only", ",".join(p.sidecar_samplers), "--max-bytes", str(p.sidecar_max_bytes)],
+        "pid_mode": f"container:{name}",
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": ["/tmp:size=16m"],
+        "cap_drop": ["ALL"],
+        "security_opts": ["no-new-privileges"],
+        "memory": "256m",
+        "volumes": [f"{p.sidecar_host_dir}/{name}:/out"],
+        "env": {"LC_ALL": "C"},
+        "restart_policy": "unless-stopped",
+        "host_dir": f"{p.sidecar_host_dir}/{name}",
+    }  # fmt: skip
+    spec["labels"] = {SIDECAR_OF_LABEL: name, SPEC_LABEL: spec_digest(spec)}
     return spec

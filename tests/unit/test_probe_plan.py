@@ -57,3 +57,67 @@ def test_thresholds_from_inventory_yaml() -> None:
     assert parse_thresholds({}) == {}
     with pytest.raises(ProbePlanError, match="expected keys among"):
         parse_thresholds({64: {"min_iop": 1}})
+
+
+def _capture(**kw: object) -> list[str]:
+    from serving.probe_plan import render_capture_argv
+
+    args: dict[str, object] = dict(
+        probes_image="refdeploy/probes:abc",
+        serving_container="refdeploy-vllm",
+        container_port=8000,
+        host_out_dir="/var/lib/refdeploy/probe-runs/x",
+        seconds=20,
+        parts=["samplers", "metrics", "stacks"],
+        data_files=["/var/lib/refdeploy/models/tiny-llama/model.safetensors"],
+        data_dirs=["/var/lib/refdeploy/models/tiny-llama"],
+        host="localhost",
+    )
+    args.update(kw)
+    return render_capture_argv(**args)  # type: ignore[arg-type]
+
+
+def test_capture_joins_the_serving_namespaces_with_least_capabilities() -> None:
+    argv = _capture()
+    joined = " ".join(argv)
+    assert "--pid container:refdeploy-vllm --network container:refdeploy-vllm" in joined
+    assert "--cap-drop ALL --cap-add SYS_PTRACE" in joined
+    assert "PERFMON" not in joined and "SYS_ADMIN" not in joined  # no perf, no perf capability
+    assert "--read-only" in argv
+    assert "/sys/fs/cgroup:/host/sys/fs/cgroup:ro" in argv
+    assert "/var/lib/refdeploy/models/tiny-llama:/var/lib/refdeploy/models/tiny-llama:ro" in argv
+    i = argv.index("refdeploy/probes:abc")
+    assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.capture"]
+    assert argv[argv.index("--only") + 1] == "samplers,metrics,stacks"
+    assert argv[argv.index("--metrics-url") + 1] == "http://127.0.0.1:8000/metrics"
+
+
+def test_perf_gets_the_chosen_capability() -> None:
+    assert "PERFMON" in _capture(parts=["perf"])
+    argv = _capture(parts=["perf"], perf_capability="SYS_ADMIN")
+    assert argv[argv.index("SYS_ADMIN") - 1] == "--cap-add"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"parts": ["flamegraph"]}, "unknown probe flamegraph"),
+        ({"parts": []}, "unknown probe"),
+        ({"seconds": 0}, "1 to 3600 seconds"),
+        ({"data_files": ["/etc/shadow"]}, "outside the data directories"),
+        ({"host_out_dir": "relative/dir"}, "absolute"),
+        ({"perf_capability": "ALL"}, "PERFMON or SYS_ADMIN"),
+    ],
+)
+def test_bad_capture_settings(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(ProbePlanError, match=message):
+        _capture(**kw)
+
+
+def test_probe_names() -> None:
+    from serving.probe_plan import DEFAULT_CAPTURE_PARTS, probe_parts
+
+    assert probe_parts("stacks") == ["stacks"]
+    assert probe_parts("capture") == list(DEFAULT_CAPTURE_PARTS)
+    with pytest.raises(ProbePlanError, match="choose from io, samplers"):
+        probe_parts("fio")

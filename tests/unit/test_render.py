@@ -14,12 +14,30 @@ def _profile(**vllm: object):  # type: ignore[no-untyped-def]
 
 def test_cpu_tiny_argv_is_exact() -> None:
     assert render_vllm_argv(load_profile("cpu-tiny")) == [
-        "vllm", "serve", "/models/tiny-llama",
-        "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "tiny-llama",
-        "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "8",
-        "--max-num-batched-tokens", "2048", "--block-size", "32", "--seed", "0",
-        "--enable-prefix-caching", "--enforce-eager",
-    ]  # fmt: skip
+        "vllm",
+        "serve",
+        "/models/tiny-llama",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--served-model-name",
+        "tiny-llama",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "8",
+        "--max-num-batched-tokens",
+        "2048",
+        "--block-size",
+        "32",
+        "--seed",
+        "0",
+        "--enable-prefix-caching",
+        "--enforce-eager",
+    ]
 
 
 def test_boolean_optional_flags_render_the_no_form() -> None:
@@ -67,3 +85,33 @@ def test_digest_is_stable_and_ignores_labels() -> None:
     assert a == b
     assert spec_digest({**a, "labels": {"other": "x"}}) == a["labels"][SPEC_LABEL]
     assert render_container_spec(load_profile("cpu-tiny"), "img2")["labels"][SPEC_LABEL] != a["labels"][SPEC_LABEL]
+
+
+def test_sidecar_joins_the_serving_pid_namespace_without_capabilities_or_network() -> None:
+    from serving.render import render_sidecar_spec
+
+    spec = render_sidecar_spec(load_profile("cpu-tiny"), "refdeploy/probes:abc")
+    assert spec is not None
+    assert spec["name"] == "refdeploy-vllm-samplers"
+    assert spec["pid_mode"] == "container:refdeploy-vllm"
+    assert spec["network_mode"] == "none"
+    assert spec["cap_drop"] == ["ALL"] and "cap_add" not in spec
+    assert spec["read_only"] is True
+    assert spec["command"][spec["command"].index("--only") + 1] == "vmstat,iostat,pidstat,nvidia-smi"
+    assert spec["volumes"] == ["/var/lib/refdeploy/samplers/refdeploy-vllm:/out"]
+    assert spec["labels"][SPEC_LABEL] == spec_digest(spec)
+
+
+def test_sidecar_is_switched_off_per_profile() -> None:
+    from serving.render import render_sidecar_spec
+
+    data = {
+        "schema_version": 1,
+        "name": "x",
+        "model": {"host_path": "/m", "served_name": "m"},
+        "probes": {"sidecar_samplers": []},
+    }
+    assert render_sidecar_spec(parse_profile(data), "img") is None
+    data["probes"] = {"sidecar_samplers": ["vmstat", "top"]}
+    with pytest.raises(Exception, match=r"probes\.sidecar_samplers\.1"):
+        parse_profile(data)

@@ -1,0 +1,522 @@
+"""One evidence bundle: every sampler, the metrics, stacks, kernel waits and host state over one window.
+
+Runs in the probe container beside vLLM (its PID namespace, its network namespace for `/metrics`, the host's
+cgroup tree read-only, the served files read-only, one writable output directory). Every reading carries
+`time.monotonic()` (one clock for every container on the host) and UTC wall time, so a slow request seen
+in the metrics can be matched to what the CPUs, disks and threads were doing at that second.
+
+Order of work: host state and `/metrics` before; then, for SECONDS, the samplers, a `/metrics` scrape
+every second (gauges and per-second latency), wchan sampling, perf on the compute process, and py-spy
+dumps spread over the window; then `/metrics` and host state after. The bundle:
+
+  bundle.json            what ran, each part's status (successful / failed / skipped: reason), the window
+  summary.txt            the plain-text summary (also printed)
+  timeline.html          plots of GPU, CPU, I/O, request latency and queue against time (self-contained)
+  timeline.json          the series behind the plots, traceable to the files below
+  samplers/              vmstat.log iostat.log pidstat.log nvidia-smi.log (stamped lines), samplers.json
+  metrics/               before.prom after.prom scrapes/NNNN.prom delta.json delta.txt gauges.json
+  stacks/                py-spy dumps (raw JSON), aggregate.txt, aggregate.json, speedscope recordings
+  kernel/                perf data and report, wchan.json, wchan.txt
+  host-state/            before/ and after/ snapshots, cgroup-delta.json
+
+`make probe PROBE=<part>` runs the same with one part (`--only`).
+
+  python -m probes.capture --out DIR --seconds N [--only stacks,metrics] [--metrics-url URL]
+                           [--data-file F ...] [--cgroup-root DIR] [--stack-dumps 3] [--record-seconds 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from probes import hoststate, kernel, metrics, procs, report, samplers, stacks
+
+SCHEMA_VERSION = 1
+PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate", "record")
+# What `make capture` takes by default; "record" (py-spy record) is asked for with --record-seconds.
+DEFAULT_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate")
+METRICS_TIMEOUT_S = 5.0
+MAX_SCRAPES = 1200
+LATENCY_SERIES = {
+    "TTFT mean": "vllm:time_to_first_token_seconds",
+    "ITL mean": "vllm:inter_token_latency_seconds",
+    "e2e mean": "vllm:e2e_request_latency_seconds",
+}
+IGNORED_DEVICES = ("loop", "ram", "zram", "sr")
+
+Status = Literal["successful", "failed", "skipped"]
+
+
+class CaptureInputError(ValueError):
+    """Bad input: nothing was captured."""
+
+
+@dataclass
+class PartStatus:
+    status: Status
+    reason: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CaptureConfig:
+    out: Path
+    seconds: float
+    parts: tuple[str, ...] = DEFAULT_PARTS
+    metrics_url: str = "http://127.0.0.1:8000/metrics"
+    data_files: tuple[Path, ...] = ()
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    proc_root: Path = Path("/proc")
+    stack_dumps: int = 3
+    record_seconds: int = 0
+    perf_seconds: int = 10
+    wchan_rate_hz: float = 10.0
+    host: str = "localhost"
+    container: str = "refdeploy-vllm"
+
+
+def scrape(url: str) -> tuple[str, float, float]:
+    """GET /metrics: (text, monotonic_s, unix_s) read when the response arrived."""
+    with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_S) as resp:
+        text = str(resp.read().decode())
+    return text, time.monotonic(), time.time()
+
+
+class _Poller(threading.Thread):
+    """Scrape /metrics every `period_s` until stopped; keep parsed snapshots and the raw texts on disk."""
+
+    def __init__(self, url: str, out_dir: Path, period_s: float = 1.0) -> None:
+        super().__init__(name="metrics-poller", daemon=True)
+        self.url, self.out_dir, self.period_s = url, out_dir, period_s
+        self.stop_event = threading.Event()
+        self.snapshots: list[metrics.Snapshot] = []
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        while not self.stop_event.is_set() and len(self.snapshots) < MAX_SCRAPES:
+            t0 = time.monotonic()
+            try:
+                text, mono, unix = scrape(self.url)
+                (self.out_dir / f"{len(self.snapshots):04d}.prom").write_text(text)
+                self.snapshots.append(metrics.snapshot_from_text(text, mono, unix))
+            except (OSError, ValueError) as e:
+                self.errors.append(f"{time.monotonic():.3f} {e}")
+            self.stop_event.wait(max(0.0, self.period_s - (time.monotonic() - t0)))
+
+
+def latency_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
+    """Per scrape interval, the mean of each latency histogram's new observations (ms), at the interval's end."""
+    out: dict[str, list[tuple[float, float]]] = {label: [] for label in LATENCY_SERIES}
+    for a, b in itertools.pairwise(snaps):
+        d = metrics.delta(a, b)
+        for label, name in LATENCY_SERIES.items():
+            hs = [h for h in metrics.find_histograms(d, name) if h.count > 0]
+            count = sum(h.count for h in hs)
+            if count:
+                out[label].append((b.taken_monotonic_s - t0, 1000 * sum(h.sum_s for h in hs) / count))
+    return out
+
+
+def gauge_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
+    gs = metrics.GaugeSeries()
+    for s in snaps:
+        gs.add(s)
+    out = {}
+    for label, name in (("running", "vllm:num_requests_running"), ("waiting", "vllm:num_requests_waiting")):
+        series = gs.series(name)
+        out[label] = [(m - t0, v) for m, _u, v in series[0]] if series else []
+    return out
+
+
+def _rel(points: Sequence[tuple[float, float]], t0: float, t1: float) -> list[list[float]]:
+    return [[round(m - t0, 3), v] for m, v in points if t0 - 1.0 <= m <= t1 + 1.0]
+
+
+def sampler_panels(
+    sdir: Path, results: Mapping[str, samplers.SamplerResult], found: Sequence[procs.VllmProcess], t0: float, t1: float
+) -> dict[str, dict[str, Any]]:
+    """GPU, CPU and I/O panels from the sampler logs."""
+
+    def panel(title: str, unit: str, names: Sequence[str], source: str) -> dict[str, Any]:
+        rs = [results[n] for n in names if n in results]
+        failed = [r for r in rs if r.status == "failed"]
+        if not rs:
+            status, reason = "skipped", "samplers were not part of this capture"
+        elif failed:
+            status, reason = "failed", "; ".join(r.reason or "" for r in failed)
+        elif all(r.status == "skipped" for r in rs):
+            status, reason = "skipped", "; ".join(r.reason or "" for r in rs)
+        else:
+            status, reason = "successful", None
+        return {"title": title, "unit": unit, "status": status, "reason": reason, "source": source, "series": {}}
+
+    gpu = panel("GPU utilisation", "%", ["nvidia-smi"], "nvidia-smi -lms 200 (samplers/nvidia-smi.log)")
+    if (sdir / "nvidia-smi.log").exists():
+        for s in samplers.parse_nvidia_smi(samplers.read_log(sdir / "nvidia-smi.log")):
+            if "utilization.gpu" in s.values:
+                gpu["series"].setdefault(f"gpu{s.index} util %", []).append(
+                    [round(s.mono_s - t0, 3), s.values["utilization.gpu"]]
+                )
+    cpu = panel("CPU", "%", ["vmstat", "pidstat"], "vmstat 1, pidstat -u -t on the vLLM PIDs (samplers/)")
+    if (sdir / "vmstat.log").exists():
+        vm = samplers.parse_vmstat(samplers.read_log(sdir / "vmstat.log"))
+        for col in ("us", "sy", "wa"):
+            cpu["series"][f"host {col}"] = _rel(vm.get(col, []), t0, t1)
+    if (sdir / "pidstat.log").exists():
+        roles = {p.pid: p.role for p in found}
+        for row in samplers.parse_pidstat(samplers.read_log(sdir / "pidstat.log")):
+            if row.tid is None and "%CPU" in row.values:
+                label = f"pid {row.tgid} {roles.get(row.tgid, row.command)} %CPU"
+                cpu["series"].setdefault(label, []).append([round(row.mono_s - t0, 3), row.values["%CPU"]])
+    io = panel("Block I/O", "r/s, w/s", ["iostat"], "iostat -x 1 (samplers/iostat.log)")
+    if (sdir / "iostat.log").exists():
+        for dev, cols in sorted(samplers.parse_iostat(samplers.read_log(sdir / "iostat.log")).items()):
+            if dev.startswith(IGNORED_DEVICES):
+                continue
+            for col in ("r/s", "w/s"):
+                if col in cols:
+                    io["series"][f"{dev} {col}"] = _rel(cols[col], t0, t1)
+    return {"gpu": gpu, "cpu": cpu, "io": io}
+
+
+def _hist_ms(d: metrics.WindowDelta, name: str, attr: str) -> float | None:
+    hs = [h for h in metrics.find_histograms(d, name) if h.count > 0]
+    v = getattr(hs[0], attr) if len(hs) == 1 else None
+    return None if v is None else round(1000 * v, 3)
+
+
+def summary_figures(d: metrics.WindowDelta) -> dict[str, float | None]:
+    return {
+        "requests": metrics.counter_sum(d, metrics.REQUEST_SUCCESS),
+        "prompt_tokens": metrics.counter_sum(d, metrics.PROMPT_TOKENS),
+        "generation_tokens": metrics.counter_sum(d, metrics.GENERATION_TOKENS),
+        "preemptions": metrics.counter_sum(d, metrics.PREEMPTIONS),
+        "ttft_p50_ms": _hist_ms(d, "vllm:time_to_first_token_seconds", "p50_s"),
+        "ttft_p99_ms": _hist_ms(d, "vllm:time_to_first_token_seconds", "p99_s"),
+        "itl_p50_ms": _hist_ms(d, "vllm:inter_token_latency_seconds", "p50_s"),
+        "itl_p99_ms": _hist_ms(d, "vllm:inter_token_latency_seconds", "p99_s"),
+        "e2e_p50_ms": _hist_ms(d, "vllm:e2e_request_latency_seconds", "p50_s"),
+        "e2e_p99_ms": _hist_ms(d, "vllm:e2e_request_latency_seconds", "p99_s"),
+    }
+
+
+def cgroup_notes(cg: Mapping[str, Any]) -> list[str]:
+    """The serving container's cgroup over the window, in one line per concern (innermost level)."""
+    levels = cg.get("levels") or []
+    if not levels:
+        return ["host state: no cgroup level could be read"]
+    lv = levels[0]
+
+    def s(key: str) -> str:
+        v = lv.get(key)
+        return "n/a" if v is None else f"{v:.2f} s"
+
+    def mib(key: str) -> str:
+        v = lv.get(key)
+        return "n/a" if v is None else f"{v / 2**20:,.0f} MiB"
+
+    out = [
+        f"cgroup {lv.get('path')}: CPU used {s('cpu_usage_s')}, throttled {lv.get('nr_throttled')} of "
+        f"{lv.get('nr_periods')} periods ({s('throttled_s')})",
+        f"cgroup memory: {mib('memory_usage_before_bytes')} -> {mib('memory_usage_after_bytes')}, peak "
+        f"{mib('memory_max_usage_bytes')}, OOM kills +{lv.get('oom_kill_increase')}",
+        f"cgroup pressure (stall time in the window): cpu some {s('cpu_some_stall_s')}, memory some "
+        f"{s('memory_some_stall_s')}, io some {s('io_some_stall_s')}",
+    ]
+    if cg.get("reset_detected") or cg.get("levels_changed"):
+        out.append("cgroup: the container's cgroup changed in the window (restart?): figures are partial")
+    return out
+
+
+def _thread(target: Callable[[], None], name: str) -> threading.Thread:
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t.start()
+    return t
+
+
+def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
+    unknown = sorted(set(cfg.parts) - set(PARTS))
+    if unknown:
+        raise CaptureInputError(f"unknown part(s) {unknown}: choose from {', '.join(PARTS)}")
+    if cfg.seconds <= 0:
+        raise CaptureInputError(f"--seconds must be positive, got {cfg.seconds:g}")
+    if cfg.out.exists() and any(cfg.out.iterdir()):
+        raise CaptureInputError(f"{cfg.out} is not empty: a bundle goes into a new directory")
+    found = procs.discover(cfg.proc_root)
+    if not found:
+        raise CaptureInputError(procs.NO_VLLM)
+    for f in cfg.data_files:
+        if not f.is_file():
+            raise CaptureInputError(f"--data-file {f}: not a regular file (mount the served files read-only)")
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    parts: dict[str, PartStatus] = {p: PartStatus("skipped", "not part of this capture") for p in PARTS}
+    events: list[dict[str, Any]] = []
+    notes: list[str] = []
+    pids = [p.pid for p in found]
+
+    hs_before = None
+    if "hoststate" in cfg.parts:
+        hs_before = hoststate.snapshot(pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root)
+        hoststate.write_host_state(hs_before, cfg.out / "host-state" / "before")
+
+    mdir = cfg.out / "metrics"
+    before_snap = None
+    if "metrics" in cfg.parts:
+        mdir.mkdir(parents=True)
+        try:
+            text, mono, unix = scrape(cfg.metrics_url)
+            (mdir / "before.prom").write_text(text)
+            before_snap = metrics.snapshot_from_text(text, mono, unix)
+        except (OSError, ValueError) as e:
+            parts["metrics"] = PartStatus("failed", f"GET {cfg.metrics_url}: {e}")
+
+    start = samplers.stamp()
+    t0 = start[0]
+    sdir = cfg.out / "samplers"
+    sset = None
+    if "samplers" in cfg.parts:
+        sdir.mkdir(parents=True)
+        sset = samplers.SamplerSet(samplers.build_specs(samplers.SAMPLER_NAMES, pids), sdir, samplers.DEFAULT_MAX_BYTES)
+        sset.start()
+    poller = None
+    if before_snap is not None:
+        poller = _Poller(cfg.metrics_url, mdir / "scrapes")
+        poller.start()
+    threads: list[threading.Thread] = []
+    wchan_res: list[kernel.WchanResult] = []
+    stop = threading.Event()
+    if "wchan" in cfg.parts:
+        threads.append(
+            _thread(
+                lambda: wchan_res.append(
+                    kernel.sample_wchan(found, cfg.seconds, cfg.wchan_rate_hz, cfg.proc_root, stop)
+                ),
+                "wchan",
+            )
+        )
+    perf_res: list[kernel.PerfResult] = []
+    if "perf" in cfg.parts:
+        target = kernel.default_perf_target(found)
+        secs = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
+        events.append({"t_s": 0.0, "label": f"perf record pid {target.pid} for {secs} s"})
+        threads.append(
+            _thread(lambda: perf_res.append(kernel.perf_capture(target.pid, secs, cfg.out / "kernel")), "perf")
+        )
+    rec_res: list[stacks.RecordResult] = []
+    if "record" in cfg.parts:
+        secs = max(1, int(min(cfg.seconds, cfg.record_seconds or cfg.seconds)))
+        events.append({"t_s": round(time.monotonic() - t0, 3), "label": f"py-spy record {secs} s"})
+        api = found[0]
+        threads.append(
+            _thread(
+                lambda: rec_res.append(stacks.record(api, secs, 100, cfg.out / "stacks", subprocesses=True)), "record"
+            )
+        )
+
+    stacks_res = None
+    if "stacks" in cfg.parts:
+        # Dumps spread over the window: at (i + 0.5) / N of it.
+        n = max(1, cfg.stack_dumps)
+        interval = cfg.seconds / n
+        time.sleep(interval / 2)
+        events.append({"t_s": round(time.monotonic() - t0, 3), "label": f"py-spy dumps x{n}, {interval:.1f} s apart"})
+        stacks_res = stacks.run_stacks(found, cfg.out / "stacks", n, interval)
+    stop.wait(max(0.0, t0 + cfg.seconds - time.monotonic()))
+    stop.set()
+    end = samplers.stamp()
+    results = sset.stop() if sset else {}
+    if poller:
+        poller.stop_event.set()
+        poller.join(METRICS_TIMEOUT_S + 1)
+    for t in threads:
+        t.join(cfg.perf_seconds + 60)
+
+    if sset:
+        samplers.write_results(sdir, results, pids, start, end)
+        bad = [r for r in results.values() if r.status == "failed"]
+        parts["samplers"] = PartStatus(
+            "failed" if bad else "successful",
+            "; ".join(f"{r.name}: {r.reason}" for r in bad) or None,
+            [f"samplers/{r.log}" for r in results.values() if r.log] + ["samplers/samplers.json"],
+        )
+        for r in results.values():
+            if r.status == "skipped":
+                notes.append(f"sampler {r.name}: skipped: {r.reason}")
+
+    summary: dict[str, float | None] = {}
+    latency: dict[str, list[tuple[float, float]]] = {k: [] for k in LATENCY_SERIES}
+    queue: dict[str, list[tuple[float, float]]] = {"running": [], "waiting": []}
+    if before_snap is not None and poller is not None:
+        try:
+            text, mono, unix = scrape(cfg.metrics_url)
+            (mdir / "after.prom").write_text(text)
+            after_snap = metrics.snapshot_from_text(text, mono, unix)
+            d = metrics.delta(before_snap, after_snap)
+            (mdir / "delta.json").write_text(json.dumps(metrics.to_json(d), indent=2) + "\n")
+            (mdir / "delta.txt").write_text(metrics.summarize(d))
+            summary = summary_figures(d)
+            snaps = [before_snap, *poller.snapshots, after_snap]
+            latency = latency_series(snaps, t0)
+            queue = gauge_series(snaps, t0)
+            gs = metrics.GaugeSeries()
+            for s in snaps:
+                gs.add(s)
+            (mdir / "gauges.json").write_text(json.dumps(gs.to_json(), indent=2) + "\n")
+            status: Status = "failed" if d.reset_detected else "successful"
+            parts["metrics"] = PartStatus(
+                status,
+                "the server restarted in the window" if d.reset_detected else None,
+                [
+                    "metrics/before.prom",
+                    "metrics/after.prom",
+                    "metrics/delta.json",
+                    "metrics/delta.txt",
+                    "metrics/gauges.json",
+                    "metrics/scrapes/",
+                ],
+            )
+            if poller.errors:
+                notes.append(f"metrics: {len(poller.errors)} scrape(s) failed in the window: {poller.errors[0]}")
+        except (OSError, ValueError) as e:
+            parts["metrics"] = PartStatus("failed", f"GET {cfg.metrics_url} after the window: {e}")
+
+    if stacks_res is not None:
+        parts["stacks"] = PartStatus(
+            stacks_res.status,
+            stacks_res.reason,
+            ["stacks/aggregate.txt", "stacks/aggregate.json", "stacks/result.json"],
+        )
+    if wchan_res:
+        kernel.write_wchan(wchan_res[0], cfg.out / "kernel")
+        parts["wchan"] = PartStatus(wchan_res[0].status, wchan_res[0].reason, ["kernel/wchan.txt", "kernel/wchan.json"])
+    if perf_res:
+        pr = perf_res[0]
+        parts["perf"] = PartStatus(pr.status, pr.reason, [f"kernel/{f}" for f in pr.files])
+    if rec_res:
+        rr = rec_res[0]
+        parts["record"] = PartStatus(rr.status, rr.reason, [f"stacks/{rr.file}"] if rr.file else [])
+    if hs_before is not None:
+        hs_after = hoststate.snapshot(pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root)
+        hoststate.write_host_state(hs_after, cfg.out / "host-state" / "after")
+        cg = hoststate.host_state_cgroup_delta(hs_before, hs_after)
+        (cfg.out / "host-state" / "cgroup-delta.json").write_text(json.dumps(cg, indent=2, default=str) + "\n")
+        notes.extend(cgroup_notes(cg))
+        parts["hoststate"] = PartStatus(
+            "successful", None, ["host-state/before/", "host-state/after/", "host-state/cgroup-delta.json"]
+        )
+
+    for name, ps in parts.items():
+        if name in cfg.parts and ps.status != "successful":
+            notes.append(f"{name}: {ps.status}: {ps.reason}")
+    t1 = end[0]
+    panels = sampler_panels(sdir, results, found, t0, t1)
+    metric_status: Status = parts["metrics"].status
+    panels["latency"] = {
+        "title": "Request latency (mean per second, from /metrics)",
+        "unit": "ms",
+        "status": metric_status,
+        "reason": parts["metrics"].reason,
+        "source": "vllm:*_seconds histograms, scraped every second (metrics/scrapes/)",
+        "series": {k: [[round(t, 3), round(v, 3)] for t, v in s] for k, s in latency.items()},
+    }
+    panels["queue"] = {
+        "title": "Requests in the engine",
+        "unit": "requests",
+        "status": metric_status,
+        "reason": parts["metrics"].reason,
+        "source": "vllm:num_requests_running / _waiting (metrics/gauges.json)",
+        "series": {k: [[round(t, 3), v] for t, v in s] for k, s in queue.items()},
+    }
+    artifacts = {"timeline": "timeline.html", "bundle index": "bundle.json"}
+    artifacts.update({name: ps.files[0] for name, ps in parts.items() if ps.files})
+    timeline = {
+        "schema_version": 1,
+        "host": cfg.host,
+        "container": cfg.container,
+        "window": {
+            "start_wall": start[1],
+            "end_wall": end[1],
+            "start_mono_s": t0,
+            "end_mono_s": t1,
+            "seconds": round(t1 - t0, 3),
+        },
+        "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue")},
+        "events": events,
+        "summary": summary,
+        "notes": notes,
+        "artifacts": artifacts,
+    }
+    (cfg.out / "timeline.json").write_text(json.dumps(timeline, indent=2) + "\n")
+    bundle = {
+        "schema_version": SCHEMA_VERSION,
+        "host": cfg.host,
+        "container": cfg.container,
+        "window": timeline["window"],
+        "processes": [asdict(p) for p in found],
+        "requested_parts": list(cfg.parts),
+        "parts": {k: asdict(v) for k, v in parts.items()},
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+    }
+    (cfg.out / "bundle.json").write_text(json.dumps(bundle, indent=2, default=str) + "\n")
+    report.write_report(cfg.out)
+    return bundle
+
+
+def exit_code(bundle: Mapping[str, Any]) -> int:
+    """0 when every requested part succeeded or was skipped with a reason; 1 when one failed."""
+    return 1 if any(bundle["parts"][p]["status"] == "failed" for p in bundle["requested_parts"]) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m probes.capture", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--only", default=",".join(DEFAULT_PARTS), help=f"comma-separated parts of {','.join(PARTS)}")
+    ap.add_argument("--metrics-url", default="http://127.0.0.1:8000/metrics")
+    ap.add_argument("--data-file", type=Path, action="append", default=[])
+    ap.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
+    ap.add_argument("--stack-dumps", type=int, default=3)
+    ap.add_argument("--record-seconds", type=int, default=0, help="add py-spy record for this long (0: no)")
+    ap.add_argument("--perf-seconds", type=int, default=10)
+    ap.add_argument("--host", default="localhost")
+    ap.add_argument("--container", default="refdeploy-vllm")
+    args = ap.parse_args(argv)
+    parts = tuple(p for p in args.only.split(",") if p)
+    if args.record_seconds > 0 and "record" not in parts:
+        parts += ("record",)
+    cfg = CaptureConfig(
+        out=args.out,
+        seconds=args.seconds,
+        parts=parts,
+        metrics_url=args.metrics_url,
+        data_files=tuple(args.data_file),
+        cgroup_root=args.cgroup_root,
+        stack_dumps=args.stack_dumps,
+        record_seconds=args.record_seconds,
+        perf_seconds=args.perf_seconds,
+        host=args.host,
+        container=args.container,
+    )
+    try:
+        bundle = run_capture(cfg)
+    except (CaptureInputError, report.ReportInputError) as e:
+        print(f"capture: {e}", file=sys.stderr)
+        return 2
+    print((args.out / "summary.txt").read_text(), end="")
+    return exit_code(bundle)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

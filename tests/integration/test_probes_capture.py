@@ -1,0 +1,245 @@
+"""`make capture`, `make probe` and the samplers sidecar against the real CPU deployment.
+
+Runs after test_deploy.py (which ends undeployed): the first test checks the refusal with no vLLM running,
+then the module deploys and captures under a real burst of requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes import samplers
+from probes.report import PANEL_COLOURS
+from tests.integration.conftest import REPO, docker, inspect, make
+from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
+
+pytestmark = pytest.mark.integration
+
+BASE_URL = "http://127.0.0.1:8000"
+PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
+SIDECAR = "refdeploy-vllm-samplers"
+REQUESTS = 12
+TOKENS = 64  # about 1 s per request here: the running gauge, sampled each second, sees them
+
+
+def _bundle_dir(output: str) -> Path:
+    m = re.search(r"bundle: (\S+?)/?['\"]?$", output, re.M)
+    assert m, f"no 'bundle:' line in:\n{output[-3000:]}"
+    path = Path(m.group(1))
+    assert path.is_relative_to(REPO / "runs" / "localhost"), path
+    return path
+
+
+def _complete(max_tokens: int) -> None:
+    body = json.dumps({"model": "tiny-llama", "prompt": "def main():", "max_tokens": max_tokens, "ignore_eos": True})
+    req = urllib.request.Request(
+        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert json.loads(resp.read())["usage"]["completion_tokens"] == max_tokens
+
+
+def test_capture_with_no_vllm_running_says_so_and_captures_nothing() -> None:
+    assert inspect("refdeploy-vllm") is None, "test_deploy.py should have left the host undeployed"
+    before = sorted(PROBE_RUNS.glob("*")) if PROBE_RUNS.exists() else []
+    r = make("capture", "SECONDS=2")
+    assert r.rc != 0
+    assert "no vLLM running on localhost: the serving container refdeploy-vllm is absent" in r.output
+    assert (sorted(PROBE_RUNS.glob("*")) if PROBE_RUNS.exists() else []) == before
+
+
+@pytest.fixture(scope="module")
+def deployed() -> None:
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+
+
+def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed: None) -> None:
+    c = inspect(SIDECAR)
+    assert c is not None and c["State"]["Status"] == "running"
+    serving = inspect("refdeploy-vllm")
+    assert serving is not None
+    hc = c["HostConfig"]
+    assert hc["PidMode"] == "container:refdeploy-vllm" or hc["PidMode"] == f"container:{serving['Id']}"
+    assert hc["NetworkMode"] == "none"
+    assert hc["CapDrop"] == ["ALL"] and not hc["CapAdd"]
+    assert hc["ReadonlyRootfs"] is True
+    assert c["Config"]["Labels"]["org.refdeploy.target-id"] == serving["Id"]
+    log_dir = Path("/var/lib/refdeploy/samplers/refdeploy-vllm")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log_dir / "pidstat.log").exists():
+        time.sleep(1)
+    time.sleep(3)
+    rows = samplers.parse_pidstat(samplers.read_log(log_dir / "pidstat.log"))
+    # Only vLLM's processes (API server PID 1, EngineCore, Worker) and their threads: never the whole host.
+    tgids = {r.tgid for r in rows}
+    assert 1 in tgids and len(tgids) == 3, tgids
+    # pidstat prints the 15-character comm of each process.
+    assert {r.command for r in rows if r.tid is None} == {"vllm", "VLLM::EngineCor", "VLLM::Worker"}
+    vm = samplers.parse_vmstat(samplers.read_log(log_dir / "vmstat.log"))
+    assert len(vm["us"]) >= 2
+
+
+@pytest.fixture(scope="module")
+def capture(deployed: None) -> Iterator[tuple[Path, Any]]:
+    """`make capture SECONDS=20` with REQUESTS requests sent once the window has opened."""
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", make("capture", "SECONDS=20")), daemon=True)
+    t.start()
+    # The window opens when the samplers start: their logs appear in the run's scratch directory.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(PROBE_RUNS.glob("*-capture/bundle/samplers/vmstat.log")):
+        assert t.is_alive(), result["r"].output[-4000:]
+        time.sleep(0.2)
+    time.sleep(1)
+
+    # Spread over about 10 s of the 20 s window, so the per-second latency series has points to draw.
+    def send(n: int) -> None:
+        for _ in range(n):
+            _complete(TOKENS)
+            time.sleep(1.5)
+
+    senders = [threading.Thread(target=send, args=(REQUESTS // 3,)) for _ in range(3)]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join()
+    t.join(timeout=600)
+    r = result["r"]
+    assert r.rc == 0, r.output[-5000:]
+    yield _bundle_dir(r.output), r
+
+
+def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: tuple[Path, Any]) -> None:
+    bundle, _ = capture
+    delta = json.loads((bundle / "metrics" / "delta.json").read_text())
+    success = [c for c in delta["counters"] if c["name"] == "vllm:request_success_total"]
+    assert sum(c["delta"] for c in success) == REQUESTS
+    gen = [c for c in delta["counters"] if c["name"] == "vllm:generation_tokens_total"]
+    assert sum(c["delta"] for c in gen) == REQUESTS * TOKENS
+    timeline = json.loads((bundle / "timeline.json").read_text())
+    assert timeline["summary"]["requests"] == REQUESTS
+    assert "requests" in (bundle / "summary.txt").read_text()
+
+
+def test_capture_has_stacks_for_every_vllm_process(capture: tuple[Path, Any]) -> None:
+    bundle, _ = capture
+    index = json.loads((bundle / "bundle.json").read_text())
+    roles = sorted(p["role"] for p in index["processes"])
+    assert roles == ["api_server", "engine_core", "worker"]
+    res = json.loads((bundle / "stacks" / "result.json").read_text())
+    assert res["status"] == "successful", res["reason"]
+    dumped = {d["pid"] for d in res["dumps"] if d["status"] == "successful"}
+    assert dumped == {p["pid"] for p in index["processes"]}
+    for d in res["dumps"]:
+        threads = json.loads((bundle / "stacks" / d["file"]).read_text())
+        assert any(t["thread_name"] == "MainThread" for t in threads)
+    agg = (bundle / "stacks" / "aggregate.txt").read_text()
+    assert "(engine_core)" in agg and "(worker)" in agg and "(api_server)" in agg
+
+
+def test_capture_parts_and_one_clock(capture: tuple[Path, Any]) -> None:
+    bundle, _ = capture
+    index = json.loads((bundle / "bundle.json").read_text())
+    parts = index["parts"]
+    for name in ("samplers", "metrics", "stacks", "wchan", "hoststate"):
+        assert parts[name]["status"] == "successful", (name, parts[name])
+    # perf: works here with a software event; where the kernel refuses it, it must say why.
+    assert parts["perf"]["status"] == "successful" or parts["perf"]["reason"]
+    assert parts["record"]["status"] == "skipped"
+    window = index["window"]
+    lines = samplers.read_log(bundle / "samplers" / "vmstat.log")
+    assert lines, "vmstat wrote nothing"
+    assert all(window["start_mono_s"] - 1 <= ln.mono_s <= window["end_mono_s"] + 1 for ln in lines)
+    wchan = json.loads((bundle / "kernel" / "wchan.json").read_text())
+    assert any(k.split()[1].startswith("worker/") for k in wchan["counts"])
+
+
+def test_capture_reads_the_real_containers_cgroup_and_limits(capture: tuple[Path, Any]) -> None:
+    bundle, _ = capture
+    serving = inspect("refdeploy-vllm")
+    assert serving is not None
+    state = json.loads((bundle / "host-state" / "after" / "host-state.json").read_text())
+    text = json.dumps(state)
+    assert serving["Id"] in text  # the container's own cgroup, by its ID
+    delta = json.loads((bundle / "host-state" / "cgroup-delta.json").read_text())
+    inner = delta["levels"][0]
+    assert serving["Id"] in inner["path"]
+    assert inner["cpu_usage_s"] > 0
+    assert inner["memory_usage_after_bytes"] > 100 * 2**20
+    limits_files = list((bundle / "host-state" / "after" / "raw" / "proc").glob("*/limits"))
+    assert limits_files
+    assert any(re.search(r"Max open files\s+16384\s+16384", f.read_text()) for f in limits_files)
+    memory_limits = list((bundle / "host-state" / "after" / "raw").rglob("memory.limit_in_bytes")) + list(
+        (bundle / "host-state" / "after" / "raw").rglob("memory.max")
+    )
+    assert any(f.read_text().strip() == str(8 * 2**30) for f in memory_limits)
+
+
+def test_capture_timeline_page_shows_its_plots(capture: tuple[Path, Any], tmp_path: Path) -> None:
+    bundle, _ = capture
+    png = tmp_path / "timeline.png"
+    screenshot(bundle / "timeline.html", png, tmp_path / "chromium-profile")
+    counts = read_png(png.read_bytes()).rgb_counts()
+    # GPU is skipped on this host (no nvidia-smi): its panel says why instead of drawing.
+    html = (bundle / "timeline.html").read_text()
+    assert "nvidia-smi not found" in html
+    # A panel without lines shows its colour only in the legend swatch (28 px); a drawn series has hundreds.
+    for panel in ("cpu", "io", "latency", "queue"):
+        assert pixels_of(counts, PANEL_COLOURS[panel][0]) >= 100, f"the {panel} plot is missing"
+
+
+def test_make_probe_runs_one_part(deployed: None) -> None:
+    r = make("probe", "PROBE=stacks", "SECONDS=3")
+    assert r.rc == 0, r.output[-4000:]
+    bundle = _bundle_dir(r.output)
+    assert bundle.name == "stacks"
+    index = json.loads((bundle / "bundle.json").read_text())
+    assert index["requested_parts"] == ["stacks"]
+    assert index["parts"]["stacks"]["status"] == "successful"
+    assert index["parts"]["samplers"]["status"] == "skipped"
+    assert not (bundle / "samplers").exists()
+
+
+def test_make_probe_rejects_an_unknown_probe(deployed: None) -> None:
+    r = make("probe", "PROBE=flamegraph")
+    assert r.rc != 0
+    assert "probes_capture_probe" in r.output or "unknown PROBE" in r.output
+    r = make("probe")
+    assert r.rc == 2
+    assert "make probe: set PROBE=" in r.output
+
+
+def test_switching_the_sidecar_off_removes_it_and_on_brings_it_back(deployed: None, tmp_path: Path) -> None:
+    import yaml
+
+    profile = yaml.safe_load((REPO / "serving" / "profiles" / "cpu-tiny.yaml").read_text())
+    profile["probes"] = {"sidecar_samplers": []}
+    off = tmp_path / "no-sidecar.yaml"
+    off.write_text(yaml.safe_dump(profile))
+    serving_id = inspect("refdeploy-vllm")["Id"]  # type: ignore[index]
+    r = make("deploy", f"PROFILE={off}")
+    assert r.rc == 0, r.output[-4000:]
+    assert inspect(SIDECAR) is None
+    assert inspect("refdeploy-vllm")["Id"] == serving_id  # type: ignore[index]  # vLLM untouched
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+    assert inspect(SIDECAR)["State"]["Status"] == "running"  # type: ignore[index]
+    r = make("deploy")
+    assert r.recap_changed == 0
+
+
+def test_no_probe_container_is_left_behind(deployed: None) -> None:
+    names = docker("ps", "-a", "--format", "{{.Names}}").split()
+    assert not [n for n in names if n.startswith("refdeploy-probe")]
+    # The scratch output on the host is removed once fetched.
+    assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
