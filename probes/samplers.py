@@ -233,10 +233,10 @@ class Line:
     text: str
 
 
-def read_log(path: Path) -> list[Line]:
-    """The stamped lines of a sampler log (and its rotated predecessor, first)."""
+def read_log(path: Path, include_rotated: bool = True) -> list[Line]:
+    """The stamped lines of a sampler log (and, unless told not to, its rotated predecessor, first)."""
     out: list[Line] = []
-    for p in (path.with_name(path.name + ".1"), path):
+    for p in (path.with_name(path.name + ".1"), path) if include_rotated else (path,):
         if not p.exists():
             continue
         for raw in p.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -411,9 +411,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if args.sidecar:
+        # A sidecar (re)starts with a new serving container, whose PIDs differ: its logs start afresh, and
+        # the previous ones are kept once as <name>.log.1.
+        for spec in specs:
+            log = args.out / f"{spec.name}.log"
+            if log.exists():
+                log.replace(log.with_name(log.name + ".1"))
     sset = SamplerSet(specs, args.out, args.max_bytes, rotate=args.sidecar)
     start = stamp()
     sset.start()
+    if args.sidecar:  # a sidecar is stopped, not finished: say what it watches now
+        write_results(args.out, sset.results, [p.pid for p in found], start, start)
     # A sidecar runs until SIGTERM, or ends with the serving container: its PID namespace goes, and we with it.
     deadline = None if args.sidecar else start[0] + args.seconds
     while not stop.is_set():

@@ -79,7 +79,7 @@ def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed:
     while time.monotonic() < deadline and not (log_dir / "pidstat.log").exists():
         time.sleep(1)
     time.sleep(3)
-    rows = samplers.parse_pidstat(samplers.read_log(log_dir / "pidstat.log"))
+    rows = samplers.parse_pidstat(samplers.read_log(log_dir / "pidstat.log", include_rotated=False))
     # Only vLLM's processes (API server PID 1, EngineCore, Worker) and their threads: never the whole host.
     tgids = {r.tgid for r in rows}
     assert 1 in tgids and len(tgids) == 3, tgids
@@ -243,3 +243,16 @@ def test_no_probe_container_is_left_behind(deployed: None) -> None:
     assert not [n for n in names if n.startswith("refdeploy-probe")]
     # The scratch output on the host is removed once fetched.
     assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
+
+
+def test_make_probe_record_writes_a_speedscope_profile_of_every_process(deployed: None) -> None:
+    r = make("probe", "PROBE=record", "SECONDS=4")
+    assert r.rc == 0, r.output[-4000:]
+    bundle = _bundle_dir(r.output)
+    index = json.loads((bundle / "bundle.json").read_text())
+    part = index["parts"]["record"]
+    assert part["status"] == "successful", part
+    profile = json.loads((bundle / part["files"][0]).read_text())
+    assert "speedscope" in profile["$schema"]
+    # --subprocesses from the API server: one profile per process recorded (API server, EngineCore, Worker).
+    assert len(profile["profiles"]) >= 3, [p["name"] for p in profile["profiles"]]

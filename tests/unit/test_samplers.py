@@ -144,3 +144,31 @@ def test_results_file_records_both_clocks(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     assert doc["start"] == {"mono_s": 1.0, "wall": "a"}
     assert doc["samplers"]["vmstat"]["reason"] == "why"
+
+
+def test_sidecar_starts_its_logs_afresh_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import signal
+
+    fake_proc = tmp_path / "proc"
+    (fake_proc / "1").mkdir(parents=True)
+    (fake_proc / "1" / "cmdline").write_bytes(b"/opt/vllm/bin/vllm\x00serve\x00/models/m\x00")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "vmstat.log").write_text("1.0\tthen\tlines of the previous serving container\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "probes.samplers", "--out", str(out), "--sidecar", "--only", "vmstat",
+         "--proc-root", str(fake_proc)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (out / "samplers.json").exists():
+        time.sleep(0.1)
+    assert json.loads((out / "samplers.json").read_text())["pids"] == [1]
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr
+    assert "previous serving container" in (out / "vmstat.log.1").read_text()
+    current = samplers.read_log(out / "vmstat.log", include_rotated=False)
+    assert current and all("previous" not in ln.text for ln in current)
+    assert json.loads((out / "samplers.json").read_text())["samplers"]["vmstat"]["status"] == "successful"
