@@ -240,8 +240,16 @@ def cgroup_notes(cg: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _thread(target: Callable[[], None], name: str) -> threading.Thread:
-    t = threading.Thread(target=target, name=name, daemon=True)
+def _thread(target: Callable[[], None], name: str, crashed: dict[str, str]) -> threading.Thread:
+    """Run a part in a thread; an exception is recorded against the part, never lost."""
+
+    def guarded() -> None:
+        try:
+            target()
+        except Exception as e:  # a probe must not take the bundle down with it
+            crashed[name] = f"{type(e).__name__}: {e}"
+
+    t = threading.Thread(target=guarded, name=name, daemon=True)
     t.start()
     return t
 
@@ -261,7 +269,12 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         if not f.is_file():
             raise CaptureInputError(f"--data-file {f}: not a regular file (mount the served files read-only)")
     cfg.out.mkdir(parents=True, exist_ok=True)
-    parts: dict[str, PartStatus] = {p: PartStatus("skipped", "not part of this capture") for p in PARTS}
+    parts: dict[str, PartStatus] = {
+        p: PartStatus("failed", "it reported no result (still running when the capture ended?)")
+        if p in cfg.parts
+        else PartStatus("skipped", "not part of this capture")
+        for p in PARTS
+    }
     events: list[dict[str, Any]] = []
     notes: list[str] = []
     pids = [p.pid for p in found]
@@ -295,35 +308,34 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         poller = _Poller(cfg.metrics_url, mdir / "scrapes")
         poller.start()
     threads: list[threading.Thread] = []
+    crashed: dict[str, str] = {}
     wchan_res: list[kernel.WchanResult] = []
     stop = threading.Event()
     if "wchan" in cfg.parts:
-        threads.append(
-            _thread(
-                lambda: wchan_res.append(
-                    kernel.sample_wchan(found, cfg.seconds, cfg.wchan_rate_hz, cfg.proc_root, stop)
-                ),
-                "wchan",
-            )
-        )
+
+        def wchan() -> None:
+            wchan_res.append(kernel.sample_wchan(found, cfg.seconds, cfg.wchan_rate_hz, cfg.proc_root, stop))
+
+        threads.append(_thread(wchan, "wchan", crashed))
     perf_res: list[kernel.PerfResult] = []
     if "perf" in cfg.parts:
-        target = kernel.default_perf_target(found)
-        secs = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
-        events.append({"t_s": 0.0, "label": f"perf record pid {target.pid} for {secs} s"})
-        threads.append(
-            _thread(lambda: perf_res.append(kernel.perf_capture(target.pid, secs, cfg.out / "kernel")), "perf")
-        )
+        perf_target = kernel.default_perf_target(found)
+        perf_s = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
+        events.append({"t_s": 0.0, "label": f"perf record pid {perf_target.pid} for {perf_s} s"})
+
+        def perf() -> None:
+            perf_res.append(kernel.perf_capture(perf_target.pid, perf_s, cfg.out / "kernel"))
+
+        threads.append(_thread(perf, "perf", crashed))
     rec_res: list[stacks.RecordResult] = []
     if "record" in cfg.parts:
-        secs = max(1, int(min(cfg.seconds, cfg.record_seconds or cfg.seconds)))
-        events.append({"t_s": round(time.monotonic() - t0, 3), "label": f"py-spy record {secs} s"})
-        api = found[0]
-        threads.append(
-            _thread(
-                lambda: rec_res.append(stacks.record(api, secs, 100, cfg.out / "stacks", subprocesses=True)), "record"
-            )
-        )
+        rec_s = max(1, int(min(cfg.seconds, cfg.record_seconds or cfg.seconds)))
+        events.append({"t_s": round(time.monotonic() - t0, 3), "label": f"py-spy record {rec_s} s"})
+
+        def record() -> None:
+            rec_res.append(stacks.record(found[0], rec_s, 100, cfg.out / "stacks", subprocesses=True))
+
+        threads.append(_thread(record, "record", crashed))
 
     stacks_res = None
     if "stacks" in cfg.parts:
@@ -392,6 +404,8 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         except (OSError, ValueError) as e:
             parts["metrics"] = PartStatus("failed", f"GET {cfg.metrics_url} after the window: {e}")
 
+    for name, why in crashed.items():
+        parts[name] = PartStatus("failed", f"the probe crashed: {why}")
     if stacks_res is not None:
         parts["stacks"] = PartStatus(
             stacks_res.status,

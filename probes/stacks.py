@@ -177,6 +177,7 @@ def record(p: procs.VllmProcess, seconds: int, rate_hz: int, out_dir: Path, subp
         argv.append("--subprocesses")
     if shutil.which("py-spy") is None:
         return RecordResult(p.pid, p.role, "skipped", PY_SPY_NOT_INSTALLED, argv, None)
+    out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     rc, _out, err = _run(argv, seconds + 30.0)
     took = time.monotonic() - t0
