@@ -2,8 +2,8 @@
 
 Not a test: it prints figures and writes every trial to runs/bench/probe-overhead-<UTC>.json.
 
-    .venv/bin/python -m tests.benchmarks.probe_overhead [--pairs 7] [--requests 8] [--concurrency 4]
-                                                        [--max-tokens 128] [--only sidecar|record]
+    .venv/bin/python -m tests.benchmarks.probe_overhead [--pairs 9] [--requests 16] [--concurrency 4]
+                                                        [--max-tokens 256] [--only sidecar|record]
 
 Needs the embedded default deployed (`make deploy`), with its samplers sidecar.
 
@@ -121,6 +121,8 @@ def _recorder(on: bool, probes_image: str, seconds: int) -> None:
             "--idle",
         )
         time.sleep(2.0)  # attached to every process
+        if _docker("container", "inspect", "--format", "{{.State.Running}}", RECORDER, check=False) != "true":
+            raise SystemExit(f"py-spy record did not keep running: {_docker('logs', RECORDER, check=False)}")
     else:
         _docker("rm", "-f", RECORDER, check=False)
 
@@ -170,10 +172,10 @@ def experiment(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=7)
-    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--pairs", type=int, default=9)
+    ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--only", choices=["sidecar", "record"])
     a = ap.parse_args()
     if a.pairs < 5:
