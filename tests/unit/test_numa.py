@@ -1,0 +1,240 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from serving.gpu_facts import parse_query_gpu
+from serving.numa import (
+    NumaError,
+    NumaPlan,
+    format_cpulist,
+    parse_cpulist,
+    plan_placement,
+    plan_to_json,
+    read_topology,
+    verify_placement,
+)
+
+HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "gpu-hosts"
+RTX3090 = HOSTS / "rtx3090-3gpu"
+PRO6000 = HOSTS / "rtxpro6000-8gpu"
+
+
+def _bdfs(host: Path) -> list[str]:
+    return [g.pci_bus_id for g in parse_query_gpu((host / "nvidia-smi-query-gpu.csv").read_text())]
+
+
+def _plan_3090(client: int = 2, probes: int = 2) -> NumaPlan:
+    return plan_placement(read_topology(RTX3090 / "sys"), _bdfs(RTX3090), [[0], [1], [2]], client, probes)
+
+
+def _plan_pro6000(client: int = 4, probes: int = 2) -> NumaPlan:
+    return plan_placement(read_topology(PRO6000 / "sys"), _bdfs(PRO6000), [list(range(8))], client, probes)
+
+
+@pytest.mark.parametrize("text", ["0-3,8,10-11", "0", "0-55,112-167", "56-111,168-223", ""])
+def test_cpulist_round_trip(text: str) -> None:
+    assert format_cpulist(parse_cpulist(text)) == text
+
+
+def test_cpulist_values() -> None:
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpulist("4,0-1,1") == [0, 1, 4]
+    assert format_cpulist([11, 10, 8, 3, 2, 1, 0]) == "0-3,8,10-11"
+
+
+@pytest.mark.parametrize(("text", "why"), [("3-1", "runs backwards"), ("0,,2", "is not a CPU number"),
+                                           ("a", "is not a CPU number"), ("0-31:2", "is not a CPU number"),
+                                           ("-1", "is not a CPU number")])  # fmt: skip
+def test_cpulist_bad_input(text: str, why: str) -> None:
+    with pytest.raises(NumaError, match=why):
+        parse_cpulist(text)
+
+
+def test_format_cpulist_rejects_negative_cpus() -> None:
+    with pytest.raises(NumaError, match="negative"):
+        format_cpulist([-1, 0])
+
+
+def test_topology_of_both_hosts() -> None:
+    small = read_topology(RTX3090 / "sys")
+    assert list(small.nodes) == [0]
+    assert small.nodes[0].cpus == tuple(range(32))
+    assert small.nodes[0].mem_total_kib == 131826412
+    assert sorted(small.pci_devices) == ["0000:01:00.0", "0000:21:00.0", "0000:4b:00.0"]
+    assert {d.numa_node for d in small.pci_devices.values()} == {0}
+    assert small.pci_devices["0000:4b:00.0"].local_cpus == tuple(range(32))
+
+    big = read_topology(PRO6000 / "sys")
+    assert format_cpulist(big.nodes[0].cpus) == "0-55,112-167"
+    assert format_cpulist(big.nodes[1].cpus) == "56-111,168-223"
+    assert [big.pci_devices[b].numa_node for b in _bdfs(PRO6000)] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_topology_needs_nodes(tmp_path: Path) -> None:
+    with pytest.raises(NumaError, match="no node\\*/cpulist found"):
+        read_topology(tmp_path)
+
+
+def test_3090_pp3_plan() -> None:
+    plan = _plan_3090()
+    assert len(plan.groups) == 3
+    assert [g.gpus for g in plan.groups] == [(0,), (1,), (2,)]
+    assert [g.nodes for g in plan.groups] == [(0,), (0,), (0,)]
+    assert [g.cpus for g in plan.groups] == ["0-27"] * 3
+    assert [(r.rank, r.gpu, r.pci_bus_id) for r in plan.ranks] == [
+        (0, 0, "0000:01:00.0"),
+        (1, 1, "0000:21:00.0"),
+        (2, 2, "0000:4b:00.0"),
+    ]
+    # The client takes the last CPUs, the probes the ones just before.
+    assert (plan.client_cpus, plan.probe_cpus) == ("30-31", "28-29")
+    assert (plan.cpuset_cpus, plan.cpuset_mems) == ("0-27", "0")
+    assert plan.vllm_args == (
+        "--numa-bind",
+        "--numa-bind-nodes",
+        "0",
+        "0",
+        "0",
+        "--numa-bind-cpus",
+        "0-27",
+        "0-27",
+        "0-27",
+    )
+    assert dict(plan.env) == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+
+def test_pro6000_tp8_plan_binds_each_rank_to_its_own_socket() -> None:
+    plan = _plan_pro6000()
+    assert len(plan.groups) == 1
+    group = plan.groups[0]
+    assert group.gpus == tuple(range(8))
+    assert group.nodes == (0, 1)
+    assert [r.node for r in group.ranks] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [r.cpus for r in group.ranks] == ["0-55,112-167"] * 4 + ["56-111,168-217"] * 4
+    assert (plan.client_cpus, plan.probe_cpus) == ("220-223", "218-219")
+    assert (plan.cpuset_cpus, plan.cpuset_mems) == ("0-217", "0-1")
+    assert plan.vllm_args == (
+        "--numa-bind",
+        "--numa-bind-nodes",
+        *["0"] * 4,
+        *["1"] * 4,
+        "--numa-bind-cpus",
+        *["0-55,112-167"] * 4,
+        *["56-111,168-217"] * 4,
+    )
+
+
+def test_no_reservation_keeps_every_cpu() -> None:
+    plan = _plan_pro6000(client=0, probes=0)
+    assert (plan.client_cpus, plan.probe_cpus) == ("", "")
+    assert plan.cpuset_cpus == "0-223"
+
+
+def test_reservation_takes_cpus_from_the_end_of_the_last_node() -> None:
+    plan = _plan_3090(client=1, probes=3)
+    assert (plan.client_cpus, plan.probe_cpus) == ("31", "28-30")
+    assert plan.cpuset_cpus == "0-27"
+    # On two sockets only the last node gives CPUs up: node 0's ranks keep all of theirs.
+    plan = _plan_pro6000(client=60, probes=0)
+    assert plan.client_cpus == "108-111,168-223"
+    assert plan.groups[0].ranks[0].cpus == "0-55,112-167"
+    assert plan.groups[0].ranks[7].cpus == "56-107"
+
+
+def test_reservation_that_leaves_a_group_without_cpus() -> None:
+    with pytest.raises(NumaError) as err:
+        _plan_3090(client=30, probes=2)
+    assert str(err.value) == (
+        "group 0 (GPUs 0) rank 0 on NUMA node 0 has no CPUs left after reserving 2-31 for the client "
+        "and 0-1 for the probes: reserve fewer CPUs"
+    )
+    with pytest.raises(NumaError, match="cannot reserve 30 CPUs for the client and 3 for the probes on NUMA node 0, "):
+        _plan_3090(client=30, probes=3)
+
+
+def _copy_with_numa_node(host: Path, tmp_path: Path, bdf: str, value: str) -> Path:
+    root = tmp_path / "sys"
+    shutil.copytree(host / "sys", root)
+    (root / "bus" / "pci" / "devices" / bdf / "numa_node").write_text(value + "\n")
+    return root
+
+
+def test_unknown_gpu_node_on_two_sockets_is_an_error(tmp_path: Path) -> None:
+    root = _copy_with_numa_node(PRO6000, tmp_path, "0000:ab:00.0", "-1")
+    topology = read_topology(root)
+    assert topology.pci_devices["0000:ab:00.0"].numa_node is None
+    with pytest.raises(NumaError) as err:
+        plan_placement(topology, _bdfs(PRO6000), [list(range(8))], 0, 0)
+    assert str(err.value).startswith(
+        "GPU 5 (0000:ab:00.0) has no NUMA node (/sys/bus/pci/devices/0000:ab:00.0/numa_node is -1) on a host "
+        "with 2 NUMA nodes: check the BIOS NUMA settings"
+    )
+
+
+def test_unknown_gpu_node_on_one_node_means_that_node(tmp_path: Path) -> None:
+    root = _copy_with_numa_node(RTX3090, tmp_path, "0000:21:00.0", "-1")
+    plan = plan_placement(read_topology(root), _bdfs(RTX3090), [[0], [1], [2]], 0, 0)
+    assert [r.node for r in plan.ranks] == [0, 0, 0]
+
+
+def test_bad_groups_and_bus_ids() -> None:
+    topology = read_topology(RTX3090 / "sys")
+    with pytest.raises(NumaError, match="group GPU 3 is not on this host: it has GPUs 0-2"):
+        plan_placement(topology, _bdfs(RTX3090), [[0], [1], [3]], 0, 0)
+    with pytest.raises(NumaError, match=r"GPUs \[1\] are in more than one group"):
+        plan_placement(topology, _bdfs(RTX3090), [[0, 1], [1]], 0, 0)
+    with pytest.raises(NumaError, match=r"GPU 0 \(00000000:01:00.0\): no bus/pci/devices/00000000:01:00.0"):
+        plan_placement(topology, ["00000000:01:00.0", "0000:21:00.0", "0000:4b:00.0"], [[0]], 0, 0)
+
+
+def _status(cpus: str, mems: str) -> str:
+    """A worker's /proc/<pid>/status, in the kernel's layout (fields trimmed)."""
+    return (
+        "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t4100\n"
+        "Threads:\t57\nCpus_allowed:\tffffffff,ffffffff,ffffffff,ffffffff\n"
+        f"Cpus_allowed_list:\t{cpus}\nMems_allowed:\t00000000,00000003\nMems_allowed_list:\t{mems}\n"
+        "voluntary_ctxt_switches:\t1204\nnonvoluntary_ctxt_switches:\t17\n"
+    )
+
+
+def test_verify_placement_matching_workers() -> None:
+    plan = _plan_pro6000()
+    texts = {r.rank: _status(r.cpus, "0-1") for r in plan.ranks}
+    assert verify_placement(plan, texts) == []
+
+
+def test_verify_placement_mismatches() -> None:
+    plan = _plan_pro6000()
+    texts = {r.rank: _status(r.cpus, "0-1") for r in plan.ranks}
+    texts[4] = _status("0-223", "0-1")  # not bound at all
+    texts[6] = _status("56-111,168-217", "1")  # the container's cpuset has only node 1
+    del texts[7]
+    texts[8] = _status("0-3", "0")
+    texts[2] = "Name:\tpython3\n"
+    assert verify_placement(plan, texts) == [
+        "rank 2 (GPU 2): Cpus_allowed_list is missing from its /proc/<pid>/status",
+        "rank 2 (GPU 2): Mems_allowed_list is missing from its /proc/<pid>/status",
+        "rank 4 (GPU 4): Cpus_allowed_list is 0-223, the plan binds it to 56-111,168-217",
+        "rank 6 (GPU 6): Mems_allowed_list is 1, the plan's cpuset_mems is 0-1",
+        "rank 7 (GPU 7): no /proc/<pid>/status of its worker was given",
+        "rank 8: a worker status was given, but the plan has no rank 8",
+    ]
+
+
+def test_plan_to_json() -> None:
+    doc = plan_to_json(_plan_3090())
+    assert doc["schema_version"] == 1
+    assert doc["cpuset_cpus"] == "0-27"
+    assert doc["cpuset_mems"] == "0"
+    assert doc["reserved"] == {"client_cpus": "30-31", "probe_cpus": "28-29"}
+    assert doc["groups"][2] == {
+        "gpus": [2],
+        "nodes": [0],
+        "cpus": "0-27",
+        "ranks": [{"rank": 2, "gpu": 2, "pci_bus_id": "0000:4b:00.0", "node": 0, "cpus": "0-27"}],
+    }
+    assert doc["vllm_args"][:3] == ["--numa-bind", "--numa-bind-nodes", "0"]
+    assert doc["env"] == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
