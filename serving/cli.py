@@ -5,6 +5,7 @@
   refdeploy effective --profile NAME|PATH  < {"log": ..., "metrics": ...}
   refdeploy probe-io-argv --probes-image TAG --target F --data-dir D --out DIR [...]
   refdeploy capture-argv --probes-image TAG --container NAME --container-port N --out DIR --host H [...]
+  refdeploy gpu-plan --profile NAME --class-json J --image TAG  < host readings (JSON)
   refdeploy manifest --runs-dir DIR  < raw readings (JSON)
 
 Each prints JSON (or nothing) on stdout and one clear line on stderr when it
@@ -130,6 +131,21 @@ def cmd_capture_argv(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gpu_plan(a: argparse.Namespace) -> int:
+    from serving.gpu_plan import class_spec_from, dumps, plan_gpu_host
+    from serving.profile import load_profile
+
+    readings = json.loads(Path(a.readings).read_text() if a.readings else sys.stdin.read())
+    plan = plan_gpu_host(load_profile(a.profile), class_spec_from(json.loads(a.class_json)), readings, a.image)
+    sys.stdout.write(dumps(plan))
+    if not plan.ok:
+        sys.stderr.write(plan.budget_table)
+        for line in plan.failures:
+            print(f"{plan.host}: {line}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="refdeploy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -173,6 +189,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--perf-capability", default="PERFMON")
     p.add_argument("--record-seconds", type=int, default=0)
     p.set_defaults(func=cmd_capture_argv)
+
+    p = sub.add_parser("gpu-plan", help="check a GPU host against its class; NUMA plan, RAM budget, container spec")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--class-json", required=True, help="the inventory's gpu_class mapping, as JSON")
+    p.add_argument("--image", required=True, help="the runtime image tag the container would run")
+    p.add_argument("--readings", help="host readings JSON (default: stdin); see serving/gpu_plan.py")
+    p.set_defaults(func=cmd_gpu_plan)
 
     p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
     p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")

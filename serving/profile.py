@@ -125,6 +125,35 @@ class Probes(_Strict):
     sidecar_host_dir: str = "/var/lib/refdeploy/samplers"
 
 
+class Gpu(_Strict):
+    """The GPUs a GPU profile serves on, and what is kept off their CPUs (serving/numa.py)."""
+
+    # The inventory's hardware class this profile is for; the host is checked against it before launch.
+    hardware_class: str
+    # GPU indices (nvidia-smi, CUDA_DEVICE_ORDER=PCI_BUS_ID) in rank order.
+    devices: list[int] = Field(min_length=1)
+    # CPUs on the GPUs' last NUMA node kept for the benchmark client and for the probes.
+    reserve_client_cpus: int = Field(default=2, ge=0)
+    reserve_probe_cpus: int = Field(default=2, ge=0)
+    # The data files serving reads besides the weights (an mmap'd table); mounted read-only.
+    data_paths: list[str] = Field(default_factory=list)
+
+
+class HostMemory(_Strict):
+    """What the host must hold besides the GPUs: the inputs of the pinned-RAM budget (serving/pinned_ram.py)."""
+
+    # Pinned host KV: buffers of this size each (vLLM allocates one per layer it offloads).
+    kv_offload_buffers: int = Field(default=0, ge=0)
+    kv_offload_gib_each: float = Field(default=0.0, ge=0)
+    kv_offload_path: Literal["torch_caching_host_allocator", "registered"] = "torch_caching_host_allocator"
+    # Host RAM seen per pinned byte beyond the request (vLLM issues 53042, 56410 report ~1.9); 1.0 trusts the request.
+    observed_overhead_factor: float = Field(default=1.0, ge=1.0)
+    other_pinned_gib: float = Field(default=0.0, ge=0)
+    # Page cache to keep for mmap'd data files, and RAM left to the OS and everything else.
+    page_cache_resident_gib: float = Field(default=0.0, ge=0)
+    os_reserve_gib: float = Field(default=8.0, ge=0)
+
+
 class Profile(_Strict):
     schema_version: Literal[1]
     name: str
@@ -136,6 +165,9 @@ class Profile(_Strict):
     container: Container = Field(default_factory=Container)
     ports: Ports = Field(default_factory=Ports)
     probes: Probes = Field(default_factory=Probes)
+    # GPU profiles only: the GPUs and the host-memory budget. The CPU profile has neither.
+    gpu: Gpu | None = None
+    host_memory: HostMemory | None = None
 
 
 _TYPE_WORDS = {

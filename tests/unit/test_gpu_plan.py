@@ -1,0 +1,176 @@
+"""GPU host plans from recorded/constructed host readings: class checks, NUMA, RAM budget, container spec.
+
+The container specs are compared with reviewed golden files; regenerate them with
+REFDEPLOY_UPDATE_GOLDEN=1 and review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serving import gpu_plan
+from serving.gpu_facts import GpuClassSpec
+from serving.profile import load_profile
+
+FIX = Path(__file__).parent.parent / "fixtures" / "gpu-hosts"
+INVENTORY = Path(__file__).parents[2] / "inventory" / "production-example" / "group_vars"
+IMAGE = "refdeploy/vllm:0.32.0-cuda-GOLDEN"
+UNLIMITED_MEMLOCK = "Limit                     Soft Limit           Hard Limit           Units\n" + (
+    "Max locked memory         unlimited            unlimited            bytes\n"
+)
+MEMLOCK_8MIB = UNLIMITED_MEMLOCK.replace("unlimited            unlimited ", "8388608              8388608   ")
+HOSTS = {
+    "rtx3090-pp3": ("rtx3090-3gpu", "gpu_rtx3090", "gpu3090-a", 131_795_364),  # ~125.7 GiB
+    "rtxpro6000-tp8": ("rtxpro6000-8gpu", "gpu_rtxpro6000", "gpupro-a", 1_056_000_000),
+}
+
+
+def _class(profile: str) -> GpuClassSpec:
+    data = yaml.safe_load((INVENTORY / HOSTS[profile][1] / "class.yml").read_text())
+    return gpu_plan.class_spec_from(data["gpu_class"])
+
+
+def _readings(profile: str, **override: str) -> dict[str, str]:
+    d = FIX / HOSTS[profile][0]
+    r = {
+        "hostname": HOSTS[profile][2],
+        "nvidia_smi_L": (d / "nvidia-smi-L.txt").read_text(),
+        "query_gpu": (d / "nvidia-smi-query-gpu.csv").read_text(),
+        "topo": (d / "nvidia-smi-topo-m.txt").read_text(),
+        "sysfs": gpu_plan.listing_from_tree(d / "sys"),
+        "meminfo": f"MemTotal:       {HOSTS[profile][3]} kB\nMemFree:        1000 kB\n",
+        "cgroup_fs": "cgroup2fs\n",
+        "docker_runtimes": '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"}}',
+        "dockerd_limits": UNLIMITED_MEMLOCK,
+    }
+    r.update(override)
+    return r
+
+
+def _plan(profile: str, **override: str) -> gpu_plan.GpuHostPlan:
+    return gpu_plan.plan_gpu_host(load_profile(profile), _class(profile), _readings(profile, **override), IMAGE)
+
+
+@pytest.mark.parametrize("profile", sorted(HOSTS))
+def test_a_host_that_matches_its_class_gets_the_reviewed_container_spec(profile: str) -> None:
+    plan = _plan(profile)
+    assert plan.failures == []
+    golden = FIX / HOSTS[profile][0] / "container-spec.golden.json"
+    rendered = json.dumps(plan.container_spec, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("REFDEPLOY_UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text(), f"rendered spec differs from {golden}: review, then regenerate"
+
+
+def test_3090_spec_binds_three_stages_and_requests_the_gpus_in_rank_order() -> None:
+    spec = _plan("rtx3090-pp3").container_spec
+    assert spec is not None
+    assert spec["device_requests"][0]["device_ids"] == ["0", "1", "2"]
+    assert spec["cpuset_mems"] == "0"
+    cmd = spec["command"]
+    assert cmd[cmd.index("--pipeline-parallel-size") + 1] == "3"
+    assert "--numa-bind" in cmd
+    assert spec["env"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert spec["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert spec["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True,pinned_max_round_threshold_mb:4096"
+    assert "memlock:-1:-1" in spec["ulimits"]
+
+
+def test_pro6000_spec_spans_both_sockets_rank_by_rank() -> None:
+    plan = _plan("rtxpro6000-tp8")
+    assert plan.container_spec is not None and plan.numa is not None
+    assert plan.container_spec["cpuset_mems"] == "0-1"
+    nodes = [r["node"] for g in plan.numa["groups"] for r in g["ranks"]]
+    assert nodes == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def _drop_gpu(text: str, index: int) -> str:
+    return "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith((f"{index},", f"GPU {index}:")))
+
+
+BadHost = Callable[[dict[str, str]], dict[str, str]]
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "line"),
+    [
+        (
+            "2 GPUs instead of 3",
+            lambda r: {"nvidia_smi_L": _drop_gpu(r["nvidia_smi_L"], 2), "query_gpu": _drop_gpu(r["query_gpu"], 2)},
+            "expected 3 GPUs of model RTX 3090 on gpu3090-a, found 2 (nvidia-smi -L): check the inventory or the host",
+        ),
+        (
+            "wrong GPU model",
+            lambda r: {"query_gpu": r["query_gpu"].replace("GeForce RTX 3090", "RTX A5000", 1)},
+            "GPU 0 is NVIDIA RTX A5000, expected RTX 3090",
+        ),
+        (
+            "driver too old",
+            lambda r: {"query_gpu": r["query_gpu"].replace("570.195.03", "535.104.05")},
+            "driver 535.104.05 on gpu3090-a is older than the class minimum 570.86",
+        ),
+        (
+            "memlock too low for the budget",
+            lambda r: {"dockerd_limits": MEMLOCK_8MIB},
+            "pinned memory 50.87 GiB exceeds RLIMIT_MEMLOCK 8.00 MiB",
+        ),
+        (
+            "budget larger than RAM",
+            lambda r: {"meminfo": "MemTotal:       50331648 kB\n"},
+            "exceeds MemTotal 48.00 GiB",
+        ),
+        (
+            "cgroup v1",
+            lambda r: {"cgroup_fs": "tmpfs\n"},
+            "gpu3090-a runs cgroup v1 (tmpfs at /sys/fs/cgroup): the serving slice needs cgroup v2",
+        ),
+        (
+            "no NVIDIA container toolkit",
+            lambda r: {"docker_runtimes": '{"runc":{"path":"runc"}}'},
+            "Docker on gpu3090-a has no nvidia runtime",
+        ),
+    ],
+)
+def test_each_bad_host_fails_with_one_clear_line_and_no_spec(name: str, change: BadHost, line: str) -> None:
+    base = _readings("rtx3090-pp3")
+    plan = gpu_plan.plan_gpu_host(load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), base | change(base), IMAGE)
+    assert plan.container_spec is None, name
+    assert any(line in f for f in plan.failures), (name, plan.failures)
+    assert len([f for f in plan.failures if line in f]) == 1
+
+
+def test_the_budget_table_is_in_the_plan_with_the_allocator_option_in_force() -> None:
+    plan = _plan("rtx3090-pp3")
+    assert plan.budget is not None
+    assert "host KV offload" in plan.budget_table
+    assert "not rounded" in plan.budget_table  # pinned_max_round_threshold_mb=4096 in the profile's env
+    assert "FITS" in plan.budget_table
+
+
+def test_the_profile_of_another_class_is_refused() -> None:
+    plan = gpu_plan.plan_gpu_host(
+        load_profile("rtx3090-pp3"), _class("rtxpro6000-tp8"), _readings("rtxpro6000-tp8"), IMAGE
+    )
+    assert any("is for hardware class rtx3090-pp3, but gpupro-a is in class rtxpro6000-tp8" in f for f in plan.failures)
+
+
+def test_missing_readings_and_a_cpu_profile_are_input_errors() -> None:
+    with pytest.raises(gpu_plan.GpuPlanError, match="host readings lack topo"):
+        r = _readings("rtx3090-pp3")
+        del r["topo"]
+        gpu_plan.plan_gpu_host(load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), r, IMAGE)
+    with pytest.raises(gpu_plan.GpuPlanError, match="no gpu section"):
+        gpu_plan.plan_gpu_host(load_profile("cpu-tiny"), _class("rtx3090-pp3"), _readings("rtx3090-pp3"), IMAGE)
+    with pytest.raises(gpu_plan.GpuPlanError, match="'min_driver' is missing"):
+        gpu_plan.class_spec_from({"name": "x", "gpu_count": 1, "model_substring": "x", "min_memory_mib": 1})
+
+
+def test_sysfs_listing_refuses_paths_outside_sys() -> None:
+    with pytest.raises(gpu_plan.GpuPlanError, match="not a path under /sys"):
+        gpu_plan.topology_from_listing("/sys/../etc/passwd\tx\n")
