@@ -132,10 +132,11 @@ def cmd_capture_argv(a: argparse.Namespace) -> int:
 
 
 def cmd_gpu_plan(a: argparse.Namespace) -> int:
-    from serving.gpu_plan import class_spec_from, dumps, plan_gpu_host
+    from serving.gpu_plan import class_spec_from, dumps, parse_readings_blob, plan_gpu_host
     from serving.profile import load_profile
 
-    readings = json.loads(Path(a.readings).read_text() if a.readings else sys.stdin.read())
+    text = Path(a.readings).read_text() if a.readings else sys.stdin.read()
+    readings = parse_readings_blob(text) if a.readings_blob else json.loads(text)
     plan = plan_gpu_host(load_profile(a.profile), class_spec_from(json.loads(a.class_json)), readings, a.image)
     sys.stdout.write(dumps(plan))
     if not plan.ok:
@@ -195,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--class-json", required=True, help="the inventory's gpu_class mapping, as JSON")
     p.add_argument("--image", required=True, help="the runtime image tag the container would run")
     p.add_argument("--readings", help="host readings JSON (default: stdin); see serving/gpu_plan.py")
+    p.add_argument("--readings-blob", action="store_true", help="readings as the gpu_facts role prints them")
     p.set_defaults(func=cmd_gpu_plan)
 
     p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")

@@ -64,6 +64,25 @@ class GpuHostPlan:
         return not self.failures
 
 
+def parse_readings_blob(text: str) -> dict[str, str]:
+    """The gpu_facts role's one-command output: "==name" lines open sections; "==missing TOOL" notes a tool
+    the host lacks (its readings are then empty)."""
+    out: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("=="):
+            current = line[2:].strip()
+            if current.startswith("missing "):
+                out.setdefault("missing", []).append(current.removeprefix("missing ").strip())
+                current = None
+                continue
+            out.setdefault(current, [])
+            continue
+        if current is not None:
+            out[current].append(line)
+    return {k: "\n".join(v) + ("\n" if v else "") for k, v in out.items()}
+
+
 def class_spec_from(data: Mapping[str, Any]) -> gpu_facts.GpuClassSpec:
     """The inventory's `gpu_class` mapping -> the spec; a missing or mistyped key is an error naming it."""
     try:
@@ -192,6 +211,13 @@ def plan_gpu_host(
         raise GpuPlanError(f"profile {profile.name} has no gpu section: it is not a GPU profile")
     host = readings["hostname"].strip()
     failures: list[str] = []
+    missing_tools = readings.get("missing", "").split()
+    if "nvidia-smi" in missing_tools:
+        # Nothing GPU-shaped can be checked: say so once, and what else is wrong with the host.
+        failures.append(
+            f"nvidia-smi not found on {host}: this is not an NVIDIA GPU host, or its driver is not installed"
+        )
+        readings = {**readings, "nvidia_smi_L": "", "query_gpu": "", "topo": ""}
     if profile.gpu.hardware_class != class_spec.name:
         failures.append(
             f"profile {profile.name} is for hardware class {profile.gpu.hardware_class}, but {host} is in class "
@@ -212,11 +238,11 @@ def plan_gpu_host(
         )
     known = {g.index for g in gpus}
     absent = [d for d in profile.gpu.devices if d not in known]
-    if absent:
+    if absent and gpus:
         failures.append(f"profile {profile.name} uses GPU(s) {absent} that {host} does not have (nvidia-smi)")
 
     plan: numa.NumaPlan | None = None
-    if not absent:
+    if not absent and gpus:
         bus = {g.index: g.pci_bus_id for g in gpus}
         topology = topology_from_listing(readings["sysfs"])
         pp = profile.vllm.pipeline_parallel_size or 1

@@ -1,0 +1,69 @@
+"""A GPU profile deployed to this machine: the GPU facts are REPLAYED from the recorded/constructed
+fixtures of tests/fixtures/gpu-hosts/ (tests/replay/nvidia-smi, a sysfs tree), everything else is this
+host's own (cgroup filesystem, MemTotal, dockerd's memlock limit, Docker's runtimes). The deploy must stop
+in preflight, with one line per problem, before anything changes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import REPO, host_state, make
+
+pytestmark = pytest.mark.integration
+
+FIX = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu"
+CLASS = {
+    "gpu_class": {
+        "name": "rtx3090-pp3",
+        "gpu_count": 3,
+        "model_substring": "RTX 3090",
+        "min_driver": "570.86",
+        "min_memory_mib": 24000,
+    }
+}
+
+
+def _deploy(tmp_path: Path, replay_dir: Path) -> tuple[int, str]:
+    vars_file = tmp_path / "class.json"
+    vars_file.write_text(json.dumps(CLASS))
+    args = (
+        f"-e @{vars_file} -e gpu_facts_replay_path={REPO / 'tests' / 'replay'} "
+        f"-e gpu_facts_replay_dir={replay_dir} -e gpu_facts_sys_root={replay_dir / 'sys'}"
+    )
+    r = make("deploy", "PROFILE=rtx3090-pp3", f"ANSIBLE_ARGS={args}")
+    return r.rc, r.output
+
+
+def test_this_machine_is_refused_as_a_3090_host_with_its_real_reasons(tmp_path: Path) -> None:
+    before = host_state()
+    rc, out = _deploy(tmp_path, FIX)
+    assert rc != 0
+    assert "localhost cannot be deployed to; nothing was changed" in out
+    # The replayed GPUs match the class: no GPU complaint.
+    assert "expected 3 GPUs" not in out and "older than the class minimum" not in out
+    # This machine's own facts, each one line.
+    assert "localhost runs cgroup v1 (tmpfs at /sys/fs/cgroup)" in out
+    assert "Docker on localhost has no nvidia runtime" in out
+    assert "exceeds RLIMIT_MEMLOCK 8.00 MiB" in out
+    assert "Pinned host-RAM budget" in out and "pinned_max_round_threshold_mb=4096: not rounded" in out
+    assert host_state() == before
+
+
+def test_a_host_with_two_gpus_instead_of_three_is_refused(tmp_path: Path) -> None:
+    replay = tmp_path / "two-gpus"
+    shutil.copytree(FIX, replay)
+    for name in ("nvidia-smi-L.txt", "nvidia-smi-query-gpu.csv"):
+        lines = (replay / name).read_text().splitlines(keepends=True)
+        (replay / name).write_text("".join(ln for ln in lines if not ln.startswith(("2,", "GPU 2:"))))
+    before = host_state()
+    rc, out = _deploy(tmp_path, replay)
+    assert rc != 0
+    assert (
+        "expected 3 GPUs of model RTX 3090 on localhost, found 2 (nvidia-smi -L): check the inventory or the host"
+        in out
+    )
+    assert host_state() == before
