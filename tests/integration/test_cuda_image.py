@@ -1,0 +1,78 @@
+"""The CUDA runtime image (vllm==0.32.0 on the same base and patch series) builds and imports vLLM.
+
+Building it downloads about 4 GB and takes about 15 minutes on 2 cores, so CI builds it only when its
+inputs change: images/vllm/verified-cuda.json records the content-hash tag last built and checked, with
+what `import vllm` printed in it. When the current tag is the recorded one, the record is checked; when
+it differs (the Dockerfile, constraints, patches or base changed), this test builds the image with
+`make images PROFILE=rtx3090-pp3`, checks it, and rewrites the record, which is then committed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.integration.conftest import REPO, docker, make
+
+pytestmark = pytest.mark.integration
+
+RECORD = REPO / "images" / "vllm" / "verified-cuda.json"
+PROFILE = "rtx3090-pp3"
+IMPORT_CHECK = (
+    "import vllm, torch, triton; print(vllm.__version__, torch.__version__, torch.version.cuda, triton.__version__)"
+)
+
+
+def _plan_tag() -> str:
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", PROFILE],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    return str(json.loads(out.stdout)["images"]["runtime_tag"])
+
+
+def _check_in_image(tag: str) -> str:
+    # The image's own Python; VLLM_TARGET_DEVICE names a platform because the build machine has no GPU.
+    return docker("run", "--rm", "--network", "none", "--env", "VLLM_TARGET_DEVICE=cpu", "--entrypoint",
+                  "python3", tag, "-c", IMPORT_CHECK).strip()  # fmt: skip
+
+
+def _assert_import_output(line: str) -> None:
+    vllm_version, torch_version, cuda, _triton = line.split()
+    assert vllm_version == "0.32.0"
+    assert torch_version.startswith("2.13.0") and "+cpu" not in torch_version, torch_version
+    assert cuda != "None", "torch in the CUDA image was built without CUDA"
+
+
+def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
+    tag = _plan_tag()
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    if record.get("tag") == tag:
+        # Verified for exactly these inputs (the tag is their hash): check what was recorded.
+        _assert_import_output(record["import_output"])
+        assert record["image_id"].startswith("sha256:")
+        return
+    r = make("images", f"PROFILE={PROFILE}", timeout=3600)
+    assert r.rc == 0, r.output[-5000:]
+    line = _check_in_image(tag)
+    _assert_import_output(line)
+    labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag))
+    assert labels["org.refdeploy.vllm.distribution"] == "vllm"
+    assert labels["org.refdeploy.vllm.wheelhouse"] == "off"
+    assert any(k.startswith("org.refdeploy.vllm.patch.0001-") for k in labels)
+    RECORD.write_text(
+        json.dumps(
+            {
+                "tag": tag,
+                "image_id": docker("image", "inspect", "--format", "{{.Id}}", tag).strip(),
+                "import_output": line,
+                "verified_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then " + IMPORT_CHECK,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
