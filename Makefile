@@ -45,6 +45,11 @@ status: $(STAMP) ## Show what runs on HOST and whether it matches the profile
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/status.yml
 
+.PHONY: preflight
+preflight: $(STAMP) ## Check HOST before a deploy, changing nothing (GPU profiles: class, NUMA plan, RAM budget)
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/preflight.yml
+
 .PHONY: images
 images: $(STAMP) ## Build the base and runtime images on HOST (cached by content)
 	@$(CHECK_HOST)
