@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,10 +84,9 @@ def build_specs(
     pids: Sequence[int],
     interval_s: int = 1,
     gpu_interval_ms: int = 200,
-    which: object = shutil.which,
+    which: Callable[[str], str | None] = shutil.which,
 ) -> list[SamplerSpec]:
     """The command of each sampler, or why it cannot run here. `which` is shutil.which (tests replace it)."""
-    find = which if callable(which) else shutil.which
     specs = []
     for name in names:
         if name == "vmstat":
@@ -107,7 +106,7 @@ def build_specs(
         else:
             raise ValueError(f"unknown sampler {name!r}: choose from {', '.join(SAMPLER_NAMES)}")
         reason = None
-        if find(argv[0]) is None:
+        if which(argv[0]) is None:
             package = {"vmstat": "procps", "nvidia-smi": "the NVIDIA driver"}.get(name, "sysstat")
             reason = f"{argv[0]} not found" + (
                 ": no NVIDIA GPU driver on this host" if name == "nvidia-smi" else f": install {package}"

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+BASE_URL = "http://127.0.0.1:8000"
 CONTAINER = "refdeploy-vllm"
 RUNS = REPO / "runs" / "localhost"
 
@@ -44,6 +46,17 @@ def make(*args: str, timeout: int = 1800) -> MakeResult:
         env=env,
     )
     return MakeResult(proc.returncode, proc.stdout, time.monotonic() - start)
+
+
+def complete(prompt: str, max_tokens: int, timeout: int = 120) -> dict[str, Any]:
+    """One completion from the deployed server, ignore_eos so it is exactly max_tokens long."""
+    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True})
+    req = urllib.request.Request(
+        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        result: dict[str, Any] = json.loads(resp.read())
+    return result
 
 
 def docker(*args: str, check: bool = True) -> str:

@@ -8,17 +8,14 @@ import hashlib
 import json
 import socket
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.conftest import CONTAINER, REPO, docker, host_state, inspect, latest_manifest, make
+from tests.integration.conftest import CONTAINER, REPO, complete, docker, host_state, inspect, latest_manifest, make
 
 pytestmark = pytest.mark.integration
-
-BASE_URL = "http://127.0.0.1:8000"
 
 
 def _profile_copy(tmp_path: Path, name: str, edit) -> Path:  # type: ignore[no-untyped-def]
@@ -27,15 +24,6 @@ def _profile_copy(tmp_path: Path, name: str, edit) -> Path:  # type: ignore[no-u
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def _complete(prompt: str, max_tokens: int) -> dict:
-    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True})
-    req = urllib.request.Request(
-        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
 
 
 def _wait_healthy(name: str, timeout_s: float = 240) -> None:
@@ -58,7 +46,7 @@ def test_deploy_serves_completions() -> None:
     assert r.rc == 0, r.output[-4000:]
     # The deploy waits on /health itself; Docker's own healthcheck (every 5 s) follows.
     _wait_healthy(CONTAINER, 30)
-    out = _complete("def main(", 8)
+    out = complete("def main(", 8)
     assert out["usage"]["completion_tokens"] == 8
     assert out["choices"][0]["text"]
 
@@ -199,7 +187,7 @@ def test_failed_launch_keeps_the_last_good_container(tmp_path: Path) -> None:
     failed = inspect(f"{CONTAINER}-failed")
     assert failed is not None and failed["State"]["Status"] == "exited"
     assert inspect(f"{CONTAINER}-previous") is None
-    assert _complete("x", 4)["usage"]["completion_tokens"] == 4
+    assert complete("x", 4)["usage"]["completion_tokens"] == 4
 
 
 def test_an_interrupted_replacement_is_reported_not_discarded() -> None:

@@ -10,7 +10,6 @@ import json
 import re
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,11 @@ import pytest
 
 from probes import samplers
 from probes.report import PANEL_COLOURS
-from tests.integration.conftest import REPO, docker, inspect, make
+from tests.integration.conftest import REPO, complete, docker, inspect, make
 from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
 
 pytestmark = pytest.mark.integration
 
-BASE_URL = "http://127.0.0.1:8000"
 PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12
@@ -40,12 +38,7 @@ def _bundle_dir(output: str) -> Path:
 
 
 def _complete(max_tokens: int) -> None:
-    body = json.dumps({"model": "tiny-llama", "prompt": "def main():", "max_tokens": max_tokens, "ignore_eos": True})
-    req = urllib.request.Request(
-        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        assert json.loads(resp.read())["usage"]["completion_tokens"] == max_tokens
+    assert complete("def main():", max_tokens)["usage"]["completion_tokens"] == max_tokens
 
 
 def test_capture_with_no_vllm_running_says_so_and_captures_nothing() -> None:

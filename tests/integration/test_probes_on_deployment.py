@@ -21,11 +21,10 @@ from probes.metrics import (
     find_histograms,
     snapshot_from_text,
 )
-from tests.integration.conftest import REPO, make
+from tests.integration.conftest import BASE_URL, REPO, complete, make
 
 pytestmark = pytest.mark.integration
 
-BASE_URL = "http://127.0.0.1:8000"
 MODEL_DIR = Path("/var/lib/refdeploy/models")
 WEIGHTS = MODEL_DIR / "tiny-llama" / "model.safetensors"
 
@@ -43,12 +42,7 @@ def _snapshot():  # type: ignore[no-untyped-def]
 
 
 def _complete(max_tokens: int) -> None:
-    body = json.dumps({"model": "tiny-llama", "prompt": "import os", "max_tokens": max_tokens, "ignore_eos": True})
-    req = urllib.request.Request(
-        f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        assert json.loads(resp.read())["usage"]["completion_tokens"] == max_tokens
+    assert complete("import os", max_tokens)["usage"]["completion_tokens"] == max_tokens
 
 
 def test_metrics_delta_counts_exactly_the_requests_sent() -> None:
