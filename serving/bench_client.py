@@ -37,6 +37,8 @@ HTTP_TIMEOUT_S = 10.0
 GAUGE_PERIOD_S = 0.5
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 _TERM_GRACE_S = 5.0
+# First words of the samplers' header lines (vmstat, iostat, pidstat), kept so the window's lines can be parsed.
+HEADER_WORDS = (["procs"], ["r"], ["Device"], ["Device:"], ["#"], ["Linux"])
 
 
 def stamp() -> tuple[float, str]:
@@ -129,6 +131,7 @@ def copy_sampler_window(samplers_dir: Path, out: Path, start_mono: float, end_mo
     out.mkdir(parents=True, exist_ok=True)
     for log in sorted(samplers_dir.glob("*.log")):
         lines: list[str] = []
+        headers: list[str] = []  # column headers printed once, before the window (vmstat -n)
         for path in (log.with_name(log.name + ".1"), log):
             if not path.is_file():
                 continue
@@ -141,7 +144,9 @@ def copy_sampler_window(samplers_dir: Path, out: Path, start_mono: float, end_mo
                         continue
                     if start_mono - 1.0 <= mono <= end_mono + 1.0:
                         lines.append(line)
-        (out / log.name).write_text("".join(lines))
+                    elif mono < start_mono and line.split("\t", 2)[-1].split()[:1] in HEADER_WORDS:
+                        headers.append(line)
+        (out / log.name).write_text("".join(headers[-4:] + lines))
         copied[log.name] = len(lines)
     return copied
 

@@ -203,6 +203,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")
     p.add_argument("--raw", help="raw readings JSON (default: stdin)")
     p.set_defaults(func=cmd_manifest)
+
+    # Benchmarks: bench-plan, bench-report, compare (serving/bench_cli.py).
+    from serving.bench_cli import register as register_bench
+
+    register_bench(sub)
     return ap
 
 

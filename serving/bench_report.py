@@ -1,0 +1,437 @@
+"""A bench's report: summary.json (every figure), report.txt (for an incident) and report.html (plots).
+
+Reads a bench directory as `make bench` leaves it (runs/<host>/<ts>/bench/): manifest.json, the client's
+plan.json and client.json, runs/<id>/ (status.json, result.json, the /metrics pair), gauges.log and the sidecar
+samplers' window in samplers/. Every figure is computed here from those raw artifacts (serving/bench.py), so
+each one can be traced back to the file it came from.
+
+The HTML page is one file of inline SVG, no scripts, in probes/report.py's style and colours: latency CDFs per
+run, chunk (or token) intervals over time, concurrency scaling, and the samplers' and gauges' series on the
+bench's timeline with the runs marked.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from probes.report import AXIS, BACKGROUND, FRAME, GRID, MUTED, PANEL_COLOURS, TEXT
+from probes.samplers import parse_vmstat, read_log
+from serving import bench
+from serving.errors import InputError
+
+SUMMARY_JSON = "summary.json"
+REPORT_TXT = "report.txt"
+REPORT_HTML = "report.html"
+
+W, H = 900, 260
+L, R, T, B = 80, 690, 34, 214
+LEGEND_X = 704
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def build_summary(bench_dir: Path) -> dict[str, Any]:
+    """Every figure of the bench, from its raw artifacts."""
+    manifest = _load(bench_dir / "manifest.json")
+    if not isinstance(manifest, dict) or manifest.get("kind") != "bench":
+        raise InputError(f"{bench_dir}: no bench manifest.json here (is this a `make bench` directory?)")
+    workload = manifest["workload"]
+    client = _load(bench_dir / "client.json")
+    runs: list[dict[str, Any]] = []
+    obs: dict[str, list[bench.RequestObs]] = {}
+    for run in manifest["runs"]:
+        d = bench_dir / "runs" / run["id"]
+        status = _load(d / "status.json") or {"status": "not run", "reason": "no status.json: the client stopped first"}
+        result = _load(d / bench.RESULT_FILE)
+        summary = bench.summarize_run(
+            run, status, result, _text(d / "metrics-before.txt"), _text(d / "metrics-after.txt"), workload
+        )
+        runs.append(summary)
+        obs[run["id"]] = bench.parse_requests(result) if isinstance(result, dict) else []
+    point_ids = list(dict.fromkeys(r["point"] for r in manifest["runs"]))
+    points = [bench.pool_point(p, runs, obs) for p in point_ids]
+    failed = [r for r in runs if r["status"] != "ok"]
+    measured = [r for r in runs if r["phase"] == "measured"]
+    status = "failed" if failed or not isinstance(client, dict) or client.get("status") != "ok" else "ok"
+    reason = ""
+    if status == "failed":
+        reason = (client or {}).get("reason") or (failed[0]["flags"][0] if failed and failed[0]["flags"] else "")
+        reason = reason or "the client left no client.json (it was stopped, or never started)"
+    resets = {
+        (_load(bench_dir / "runs" / r["id"] / "status.json") or {}).get("prefix_cache_reset", {}).get("status")
+        for r in manifest["runs"]
+    }
+    mode = workload.get("prefix_cache")
+    if mode == "fresh":
+        cache_note = "fresh prompts per run (own seed)" + (
+            ", cache reset before each run" if resets == {200} else "; /reset_prefix_cache not offered by the server"
+        )
+    else:
+        cache_note = "prefix caching off on the server"
+    hits = sum(((r["server"] or {}).get("prefix_cache_hits") or 0) for r in measured)
+    return {
+        "schema_version": bench.SCHEMA_VERSION,
+        "status": status,
+        "reason": reason,
+        "bench_dir": str(bench_dir),
+        "manifest": manifest,
+        "client": client,
+        "prefix_cache": {"mode": mode, "note": cache_note, "hits_in_measured_runs": hits},
+        "grouped_streaming": any(r["grouped_streaming"] for r in measured),
+        "output_length_mismatch": [r["id"] for r in runs if any("output length mismatch" in f for f in r["flags"])],
+        "runs": runs,
+        "points": points,
+        "reference": (manifest.get("gpu_class") or {}).get("reference"),
+        "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
+    }
+
+
+# --- text -----------------------------------------------------------------------------------------------------
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if isinstance(x, int | float):
+        return f"{x:.{digits}g}" if abs(x) < 10**digits else f"{x:.0f}"
+    return str(x)
+
+
+def _stat(d: Mapping[str, Any] | None) -> str:
+    if not d or not d.get("n"):
+        return "-"
+    return f"{_f(d['median'])} [{_f(d['min'])}-{_f(d['max'])}] n={d['n']}"
+
+
+def _point_label(p: Mapping[str, Any]) -> str:
+    if p.get("request_rate") is not None:
+        return f"rate {p['request_rate']:g} req/s"
+    return f"concurrency {p.get('max_concurrency')}"
+
+
+def render_text(s: Mapping[str, Any]) -> str:
+    m = s["manifest"]
+    w = m["workload"]
+    c = m["client"]
+    lines = [
+        f"bench {s['bench_dir']}",
+        f"status: {s['status'].upper()}" + (f": {s['reason']}" if s["reason"] else ""),
+        f"host {m['host']}, profile {m['profile'].get('name')}, image {m['runtime_image']}",
+        f"workload {w['name']}: {w['dataset']} {w['input_len']} in / {w['output_len']} out tokens, "
+        f"{w['num_prompts']} prompts per run, seed {w['seed']}, {w['warmups']} warm-up + {w['runs']} measured runs "
+        "per point, --ignore-eos",
+        f"client CPUs {c['client_cpus']} (server {c['server_cpus']}): {c['note']}",
+        f"prefix cache: {s['prefix_cache']['note']}; "
+        f"hits in measured runs: {_f(s['prefix_cache']['hits_in_measured_runs'])}",
+        "definitions: TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1); "
+        "N from the server's usage",
+    ]
+    if s["grouped_streaming"]:
+        lines.append(
+            "streaming: chunks carried several tokens (grouped streaming): chunk intervals are NOT inter-token latency"
+        )
+    else:
+        lines.append("streaming: one token per chunk in every request, so chunk intervals are token intervals (ITL)")
+    lines += ["", "pooled over measured runs (median [min-max] n):"]
+    header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", "aggregate tok/s (per run)")
+    rows: list[tuple[str, ...]] = [
+        (_point_label(p), _stat(p["ttft_ms"]), _stat(p["tpot_ms"]), _stat(p["decode_tok_s"]), _stat(p["e2el_ms"]),
+         _stat(p["output_tok_s"]))
+        for p in s["points"]
+    ]  # fmt: skip
+    lines += _table(header, rows)
+    lines += ["", "server histogram deltas, mean per run (median [min-max] over runs):"]
+    rows = [
+        (_point_label(p), _stat(p["server_ttft_mean_ms"]), _stat(p["server_tpot_mean_ms"]),
+         _stat(p["server_queue_mean_ms"]))
+        for p in s["points"]
+    ]  # fmt: skip
+    lines += _table(("point", "server TTFT ms", "server TPOT ms", "server queue ms"), rows)
+    rate_points = [p for p in s["points"] if p.get("request_rate") is not None]
+    if rate_points:
+        lines += ["", "fixed arrival rate:"]
+        rows = [
+            (_point_label(p), _stat(p["achieved_over_requested"]), _stat(p["outstanding_max"])) for p in rate_points
+        ]
+        lines += _table(("point", "achieved/requested", "max outstanding"), rows)
+    lines += ["", "runs:"]
+    rows = []
+    for r in s["runs"]:
+        server = r["server"] or {}
+        rows.append(
+            (r["id"], r["phase"], r["status"], str(r["seed"]), f"{r['requests_ok']}/{r['requests']}",
+             _f(r["ttft_ms"]["median"]), _f(r["tpot_ms"]["median"]), _f(r["output_tok_s"]),
+             _f((server.get("ttft") or {}).get("mean_ms")), _f((server.get("tpot") or {}).get("mean_ms")),
+             _f(server.get("prefix_cache_hits")), _f(r["achieved_over_requested"]))
+        )  # fmt: skip
+    lines += _table(
+        ("run", "phase", "status", "seed", "ok", "TTFT p50", "TPOT p50", "tok/s", "srv TTFT", "srv TPOT", "hits",
+         "rate ratio"),
+        rows,
+    )  # fmt: skip
+    flagged = [r for r in s["runs"] if r["flags"]]
+    if flagged:
+        lines += ["", "flags:"]
+        lines += [f"  {r['id']}: {f}" for r in flagged for f in r["flags"]]
+    if s["reference"]:
+        lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}):"]
+        lines += [f"  {k}: {v}" for k, v in sorted(s["reference"].items())]
+    if s["weight_read_bound"]:
+        b = s["weight_read_bound"]
+        lines.append(
+            f"weight-read bound: {b['weight_bytes_per_token_gb']:g} GB/token / {b['memory_bandwidth_gb_s']:g} GB/s = "
+            f"{b['ms_per_token']:.2f} ms/token ({b['tok_s']:.0f} tok/s) at concurrency 1"
+        )
+    lines += ["", "raw: runs/<id>/result.json (vllm bench serve --save-detailed), metrics-before/after.txt,"]
+    lines.append("     status.json, stdout.log, stderr.log;")
+    lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
+    return "\n".join(lines) + "\n"
+
+
+def _table(header: Sequence[str], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    out = ["  " + "  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True))]
+    out += ["  " + "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    return out
+
+
+# --- SVG --------------------------------------------------------------------------------------------------------
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.ceil(lo / step) * step
+    return [start + i * step for i in range(int((hi - start) / step) + 1)]
+
+
+def plot(
+    title: str,
+    series: Sequence[tuple[str, Sequence[tuple[float, float]], str]],
+    x_label: str,
+    y_label: str,
+    mode: str = "line",
+    bands: Sequence[tuple[float, float, str]] = (),
+    message: str = "",
+) -> str:
+    """One panel: series of (label, points, colour) drawn as lines, steps or dots, grey bands behind."""
+    pts = [p for _, ps, _ in series for p in ps if all(math.isfinite(v) for v in p)]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="{_e(title)}"><rect width="{W}" height="{H}" fill="{BACKGROUND}"/>',
+        f'<text x="{L}" y="20" font-size="14" font-weight="bold" fill="{TEXT}">{_e(title)}</text>',
+        f'<rect x="{L}" y="{T}" width="{R - L}" height="{B - T}" fill="none" stroke="{FRAME}"/>',
+    ]
+    if not pts:
+        parts.append(
+            f'<text x="{(L + R) / 2}" y="{(T + B) / 2}" text-anchor="middle" font-size="13" fill="{MUTED}">'
+            f"{_e(message or 'no data')}</text></svg>"
+        )
+        return "".join(parts)
+    xs = [p[0] for p in pts] + [b[0] for b in bands] + [b[1] for b in bands]
+    ys = [p[1] for p in pts]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(0.0, min(ys)), max(ys)
+    if x1 <= x0:
+        x0, x1 = x0 - 0.5, x1 + 0.5
+    if y1 <= y0:
+        y1 = y0 + 1.0
+
+    def sx(x: float) -> float:
+        return L + (x - x0) / (x1 - x0) * (R - L)
+
+    def sy(y: float) -> float:
+        return B - (y - y0) / (y1 - y0) * (B - T)
+
+    for a, b, label in bands:
+        parts.append(
+            f'<rect x="{sx(a):.1f}" y="{T}" width="{max(1.0, sx(b) - sx(a)):.1f}" height="{B - T}" fill="{GRID}"/>'
+            f'<text x="{sx(a) + 2:.1f}" y="{T + 11}" font-size="9" fill="{MUTED}">{_e(label)}</text>'
+        )
+    for v in _ticks(y0, y1):
+        parts.append(
+            f'<line x1="{L}" y1="{sy(v):.1f}" x2="{R}" y2="{sy(v):.1f}" stroke="{GRID}"/>'
+            f'<text x="{L - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="11" fill="{AXIS}">{v:g}</text>'
+        )
+    for v in _ticks(x0, x1):
+        parts.append(
+            f'<text x="{sx(v):.1f}" y="{B + 15}" text-anchor="middle" font-size="11" fill="{AXIS}">{v:g}</text>'
+        )
+    parts.append(
+        f'<text x="{(L + R) / 2}" y="{B + 32}" text-anchor="middle" font-size="12" fill="{AXIS}">{_e(x_label)}</text>'
+        f'<text x="16" y="{(T + B) / 2}" text-anchor="middle" font-size="12" fill="{AXIS}" '
+        f'transform="rotate(-90 16 {(T + B) / 2})">{_e(y_label)}</text>'
+    )
+    for i, (label, ps, colour) in enumerate(series):
+        good = [p for p in ps if all(math.isfinite(v) for v in p)]
+        if mode == "dots":
+            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2" fill="{colour}"/>' for x, y in good]
+        elif good:
+            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+            if len(good) < 12:
+                parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>' for x, y in good]
+        y = T + 10 + i * 15
+        parts.append(
+            f'<rect x="{LEGEND_X}" y="{y - 8}" width="12" height="4" fill="{colour}"/>'
+            f'<text x="{LEGEND_X + 18}" y="{y - 3}" font-size="11" fill="{TEXT}">{_e(label[:28])}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
+    xs = sorted(values)
+    n = len(xs)
+    out: list[tuple[float, float]] = []
+    for i, x in enumerate(xs):
+        out += [(x, i / n), (x, (i + 1) / n)]
+    return out
+
+
+def _colour(panel: str, i: int) -> str:
+    cols = PANEL_COLOURS[panel]
+    return cols[i % len(cols)]
+
+
+def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
+    manifest = s["manifest"]
+    panels: list[str] = []
+    grouped = s["grouped_streaming"]
+    for p in s["points"]:
+        measured = [r for r in s["runs"] if r["point"] == p["point"] and r["phase"] == "measured"]
+        obs = {
+            r["id"]: [o for o in bench.parse_requests(_load(bench_dir / "runs" / r["id"] / bench.RESULT_FILE) or {})
+                      if o.success]
+            for r in measured
+        }  # fmt: skip
+        label = _point_label(p)
+        panels.append(
+            plot(
+                f"{label}: end-to-end latency CDF per run",
+                [(r, _cdf([o.e2el_s * 1000 for o in os if o.e2el_s is not None]), _colour("latency", i))
+                 for i, (r, os) in enumerate(obs.items())],
+                "e2e latency (ms)", "fraction of requests",
+            )
+        )  # fmt: skip
+        panels.append(
+            plot(
+                f"{label}: TTFT CDF per run",
+                [(r, _cdf([o.ttft_s * 1000 for o in os if o.ttft_s is not None]), _colour("io", i))
+                 for i, (r, os) in enumerate(obs.items())],
+                "TTFT (ms)", "fraction of requests",
+            )
+        )  # fmt: skip
+        itl_title = (
+            f"{label}: chunk intervals over time (chunks carried several tokens: NOT inter-token latency)"
+            if grouped
+            else f"{label}: inter-token latency over time (one token per chunk)"
+        )
+        series = []
+        for i, (r, os) in enumerate(obs.items()):
+            pts: list[tuple[float, float]] = []
+            for o in os:
+                t = (o.start_s or 0.0) + (o.ttft_s or 0.0)
+                for dt in o.chunk_intervals_s:
+                    t += dt
+                    pts.append((t, dt * 1000))
+            series.append((r, pts, _colour("queue", i)))
+        panels.append(plot(itl_title, series, "seconds since the run's first request", "interval (ms)", mode="dots"))
+    conc = [p for p in s["points"] if p.get("request_rate") is None and p["output_tok_s"]["n"]]
+    if conc:
+        agg = [(float(p["max_concurrency"]), p["output_tok_s"]["median"]) for p in conc]
+        lo = [(float(p["max_concurrency"]), p["output_tok_s"]["min"]) for p in conc]
+        hi = [(float(p["max_concurrency"]), p["output_tok_s"]["max"]) for p in conc]
+        per = [(float(p["max_concurrency"]), p["decode_tok_s"]["median"]) for p in conc if p["decode_tok_s"]["n"]]
+        panels.append(
+            plot(
+                "concurrency scaling: aggregate output tok/s (median, min, max over runs) and per-request decode rate",
+                [("aggregate median", agg, _colour("gpu", 0)), ("aggregate min", lo, _colour("gpu", 3)),
+                 ("aggregate max", hi, _colour("gpu", 2)), ("per request (median)", per, _colour("cpu", 0))],
+                "max concurrency", "tokens/s",
+            )
+        )  # fmt: skip
+    panels.append(_timeline(s, bench_dir))
+    m = manifest
+    head = (
+        f"<h1>bench {_e(m['workload']['name'])} on {_e(m['host'])}</h1>"
+        f"<p>status <b>{_e(s['status'])}</b> {_e(s['reason'])}</p>"
+        f"<pre>{_e(render_text(s))}</pre>"
+    )
+    body = "".join(f"<div>{p}</div>" for p in panels)
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>bench report</title></head>'
+        f'<body style="background:{BACKGROUND};color:{TEXT};font-family:sans-serif">{head}{body}</body></html>\n'
+    )
+
+
+def _timeline(s: Mapping[str, Any], bench_dir: Path) -> str:
+    """vmstat CPU and the load gauges on the bench's clock (seconds since the client started), runs as bands."""
+    client = s.get("client") or {}
+    t0 = client.get("started_mono_s")
+    if not isinstance(t0, int | float):
+        return plot("samplers and gauges over the bench", [], "s", "", message="no client.json: no timeline")
+    bands = []
+    for r in s["runs"]:
+        st = _load(bench_dir / "runs" / r["id"] / "status.json") or {}
+        a, b = st.get("started_mono_s"), st.get("ended_mono_s")
+        if isinstance(a, int | float) and isinstance(b, int | float):
+            bands.append((a - t0, b - t0, r["id"]))
+    series: list[tuple[str, Sequence[tuple[float, float]], str]] = []
+    vm = parse_vmstat(read_log(bench_dir / "samplers" / "vmstat.log", include_rotated=False))
+    for i, col in enumerate(("us", "sy", "wa")):
+        if col in vm:
+            series.append((f"vmstat {col} %", [(t - t0, v) for t, v in vm[col]], _colour("cpu", i)))
+    gauges: dict[str, list[tuple[float, float]]] = {}
+    for ln in read_log(bench_dir / "gauges.log", include_rotated=False):
+        parts = ln.text.split()
+        if len(parts) == 2 and not ln.text.startswith("#"):
+            name = parts[0].split("{")[0].removeprefix("vllm:")
+            try:
+                gauges.setdefault(name, []).append((ln.mono_s - t0, float(parts[1])))
+            except ValueError:
+                continue
+    for i, name in enumerate(("num_requests_running", "num_requests_waiting")):
+        if name in gauges:
+            series.append((f"{name} (x10)", [(t, v * 10) for t, v in gauges[name]], _colour("queue", i)))
+    return plot(
+        "samplers and server gauges on the bench's timeline (grey: runs)",
+        series,
+        "seconds since the client started",
+        "% CPU / requests x10",
+        bands=bands,
+        message="no sampler or gauge lines in the window",
+    )
+
+
+def write_report(bench_dir: Path) -> dict[str, Any]:
+    s = build_summary(bench_dir)
+    (bench_dir / SUMMARY_JSON).write_text(json.dumps(s, indent=2, sort_keys=True, default=str) + "\n")
+    (bench_dir / REPORT_TXT).write_text(render_text(s))
+    (bench_dir / REPORT_HTML).write_text(render_html(s, bench_dir))
+    return s

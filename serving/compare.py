@@ -1,0 +1,233 @@
+"""`make compare`: did one change make a measurable difference? (seed 000, §13)
+
+Two sides, A and B, each one or more benches (`make bench` run directories). A comparison changes one thing:
+the benches' conditions (serving.bench.conditions: the workload, the profile, the image, where the client ran,
+the host) must be equal within each side, and equal between the sides except for the declared variables;
+otherwise it refuses and lists the fields that differ. Several benches per side let an operator interleave
+A/B/A/B, or run B before A, so that drift in temperature, caches or background load does not line up with the
+change; the report says in which order the benches ran.
+
+For each operating point both sides measured and each figure (TTFT, TPOT, per-request decode rate, e2e latency
+per request; aggregate output tok/s per run), the effect is median(B) - median(A) with a 95% bootstrap
+confidence interval that resamples runs, then requests within runs (serving.bench.bootstrap_diff). An interval
+that spans zero is reported as "no measurable difference".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from serving import bench
+from serving.errors import InputError
+
+SCHEMA_VERSION = 1
+NO_DIFFERENCE = "no measurable difference"
+
+# figure -> (what it is, unit, higher is better, per request (True) or per run (False))
+FIGURES: dict[str, tuple[str, str, bool, bool]] = {
+    "ttft_ms": ("TTFT", "ms", False, True),
+    "tpot_ms": ("TPOT", "ms", False, True),
+    "decode_tok_s": ("decode rate per request", "tok/s", True, True),
+    "e2el_ms": ("e2e latency", "ms", False, True),
+    "output_tok_s": ("aggregate output", "tok/s", True, False),
+}
+
+
+class CompareRefused(InputError):
+    """The two sides cannot be compared: their conditions differ in more than the declared variables."""
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    dirs: tuple[Path, ...]
+    manifests: tuple[dict[str, Any], ...]
+    started: tuple[float, ...]  # each bench's first run start, unix s
+    # point -> figure -> one list of observations per measured run
+    observations: dict[str, dict[str, list[list[float]]]]
+
+
+def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
+    """A bench directory from a path (runs/<host>/<ts> or its bench/) or a bare run id (<ts>) under runs_dir."""
+    candidates = [Path(ref), Path(ref) / "bench"]
+    if "/" not in ref:
+        candidates += sorted(runs_dir.glob(f"*/{ref}/bench"))
+    for c in candidates:
+        if (c / "manifest.json").is_file() and (c / "runs").is_dir():
+            return c
+    raise InputError(f"{ref}: not a bench run (expected runs/<host>/<timestamp>/bench/ with manifest.json)")
+
+
+def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, list[list[float]]]]]:
+    manifest = json.loads((d / "manifest.json").read_text())
+    if manifest.get("kind") != "bench":
+        raise InputError(f"{d}: manifest.json is not a bench manifest")
+    obs: dict[str, dict[str, list[list[float]]]] = {}
+    first_start = math.inf
+    for run in manifest["runs"]:
+        run_dir = d / "runs" / run["id"]
+        try:
+            status = json.loads((run_dir / "status.json").read_text())
+            result = json.loads((run_dir / bench.RESULT_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(status.get("started_unix_s"), int | float):
+            first_start = min(first_start, float(status["started_unix_s"]))
+        if run["phase"] != "measured" or status.get("status") != "ok":
+            continue
+        reqs = [o for o in bench.parse_requests(result) if o.success]
+        figures = obs.setdefault(run["point"], {k: [] for k in FIGURES})
+        ms = 1000.0
+        figures["ttft_ms"].append([o.ttft_s * ms for o in reqs if o.ttft_s is not None])
+        figures["tpot_ms"].append([o.tpot_s * ms for o in reqs if o.tpot_s is not None])
+        figures["decode_tok_s"].append([o.decode_tok_s for o in reqs if o.decode_tok_s is not None])
+        figures["e2el_ms"].append([o.e2el_s * ms for o in reqs if o.e2el_s is not None])
+        duration = result.get("duration")
+        if isinstance(duration, int | float) and duration > 0:
+            figures["output_tok_s"].append([sum(o.output_tokens or 0 for o in reqs) / duration])
+    return manifest, first_start, obs
+
+
+def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
+    if not refs:
+        raise InputError(f"side {name}: give at least one bench run")
+    dirs, manifests, started = [], [], []
+    observations: dict[str, dict[str, list[list[float]]]] = {}
+    for ref in refs:
+        d = resolve_bench_dir(ref, runs_dir)
+        manifest, first, obs = _load_bench(d)
+        dirs.append(d)
+        manifests.append(manifest)
+        started.append(first)
+        for point, figures in obs.items():
+            into = observations.setdefault(point, {k: [] for k in FIGURES})
+            for k, runs in figures.items():
+                into[k].extend(runs)
+    return Side(name, tuple(dirs), tuple(manifests), tuple(started), observations)
+
+
+def _declared(key: str, variables: Sequence[str]) -> bool:
+    return any(key == v or key.startswith(v + ".") or ("." not in v and key.endswith("." + v)) for v in variables)
+
+
+def differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def check_conditions(a: Side, b: Side, variables: Sequence[str]) -> dict[str, Any]:
+    """The declared differences, or CompareRefused listing every field that differs besides them."""
+    for side in (a, b):
+        base = bench.conditions(side.manifests[0])
+        for d, m in zip(side.dirs[1:], side.manifests[1:], strict=True):
+            diff = differing(base, bench.conditions(m))
+            if diff:
+                raise CompareRefused(
+                    f"side {side.name}: {side.dirs[0]} and {d} were not run under the same conditions: "
+                    + "; ".join(f"{k}: {x!r} vs {y!r}" for k, x, y in diff)
+                )
+    diff = differing(bench.conditions(a.manifests[0]), bench.conditions(b.manifests[0]))
+    undeclared = [(k, x, y) for k, x, y in diff if not _declared(k, variables)]
+    if undeclared:
+        declared = f" (declared: {', '.join(variables)})" if variables else " (no variable declared: VARIABLE=...)"
+        raise CompareRefused(
+            f"refusing to compare: A and B differ in more than the declared variable{declared}: "
+            + "; ".join(f"{k}: A={x!r} B={y!r}" for k, x, y in undeclared)
+        )
+    return {k: {"A": x, "B": y} for k, x, y in diff}
+
+
+def order(a: Side, b: Side) -> str:
+    seq = sorted([(t, "A") for t in a.started] + [(t, "B") for t in b.started])
+    letters = "".join(s for _, s in seq)
+    if len(letters) == 2:
+        return "A then B" if letters == "AB" else "B then A"
+    runs = letters.count("AB") + letters.count("BA")
+    kind = "interleaved" if runs >= len(letters) - 1 else "blocked"
+    return f"{kind}: {'/'.join(letters)}"
+
+
+def effect(
+    a_runs: list[list[float]], b_runs: list[list[float]], higher_is_better: bool, iterations: int, seed: int
+) -> dict[str, Any] | None:
+    a_runs = [r for r in a_runs if r]
+    b_runs = [r for r in b_runs if r]
+    if not a_runs or not b_runs:
+        return None
+    est, lo, hi = bench.bootstrap_diff(a_runs, b_runs, iterations=iterations, seed=seed)
+    med_a = statistics.median([x for r in a_runs for x in r])
+    med_b = statistics.median([x for r in b_runs for x in r])
+    if lo <= 0 <= hi:
+        verdict = NO_DIFFERENCE
+    else:
+        better = (est > 0) == higher_is_better
+        verdict = f"B {'higher' if est > 0 else 'lower'} ({'better' if better else 'worse'})"
+    return {
+        "median_a": med_a,
+        "median_b": med_b,
+        "n_runs_a": len(a_runs),
+        "n_runs_b": len(b_runs),
+        "n_a": sum(len(r) for r in a_runs),
+        "n_b": sum(len(r) for r in b_runs),
+        "diff": est,
+        "ci95": [lo, hi],
+        "relative": est / med_a if med_a else None,
+        "verdict": verdict,
+    }
+
+
+def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 2000, seed: int = 0) -> dict[str, Any]:
+    declared = check_conditions(a, b, variables)
+    points = [p for p in a.observations if p in b.observations]
+    if not points:
+        raise CompareRefused("A and B have no operating point with successful measured runs on both sides")
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "a": [str(d) for d in a.dirs],
+        "b": [str(d) for d in b.dirs],
+        "variables": list(variables),
+        "declared_differences": declared,
+        "order": order(a, b),
+        "points": {},
+    }
+    if variables and not declared:
+        result["note"] = f"the declared variable ({', '.join(variables)}) is the same on both sides"
+    for p in points:
+        result["points"][p] = {
+            k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed)
+            for k, (_, _, hib, _) in FIGURES.items()
+        }
+    return result
+
+
+def render_text(r: Mapping[str, Any]) -> str:
+    lines = [f"A: {', '.join(r['a'])}", f"B: {', '.join(r['b'])}", f"order: {r['order']}"]
+    if r["declared_differences"]:
+        lines.append(
+            "conditions equal except: "
+            + "; ".join(f"{k} (A {v['A']!r}, B {v['B']!r})" for k, v in r["declared_differences"].items())
+        )
+    else:
+        lines.append("conditions equal on both sides")
+    if r.get("note"):
+        lines.append(f"note: {r['note']}")
+    lines.append("effect = median(B) - median(A), 95% CI from resampling runs then requests (2-level bootstrap)")
+    for point, figures in r["points"].items():
+        lines += ["", f"{point}:"]
+        for k, e in figures.items():
+            what, unit, _, _ = FIGURES[k]
+            if e is None:
+                lines.append(f"  {what:24} no observations on one side")
+                continue
+            rel = f" ({e['relative']:+.1%})" if e["relative"] is not None else ""
+            lines.append(
+                f"  {what:24} A {e['median_a']:.4g} {unit} (n={e['n_a']}, {e['n_runs_a']} runs)  "
+                f"B {e['median_b']:.4g} {unit} (n={e['n_b']}, {e['n_runs_b']} runs)  "
+                f"B-A {e['diff']:+.4g}{rel} [{e['ci95'][0]:+.4g}, {e['ci95'][1]:+.4g}]  {e['verdict']}"
+            )
+    return "\n".join(lines) + "\n"
