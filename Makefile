@@ -14,6 +14,14 @@ ANSIBLE_ARGS ?=
 # hoststate, record).
 SECONDS   ?= 20
 PROBE     ?=
+# make bench: the workload (a name in serving/workloads/ or a path) and measured runs per point (empty: the
+# workload's). make compare: the bench runs of each side (runs/<host>/<ts> or the ts, comma-separated) and the
+# condition allowed to differ between them (e.g. max_num_seqs).
+WORKLOAD  ?= default
+RUNS      ?=
+A         ?=
+B         ?=
+VARIABLE  ?=
 # pytest selection for `make test-unit`/`make test`, e.g. PYTEST_ARGS='-k manifest'.
 PYTEST_ARGS ?=
 
@@ -76,6 +84,18 @@ probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|
 capture: $(STAMP) ## One evidence bundle over SECONDS (default 20): samplers, metrics, stacks, host state, timeline.html
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS)
+
+##@ Benchmarks
+
+.PHONY: bench
+bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n; report in runs/<host>/<ts>/bench/
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),)
+
+.PHONY: compare
+compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI)
+	@test -n "$(A)" && test -n "$(B)" || { echo "make compare: set A=<run> and B=<run> (runs/<host>/<ts>, or the ts; several: comma-separated)" >&2; exit 2; }
+	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(VARIABLE),--variable $(VARIABLE),)
 
 ##@ Development
 

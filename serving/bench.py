@@ -251,14 +251,29 @@ def bench_argv(
     return argv
 
 
-def client_runs(w: Workload, base_url: str, served_name: str, tokenizer: str) -> list[dict[str, Any]]:
+def seed_offset_for(w: Workload, unix_s: float) -> int:
+    """The bench's seed offset: 0 with prefix caching off; else one the server has not seen from this project.
+
+    vLLM's KV cache outlives a bench and the default deploy offers no /reset_prefix_cache (it needs
+    VLLM_SERVER_DEV_MODE), so a second bench with the seeds of the first would be served partly from the cache
+    (seen here: 32 tokens of hits in a repeat). Random prompts of fixed lengths cost the same whichever seed
+    draws them; each run's seed is recorded, so a bench can be repeated exactly with its offset.
+    """
+    if w.prefix_cache == "off":
+        return 0
+    return 1000 * (int(unix_s) % 1_000_000)
+
+
+def client_runs(
+    w: Workload, base_url: str, served_name: str, tokenizer: str, seed_offset: int = 0
+) -> list[dict[str, Any]]:
     """Every run the client makes, in order: per point, the warm-ups then the measured runs.
 
-    Each run has its own seed (workload seed + its position), so no run repeats an earlier run's prompts and
-    the prefix cache cannot serve one run from another; two benches of one workload send the same prompts.
+    Each run has its own seed (workload seed + the bench's offset + its position), so no run repeats an earlier
+    run's prompts and the prefix cache cannot serve one run from another.
     """
     runs: list[dict[str, Any]] = []
-    k = 0
+    k = seed_offset
     for p in points(w):
         for phase, count in (("warmup", w.warmups), ("measured", w.runs)):
             for i in range(count):
@@ -291,6 +306,7 @@ def plan_bench(
     server_cpuset: str,
     client_cpus: str = "",
     gpu_class: Mapping[str, Any] | None = None,
+    seed_offset: int = 0,
 ) -> dict[str, Any]:
     """The client's plan, its container's argv and the bench manifest, from the deployment's plan.
 
@@ -304,7 +320,7 @@ def plan_bench(
     base_url = f"http://{'127.0.0.1' if ip in ('0.0.0.0', '') else ip}:{ports.get('host_port', 8000)}"
     model = profile["model"]
     placement = place_client(host_online_cpus, server_cpuset, client_cpus)
-    runs = client_runs(workload, base_url, model["served_name"], model["container_path"])
+    runs = client_runs(workload, base_url, model["served_name"], model["container_path"], seed_offset)
     container = serving_plan["container_spec"]["name"]
     samplers = profile.get("probes", {})
     samplers_dir = (
@@ -344,6 +360,7 @@ def plan_bench(
         "tool": f"vllm bench serve ({profile.get('image', {}).get('distribution', 'vllm')} "
         f"{profile.get('image', {}).get('version', '?')}, the runtime image)",
         "base_url": base_url,
+        "seed_offset": seed_offset,
         "runs": [{k: r[k] for k in ("id", "point", "phase", "seed", "max_concurrency", "request_rate")} for r in runs],
         "gpu_class": dict(gpu_class) if gpu_class else None,
     }
@@ -598,7 +615,8 @@ def summarize_run(
             f"output length mismatch: {len(short)} of {len(ok)} requests returned {got} tokens, {asked} requested "
             "(the denominators differ)"
         )
-    grouped = any(o.output_tokens is not None and o.chunks < o.output_tokens for o in ok)
+    grouped_requests = sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
+    grouped = grouped_requests > 0
     tokens_per_chunk = describe([o.output_tokens / o.chunks for o in ok if o.output_tokens and o.chunks])
     server: dict[str, Any] | None = None
     if metrics_before and metrics_after:
@@ -657,6 +675,7 @@ def summarize_run(
         "e2el_ms": describe([_ms(o.e2el_s) for o in ok]),
         "chunk_interval_ms": describe([x * 1000 for x in intervals]),
         "grouped_streaming": grouped,
+        "grouped_requests": grouped_requests,
         "tokens_per_chunk": tokens_per_chunk,
         "achieved_rate_req_s": rate,
         "achieved_over_requested": rate_ratio,
@@ -688,11 +707,14 @@ def pool_point(
         "tpot_ms": describe([_ms(o.tpot_s) for o in reqs]),
         "decode_tok_s": describe([o.decode_tok_s for o in reqs]),
         "e2el_ms": describe([_ms(o.e2el_s) for o in reqs]),
+        "chunk_interval_ms": describe([x * 1000 for o in reqs for x in o.chunk_intervals_s]),
         "output_tok_s": describe([r["output_tok_s"] for r in usable]),
         "request_s": describe([r["request_s"] for r in usable]),
         "achieved_over_requested": describe([r["achieved_over_requested"] for r in usable]),
         "outstanding_max": describe([r["outstanding"]["max"] for r in usable]),
         "grouped_streaming": any(r["grouped_streaming"] for r in usable),
+        "grouped_requests": sum(r["grouped_requests"] for r in usable),
+        "requests_ok": len(reqs),
         "server_ttft_mean_ms": describe([(r["server"] or {}).get("ttft", {}).get("mean_ms") for r in usable]),
         "server_tpot_mean_ms": describe([(r["server"] or {}).get("tpot", {}).get("mean_ms") for r in usable]),
         "server_queue_mean_ms": describe([(r["server"] or {}).get("queue", {}).get("mean_ms") for r in usable]),

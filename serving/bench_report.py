@@ -144,16 +144,19 @@ def render_text(s: Mapping[str, Any]) -> str:
         "N from the server's usage",
     ]
     if s["grouped_streaming"]:
+        lines.append("streaming: some chunks carried several tokens (grouped streaming), so chunk intervals are NOT")
         lines.append(
-            "streaming: chunks carried several tokens (grouped streaming): chunk intervals are NOT inter-token latency"
+            "  inter-token latency; requests affected: "
+            + ", ".join(f"{_point_label(p)} {p['grouped_requests']}/{p['requests_ok']}" for p in s["points"])
         )
     else:
         lines.append("streaming: one token per chunk in every request, so chunk intervals are token intervals (ITL)")
     lines += ["", "pooled over measured runs (median [min-max] n):"]
-    header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", "aggregate tok/s (per run)")
+    itl = "chunk interval ms (not ITL)" if s["grouped_streaming"] else "ITL ms"
+    header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl, "aggregate tok/s (per run)")
     rows: list[tuple[str, ...]] = [
         (_point_label(p), _stat(p["ttft_ms"]), _stat(p["tpot_ms"]), _stat(p["decode_tok_s"]), _stat(p["e2el_ms"]),
-         _stat(p["output_tok_s"]))
+         _stat(p["chunk_interval_ms"]), _stat(p["output_tok_s"]))
         for p in s["points"]
     ]  # fmt: skip
     lines += _table(header, rows)
@@ -322,7 +325,6 @@ def _colour(panel: str, i: int) -> str:
 def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
     manifest = s["manifest"]
     panels: list[str] = []
-    grouped = s["grouped_streaming"]
     for p in s["points"]:
         measured = [r for r in s["runs"] if r["point"] == p["point"] and r["phase"] == "measured"]
         obs = {
@@ -349,7 +351,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
         )  # fmt: skip
         itl_title = (
             f"{label}: chunk intervals over time (chunks carried several tokens: NOT inter-token latency)"
-            if grouped
+            if p["grouped_streaming"]
             else f"{label}: inter-token latency over time (one token per chunk)"
         )
         series = []
@@ -381,7 +383,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
     head = (
         f"<h1>bench {_e(m['workload']['name'])} on {_e(m['host'])}</h1>"
         f"<p>status <b>{_e(s['status'])}</b> {_e(s['reason'])}</p>"
-        f"<pre>{_e(render_text(s))}</pre>"
+        f'<pre style="overflow-x:auto">{_e(render_text(s))}</pre>'
     )
     body = "".join(f"<div>{p}</div>" for p in panels)
     return (
