@@ -1,0 +1,278 @@
+"""serving.bench: workloads, the client's placement and plan, per-request figures, flags and statistics.
+
+The per-request parser is checked against real `vllm bench serve` results (tests/fixtures/vllm-bench-serve-0.32.0):
+with one token per chunk, the source's definitions must give exactly the medians vLLM itself printed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving import bench
+from serving.errors import InputError
+from serving.profile import load_profile
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0"
+
+
+def fixture(run: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
+    d = FIXTURES / run
+    return (
+        json.loads((d / "result.json").read_text()),
+        json.loads((d / "status.json").read_text()),
+        (d / "metrics-before.txt").read_text(),
+        (d / "metrics-after.txt").read_text(),
+    )
+
+
+def serving_plan(max_num_seqs: int | None = None) -> dict[str, Any]:
+    profile = load_profile("cpu-tiny").model_dump(mode="json")
+    if max_num_seqs is not None:
+        profile["vllm"]["max_num_seqs"] = max_num_seqs
+    return {
+        "profile": profile,
+        "argv": ["vllm", "serve"],
+        "container_spec": {"name": "refdeploy-vllm"},
+        "images": {"runtime_tag": "refdeploy/vllm:0.32.0-cpu-test"},
+    }
+
+
+SMOKE = bench.load_workload("smoke")
+RUN = {"id": "c1-m1", "point": "c1", "phase": "measured", "seed": 8, "max_concurrency": 1, "request_rate": None}
+
+
+# --- workloads ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", bench.known_workloads())
+def test_every_shipped_workload_loads(name: str) -> None:
+    w = bench.load_workload(name)
+    assert w.name == name
+    assert bench.points(w)
+
+
+def test_default_workload_is_the_source_protocol() -> None:
+    w = bench.load_workload("default")
+    assert (w.warmups, w.runs, w.concurrency) == (1, 3, [1, 2, 4])
+
+
+def test_unknown_workload_names_the_known_ones() -> None:
+    with pytest.raises(bench.WorkloadError, match=r"unknown workload 'nope': known workloads are .*default.*smoke"):
+        bench.load_workload("nope")
+
+
+def test_workload_with_a_misspelled_key_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "w.yaml"
+    p.write_text("schema_version: 1\nname: w\ninput_len: 8\noutput_len: 8\nnum_prompts: 2\nconcurency: [1]\n")
+    with pytest.raises(bench.WorkloadError, match="concurency: Extra inputs are not permitted"):
+        bench.load_workload(str(p))
+
+
+def test_workload_needs_a_point_and_two_output_tokens() -> None:
+    base = {"schema_version": 1, "name": "w", "input_len": 8, "output_len": 8, "num_prompts": 2}
+    with pytest.raises(bench.WorkloadError, match="at least one concurrency level or one arrival rate"):
+        bench.parse_workload({**base, "concurrency": [], "arrival_rates": []})
+    with pytest.raises(bench.WorkloadError, match="output_len"):
+        bench.parse_workload({**base, "output_len": 1})
+    with pytest.raises(bench.WorkloadError, match="arrival rates must be finite"):
+        bench.parse_workload({**base, "arrival_rates": [0.0]})
+
+
+# --- placement ---------------------------------------------------------------------------------------------
+
+
+def test_client_goes_outside_the_servers_cpus() -> None:
+    p = bench.place_client("0-7", "0-5")
+    assert (p.client_cpus, p.shares_server_cpus) == ("6-7", False)
+
+
+def test_client_shares_when_the_host_has_no_other_cpu_and_says_so() -> None:
+    p = bench.place_client("0-1", "0-1")
+    assert p.client_cpus == "0-1"
+    assert p.shares_server_cpus
+    assert "shares the server's CPUs" in p.note
+
+
+def test_client_cpus_override_must_be_online() -> None:
+    assert bench.place_client("0-7", "0-5", "7").client_cpus == "7"
+    with pytest.raises(InputError, match="CPUs 9 are not online"):
+        bench.place_client("0-7", "0-5", "7,9")
+
+
+def test_format_cpulist_round_trips() -> None:
+    assert bench.format_cpulist([5, 0, 1, 2, 7]) == "0-2,5,7"
+
+
+# --- the plan ----------------------------------------------------------------------------------------------
+
+
+def test_plan_runs_each_point_with_warmups_first_and_its_own_seed() -> None:
+    plan = bench.plan_bench(SMOKE, serving_plan(), "localhost", "/tmp/out", "0-1", "0-1", seed_offset=5000)
+    runs = plan["client_plan"]["runs"]
+    assert [r["id"] for r in runs] == ["c1-w1", "c1-m1", "c1-m2", "c4-w1", "c4-m1", "c4-m2"]
+    seeds = [r["seed"] for r in runs]
+    assert seeds == list(range(5007, 5013))
+    argv = runs[4]["argv"]
+    for flag, value in (
+        ("--max-concurrency", "4"),
+        ("--request-rate", "inf"),
+        ("--seed", "5011"),
+        ("--random-output-len", "32"),
+        ("--model", "tiny-llama"),
+        ("--tokenizer", "/models/tiny-llama"),
+    ):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--ignore-eos" in argv and "--save-detailed" in argv
+    docker = plan["docker_argv"]
+    assert docker[docker.index("--cpuset-cpus") + 1] == "0-1"
+    assert "/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro" in docker
+    assert plan["manifest"]["client"]["shares_server_cpus"] is True
+    assert plan["manifest"]["seed_offset"] == 5000
+
+
+def test_arrival_rate_points_have_no_concurrency_cap() -> None:
+    w = bench.load_workload("arrival")
+    runs = bench.client_runs(w, "http://127.0.0.1:8000", "m", "/t")
+    r2 = next(r for r in runs if r["point"] == "r2")
+    assert "--max-concurrency" not in r2["argv"]
+    assert r2["argv"][r2["argv"].index("--request-rate") + 1] == "2.0"
+    assert r2["argv"][r2["argv"].index("--burstiness") + 1] == "inf"
+
+
+def test_seed_offset_is_zero_only_without_prefix_caching() -> None:
+    assert bench.seed_offset_for(SMOKE.model_copy(update={"prefix_cache": "off"}), 1e9) == 0
+    a, b = bench.seed_offset_for(SMOKE, 1_795_000_000), bench.seed_offset_for(SMOKE, 1_795_000_001)
+    assert a != b and a % 1000 == 0
+
+
+def test_conditions_see_a_profile_setting_and_ignore_names() -> None:
+    a = bench.plan_bench(SMOKE, serving_plan(), "h", "/o", "0-1", "0-1")["manifest"]
+    b = bench.plan_bench(SMOKE, serving_plan(max_num_seqs=1), "h", "/o", "0-1", "0-1")["manifest"]
+    b["profile"]["name"] = "renamed"
+    ca, cb = bench.conditions(a), bench.conditions(b)
+    assert [k for k in ca if ca[k] != cb.get(k)] == ["profile.vllm.max_num_seqs"]
+
+
+# --- per-request figures, on real results --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", ["c1-m1", "c4-m1"])
+def test_definitions_reproduce_vllms_own_medians(run: str) -> None:
+    result, _, _, _ = fixture(run)
+    obs = bench.parse_requests(result)
+    assert len(obs) == 8 and all(o.success for o in obs)
+    assert all(o.output_tokens == 32 and o.chunks == 32 for o in obs)
+    tpot = statistics.median(o.tpot_s for o in obs if o.tpot_s is not None) * 1000
+    ttft = statistics.median(o.ttft_s for o in obs if o.ttft_s is not None) * 1000
+    assert tpot == pytest.approx(result["median_tpot_ms"], rel=1e-9)
+    assert ttft == pytest.approx(result["median_ttft_ms"], rel=1e-9)
+    o = obs[0]
+    assert o.decode_tok_s == pytest.approx(31 / (o.e2el_s - o.ttft_s))  # type: ignore[operator]
+
+
+def test_a_clean_run_has_no_flags_and_the_server_agrees_on_tokens() -> None:
+    result, status, before, after = fixture("c1-m1")
+    s = bench.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
+    assert s["flags"] == [] and s["valid"]
+    assert s["server"]["generation_tokens"] == 256 == s["output_tokens"]
+    assert s["server"]["prefix_cache_hits"] == 0
+    assert s["grouped_streaming"] is False
+    assert s["outstanding"]["max"] == 1.0
+    assert s["tpot_ms"]["n"] == 8
+
+
+def test_output_length_mismatch_is_flagged() -> None:
+    result, status, before, after = fixture("c1-m1")
+    short = copy.deepcopy(result)
+    short["output_lens"][3] = 17
+    s = bench.summarize_run(RUN, status, short, before, after, SMOKE.model_dump())
+    assert any("output length mismatch: 1 of 8 requests returned [17] tokens, 32 requested" in f for f in s["flags"])
+    assert not s["valid"]
+
+
+def test_grouped_chunks_are_not_called_itl() -> None:
+    result, status, before, after = fixture("c1-m1")
+    grouped = copy.deepcopy(result)
+    grouped["itls"][0] = grouped["itls"][0][:15]  # 16 chunks (15 intervals) for 32 tokens
+    s = bench.summarize_run(RUN, status, grouped, before, after, SMOKE.model_dump())
+    assert s["grouped_streaming"] is True and s["grouped_requests"] == 1
+    assert s["tokens_per_chunk"]["max"] == pytest.approx(32 / 16)
+
+
+def test_prefix_cache_hits_and_a_failed_run_are_flagged() -> None:
+    result, status, before, after = fixture("c1-m1")
+    hit_after = after.replace(
+        next(ln for ln in after.splitlines() if ln.startswith("vllm:prefix_cache_hits_total{")),
+        next(ln for ln in after.splitlines() if ln.startswith("vllm:prefix_cache_hits_total{")).rsplit(" ", 1)[0]
+        + " 1.0e+06",
+    )
+    s = bench.summarize_run(RUN, status, result, before, hit_after, SMOKE.model_dump())
+    assert any(f.startswith("prefix-cache hits where none may be") for f in s["flags"])
+    failed = bench.summarize_run(
+        RUN, {"status": "failed", "reason": "server gone"}, None, before, None, SMOKE.model_dump()
+    )
+    assert failed["status"] == "failed" and not failed["valid"]
+    assert "run failed: server gone" in failed["flags"]
+
+
+def test_arrival_rate_achieved_and_outstanding() -> None:
+    obs = [
+        bench.RequestObs(i, True, i * 0.5, 8, 8, 8, 0.01, 0.9, 0.1, 10.0, (), "")  # 2 req/s, each 0.9 s long
+        for i in range(11)
+    ]
+    assert bench.achieved_rate(obs) == pytest.approx(2.0)
+    out = bench.outstanding(obs)
+    assert out["max"] == 2.0
+    assert out["mean"] is not None and 1.5 < out["mean"] < 2.0
+    run = {**RUN, "request_rate": 4.0}
+    result = {
+        "ttfts": [0.01] * 11,
+        "latencies": [0.9] * 11,
+        "errors": [""] * 11,
+        "output_lens": [32] * 11,
+        "itls": [[0.01] * 31] * 11,
+        "start_times": [100 + i * 0.5 for i in range(11)],
+        "duration": 6.0,
+    }
+    s = bench.summarize_run(run, {"status": "ok"}, result, None, None, {**SMOKE.model_dump(), "num_prompts": 11})
+    assert s["achieved_over_requested"] == pytest.approx(0.5)
+    assert any("the client did not sustain it" in f for f in s["flags"])
+
+
+# --- statistics ----------------------------------------------------------------------------------------------
+
+
+def test_describe() -> None:
+    assert bench.describe([3.0, None, 1.0, 2.0, math.nan]) == {"n": 3, "median": 2.0, "min": 1.0, "max": 3.0}
+    assert bench.describe([])["n"] == 0
+
+
+def test_bootstrap_same_data_spans_zero_and_a_shift_does_not() -> None:
+    a = [[10.0 + 0.1 * i for i in range(20)] for _ in range(3)]
+    est, lo, hi = bench.bootstrap_diff(a, a)
+    assert est == 0 and lo <= 0 <= hi
+    b = [[x + 5 for x in r] for r in a]
+    est, lo, hi = bench.bootstrap_diff(a, b)
+    assert est == pytest.approx(5) and 0 < lo <= hi
+
+
+def test_bootstrap_carries_run_to_run_spread() -> None:
+    # Each run is tight but the runs disagree: resampling requests alone would call this a difference.
+    a = [[10.0] * 30, [12.0] * 30, [11.0] * 30]
+    b = [[11.5] * 30, [10.5] * 30, [12.5] * 30]
+    _, lo, hi = bench.bootstrap_diff(a, b)
+    assert lo <= 0 <= hi
+
+
+def test_weight_read_bound_of_the_rtx3090_class() -> None:
+    bound = bench.weight_read_bound({"reference": {"weight_bytes_per_token_gb": 5.83, "memory_bandwidth_gb_s": 936}})
+    assert bound is not None
+    assert bound["ms_per_token"] == pytest.approx(6.23, abs=0.01)
+    assert bench.weight_read_bound(None) is None

@@ -1,0 +1,133 @@
+"""serving.compare and serving.bench_report over bench directories built from real `vllm bench serve` results."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes.report import PANEL_COLOURS
+from serving import bench, bench_report, compare
+from tests.unit.test_bench import FIXTURES, serving_plan
+
+SMOKE = bench.load_workload("smoke")
+
+
+def make_bench(
+    root: Path,
+    name: str,
+    started: float,
+    scale_ttft: float = 1.0,
+    max_num_seqs: int | None = None,
+    workload: bench.Workload = SMOKE,
+) -> Path:
+    """A bench directory as `make bench` leaves it, its runs copied from the fixtures (c1 and c4 runs)."""
+    d = root / name / "bench"
+    plan = bench.plan_bench(workload, serving_plan(max_num_seqs), "localhost", "/o", "0-1", "0-1")
+    (d / "runs").mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps(plan["manifest"]))
+    (d / "client.json").write_text(json.dumps({"status": "ok", "started_mono_s": 0.0}))
+    for i, run in enumerate(plan["manifest"]["runs"]):
+        src = FIXTURES / ("c1-m1" if run["point"] == "c1" else "c4-m1")
+        dst = d / "runs" / run["id"]
+        shutil.copytree(src, dst)
+        result = json.loads((dst / "result.json").read_text())
+        ttfts = result["ttfts"]
+        result["latencies"] = [x + t * (scale_ttft - 1) for x, t in zip(result["latencies"], ttfts, strict=True)]
+        result["ttfts"] = [t * scale_ttft for t in ttfts]
+        (dst / "result.json").write_text(json.dumps(result))
+        status = json.loads((dst / "status.json").read_text())
+        status["started_unix_s"] = started + i
+        (dst / "status.json").write_text(json.dumps(status))
+    return d
+
+
+def side(name: str, dirs: list[Path], runs_dir: Path) -> compare.Side:
+    return compare.load_side(name, [str(d) for d in dirs], runs_dir)
+
+
+def test_same_deployment_shows_no_measurable_difference(tmp_path: Path) -> None:
+    a = make_bench(tmp_path, "a", 1000)
+    b = make_bench(tmp_path, "b", 2000)
+    r = compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), [])
+    verdicts = {e["verdict"] for fig in r["points"].values() for e in fig.values() if e}
+    assert verdicts == {compare.NO_DIFFERENCE}
+    assert r["order"] == "A then B"
+    assert "conditions equal on both sides" in compare.render_text(r)
+
+
+def test_a_real_shift_is_reported_with_its_direction(tmp_path: Path) -> None:
+    a = make_bench(tmp_path, "a", 2000, max_num_seqs=8)
+    b = make_bench(tmp_path, "b", 1000, scale_ttft=4.0, max_num_seqs=1)
+    r = compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), ["max_num_seqs"])
+    ttft = r["points"]["c4"]["ttft_ms"]
+    assert ttft["verdict"] == "B higher (worse)"
+    assert ttft["ci95"][0] > 0
+    assert r["points"]["c4"]["tpot_ms"]["verdict"] == compare.NO_DIFFERENCE
+    assert r["declared_differences"] == {"profile.vllm.max_num_seqs": {"A": 8, "B": 1}}
+    assert r["order"] == "B then A"
+
+
+def test_manifests_that_differ_are_refused_with_the_fields(tmp_path: Path) -> None:
+    a = make_bench(tmp_path, "a", 1000)
+    b = make_bench(tmp_path, "b", 2000, max_num_seqs=1, workload=SMOKE.model_copy(update={"input_len": 64}))
+    with pytest.raises(compare.CompareRefused) as exc:
+        compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), ["max_num_seqs"])
+    msg = str(exc.value)
+    assert "workload.input_len: A=32 B=64" in msg
+    assert "max_num_seqs" not in msg.split("(declared")[1].split(")", 1)[1]
+    with pytest.raises(compare.CompareRefused, match=r"profile\.vllm\.max_num_seqs: A=8 B=1"):
+        compare.compare(side("A", [a], tmp_path), side("B", [make_bench(tmp_path, "c", 3000, max_num_seqs=1)],
+                                                        tmp_path), [])  # fmt: skip
+
+
+def test_interleaved_sides_are_pooled_and_their_order_reported(tmp_path: Path) -> None:
+    a1, b1 = make_bench(tmp_path, "a1", 1000), make_bench(tmp_path, "b1", 2000)
+    a2, b2 = make_bench(tmp_path, "a2", 3000), make_bench(tmp_path, "b2", 4000)
+    r = compare.compare(side("A", [a1, a2], tmp_path), side("B", [b1, b2], tmp_path), [])
+    assert r["order"] == "interleaved: A/B/A/B"
+    assert r["points"]["c1"]["tpot_ms"]["n_runs_a"] == 4
+
+
+def test_a_side_with_mixed_conditions_is_refused(tmp_path: Path) -> None:
+    a1, a2 = make_bench(tmp_path, "a1", 1000), make_bench(tmp_path, "a2", 2000, max_num_seqs=2)
+    with pytest.raises(compare.CompareRefused, match=r"side A: .* not run under the same conditions"):
+        compare.compare(side("A", [a1, a2], tmp_path), side("B", [a1], tmp_path), ["max_num_seqs"])
+
+
+def test_run_ids_resolve_under_the_runs_dir(tmp_path: Path) -> None:
+    make_bench(tmp_path / "localhost", "20261129T000000Z", 1000)
+    assert compare.resolve_bench_dir("20261129T000000Z", tmp_path).parent.name == "20261129T000000Z"
+    with pytest.raises(compare.InputError, match="not a bench run"):
+        compare.resolve_bench_dir("nothing-here", tmp_path)
+
+
+def test_report_from_raw_artifacts(tmp_path: Path) -> None:
+    d = make_bench(tmp_path, "a", 1000)
+    s = bench_report.write_report(d)
+    assert s["status"] == "ok"
+    text = (d / "report.txt").read_text()
+    assert "TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1)" in text
+    assert "one token per chunk in every request" in text
+    assert "the client shares the server's CPUs" in text
+    page = (d / "report.html").read_text()
+    assert page.count("<svg") >= 6
+    assert PANEL_COLOURS["latency"][0] in page  # the CDFs were drawn
+    assert PANEL_COLOURS["gpu"][0] in page  # the scaling plot was drawn
+    summary: dict[str, Any] = json.loads((d / "summary.json").read_text())
+    c4 = next(p for p in summary["points"] if p["point"] == "c4")
+    assert c4["tpot_ms"]["n"] == 16 and c4["runs_valid"] == 2
+
+
+def test_report_of_a_failed_bench_keeps_what_there_is(tmp_path: Path) -> None:
+    d = make_bench(tmp_path, "a", 1000)
+    shutil.rmtree(d / "runs" / "c4-m2")
+    (d / "client.json").write_text(json.dumps({"status": "failed", "reason": "the server stopped answering"}))
+    s = bench_report.write_report(d)
+    assert s["status"] == "failed" and s["reason"] == "the server stopped answering"
+    run = next(r for r in s["runs"] if r["id"] == "c4-m2")
+    assert run["status"] == "not run"
+    assert "status: FAILED" in (d / "report.txt").read_text()
