@@ -624,7 +624,7 @@ def summarize_run(
             server = server_figures(metrics_before, metrics_after)
         except ValueError as exc:
             flags.append(f"metrics snapshots unreadable: {exc}")
-    else:
+    elif state != "not run":
         flags.append("no metrics snapshot pair: the server's side of this run is unknown")
     if server is not None:
         if server["restarted"]:
