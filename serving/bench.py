@@ -721,6 +721,29 @@ def pool_point(
     }
 
 
+# Reference figures that name an operating point: <figure>_concurrency_<n> (inventory gpu_class.reference).
+_REFERENCE_FIGURES = {
+    "decode_tok_s": ("decode_tok_s", "per-request decode rate, tok/s"),
+    "aggregate_tok_s": ("output_tok_s", "aggregate output, tok/s"),
+}
+
+
+def reference_beside_measured(
+    reference: Mapping[str, Any] | None, pooled: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The class's reference figures that name a concurrency, each beside the measured median at that point."""
+    out: list[dict[str, Any]] = []
+    for key, value in sorted((reference or {}).items()):
+        head, sep, n = key.rpartition("_concurrency_")
+        if not sep or head not in _REFERENCE_FIGURES or not n.isdigit():
+            continue
+        figure, what = _REFERENCE_FIGURES[head]
+        point = next((p for p in pooled if p.get("max_concurrency") == int(n) and p.get("request_rate") is None), None)
+        measured = point[figure]["median"] if point else None
+        out.append({"key": key, "what": what, "concurrency": int(n), "reference": value, "measured": measured})
+    return out
+
+
 def weight_read_bound(gpu_class: Mapping[str, Any] | None) -> dict[str, float] | None:
     """The class's weight-read bound on decode: bytes read per token / memory bandwidth (seed 000, §9)."""
     ref = (gpu_class or {}).get("reference") or {}

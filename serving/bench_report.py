@@ -99,6 +99,9 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         "runs": runs,
         "points": points,
         "reference": (manifest.get("gpu_class") or {}).get("reference"),
+        "reference_beside_measured": bench.reference_beside_measured(
+            (manifest.get("gpu_class") or {}).get("reference"), points
+        ),
         "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
     }
 
@@ -195,7 +198,13 @@ def render_text(s: Mapping[str, Any]) -> str:
         lines += [f"  {r['id']}: {f}" for r in flagged for f in r["flags"]]
     if s["reference"]:
         lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}):"]
-        lines += [f"  {k}: {v}" for k, v in sorted(s["reference"].items())]
+        beside = {b["key"]: b for b in s["reference_beside_measured"]}
+        for k, v in sorted(s["reference"].items()):
+            b = beside.get(k)
+            lines.append(
+                f"  {k}: {v}"
+                + (f"   measured here at concurrency {b['concurrency']}: {_f(b['measured'])}" if b else "")
+            )
     if s["weight_read_bound"]:
         b = s["weight_read_bound"]
         lines.append(

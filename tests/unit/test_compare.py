@@ -131,3 +131,22 @@ def test_report_of_a_failed_bench_keeps_what_there_is(tmp_path: Path) -> None:
     run = next(r for r in s["runs"] if r["id"] == "c4-m2")
     assert run["status"] == "not run"
     assert "status: FAILED" in (d / "report.txt").read_text()
+
+
+def test_class_reference_figures_sit_beside_the_measured_ones(tmp_path: Path) -> None:
+    d = make_bench(tmp_path, "a", 1000)
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["gpu_class"] = {
+        "name": "rtxpro6000",
+        "reference": {"decode_tok_s_concurrency_1": 57.6, "aggregate_tok_s_concurrency_4": 144.4,
+                      "aggregate_tok_s_concurrency_2": 97.4, "ms_per_token": 17.5},
+    }  # fmt: skip
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    s = bench_report.write_report(d)
+    beside = {b["key"]: b for b in s["reference_beside_measured"]}
+    c4 = next(p for p in s["points"] if p["point"] == "c4")
+    assert beside["aggregate_tok_s_concurrency_4"]["measured"] == c4["output_tok_s"]["median"]
+    assert beside["aggregate_tok_s_concurrency_2"]["measured"] is None  # smoke has no concurrency 2
+    assert "ms_per_token" not in beside
+    text = (d / "report.txt").read_text()
+    assert "aggregate_tok_s_concurrency_4: 144.4   measured here at concurrency 4:" in text
