@@ -6,6 +6,7 @@
   refdeploy probe-io-argv --probes-image TAG --target F --data-dir D --out DIR [...]
   refdeploy capture-argv --probes-image TAG --container NAME --container-port N --out DIR --host H [...]
   refdeploy gpu-plan --profile NAME --class-json J --image TAG  < host readings (JSON)
+  refdeploy numa-verify --plan-json J [--tp N]  < workers' /proc/<pid>/status listing
   refdeploy manifest --runs-dir DIR  < raw readings (JSON)
 
 Each prints JSON (or nothing) on stdout and one clear line on stderr when it
@@ -76,19 +77,20 @@ def cmd_effective(a: argparse.Namespace) -> int:
 
 
 def cmd_manifest(a: argparse.Namespace) -> int:
-    from serving.manifest import build_manifest, failed_checks, new_run_dir
+    from serving.manifest import build_manifest, build_rendered_manifest, failed_checks, new_run_dir
 
     raw = json.loads(Path(a.raw).read_text() if a.raw else sys.stdin.read())
     run_dir = new_run_dir(Path(a.runs_dir), raw["host"])
     raw["run_id"] = run_dir.name
     (run_dir / "raw-readings.json").write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
-    manifest = build_manifest(raw)
+    manifest = build_rendered_manifest(raw) if raw.get("launched") is False else build_manifest(raw)
     out = run_dir / "manifest.json"
     out.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     print(str(out))
     bad = failed_checks(manifest)
     if bad:
-        print(f"manifest {out}: the running container differs from the plan: " + "; ".join(bad), file=sys.stderr)
+        what = "the rendered container" if manifest["kind"] == "deploy-rendered" else "the running container"
+        print(f"manifest {out}: {what} differs from the plan: " + "; ".join(bad), file=sys.stderr)
         return 1
     return 0
 
@@ -137,7 +139,14 @@ def cmd_gpu_plan(a: argparse.Namespace) -> int:
 
     text = Path(a.readings).read_text() if a.readings else sys.stdin.read()
     readings = parse_readings_blob(text) if a.readings_blob else json.loads(text)
-    plan = plan_gpu_host(load_profile(a.profile), class_spec_from(json.loads(a.class_json)), readings, a.image)
+    plan = plan_gpu_host(
+        load_profile(a.profile),
+        class_spec_from(json.loads(a.class_json)),
+        readings,
+        a.image,
+        data_disk=a.data_disk or None,
+        engine_memlock=a.engine_memlock or None,
+    )
     sys.stdout.write(dumps(plan))
     if not plan.ok:
         sys.stderr.write(plan.budget_table)
@@ -145,6 +154,15 @@ def cmd_gpu_plan(a: argparse.Namespace) -> int:
             print(f"{plan.host}: {line}", file=sys.stderr)
         return 1
     return 0
+
+
+def cmd_numa_verify(a: argparse.Namespace) -> int:
+    from serving.numa import plan_from_json, verify_running
+
+    problems = verify_running(plan_from_json(json.loads(a.plan_json)), sys.stdin.read(), a.tp)
+    for line in problems:
+        print(line, file=sys.stderr)
+    return 1 if problems else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -197,7 +215,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--image", required=True, help="the runtime image tag the container would run")
     p.add_argument("--readings", help="host readings JSON (default: stdin); see serving/gpu_plan.py")
     p.add_argument("--readings-blob", action="store_true", help="readings as the gpu_facts role prints them")
+    p.add_argument("--data-disk", help="the disk the data paths must sit on (e.g. nvme1n1); default: any NVMe")
+    p.add_argument("--engine-memlock", help="LimitMEMLOCK the deploy gives the engine (infinity or bytes)")
     p.set_defaults(func=cmd_gpu_plan)
+
+    p = sub.add_parser("numa-verify", help="check running workers' CPU/memory binding against the NUMA plan")
+    p.add_argument("--plan-json", required=True, help="the NUMA plan (gpu-plan's numa_plan), as JSON")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (ranks per PP stage)")
+    p.set_defaults(func=cmd_numa_verify)
 
     p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
     p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")

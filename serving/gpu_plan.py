@@ -13,7 +13,9 @@ every failure as one line, and renders the container spec only for a host that p
     "meminfo": <cat /proc/meminfo>,
     "cgroup_fs": <stat -fc %T /sys/fs/cgroup: cgroup2fs on v2, tmpfs on v1 and hybrid>,
     "docker_runtimes": <docker info --format '{{json .Runtimes}}'>,
-    "dockerd_limits": <cat /proc/$(pidof dockerd)/limits>: what `--ulimit memlock` can reach
+    "dockerd_limits": <cat /proc/$(pidof dockerd)/limits>: what `--ulimit memlock` can reach,
+    optional, the data the server reads (serving.nvme): "data_paths" (one path per line),
+    "findmnt:<path>" per path, "lsblk", "smart:<disk>" per NVMe disk; "missing nvme" when nvme-cli is absent
   }
 """
 
@@ -26,12 +28,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from serving import gpu_facts, limits, numa, pinned_ram
+from serving import gpu_facts, limits, numa, nvme, pinned_ram
 from serving.errors import InputError
 from serving.profile import Profile
 from serving.render import PROFILE_LABEL, SPEC_LABEL, render_container_spec, spec_digest
 
 SCHEMA_VERSION = 1
+# The systemd slice every serving container runs under (Docker's --cgroup-parent, systemd cgroup driver).
+SLICE_NAME = "refdeploy.slice"
 REQUIRED_READINGS = (
     "hostname",
     "nvidia_smi_L",
@@ -58,6 +62,8 @@ class GpuHostPlan:
     budget: dict[str, Any] | None
     budget_table: str
     container_spec: dict[str, Any] | None
+    data: list[dict[str, Any]] | None = None
+    slice_unit: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -142,6 +148,16 @@ def _memlock(limits_text: str) -> tuple[int | None, int | None]:
     return (None if soft == limits.UNLIMITED else soft), (None if hard == limits.UNLIMITED else hard)
 
 
+def _planned_memlock(value: str) -> tuple[int | None, int | None]:
+    if value.strip().lower() in ("infinity", "unlimited", "-1"):
+        return None, None
+    try:
+        n = int(value)
+    except ValueError:
+        raise GpuPlanError(f"pinned_ram_engine_memlock {value!r}: expected infinity or a size in bytes") from None
+    return n, n
+
+
 def _mem_total(meminfo: str) -> int:
     for line in meminfo.splitlines():
         if line.startswith("MemTotal:"):
@@ -197,13 +213,54 @@ def render_gpu_container_spec(profile: Profile, image: str, plan: numa.NumaPlan)
     spec["cpuset_cpus"] = plan.cpuset_cpus
     spec["cpuset_mems"] = plan.cpuset_mems
     spec["volumes"] = [*spec["volumes"], *(f"{p}:{p}:ro" for p in profile.gpu.data_paths)]
+    spec["cgroup_parent"] = SLICE_NAME
     spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
     return spec
 
 
+def serving_slice(profile: Profile, plan: numa.NumaPlan) -> dict[str, Any]:
+    """The serving slice's limits and its systemd unit: the NUMA plan's CPUs and memory node(s), a CPU
+    quota of those CPUs and no more, and the container's memory limit, so the slice is the ancestor whose
+    limits bound everything serving runs (the container's own limits sit inside it)."""
+    cpus = numa.parse_cpulist(plan.cpuset_cpus)
+    memory_max = docker_size_bytes(profile.container.memory) if profile.container.memory else None
+    lines = [
+        "# Managed by refdeploy (ansible/roles/cgroups): the parent cgroup of the serving containers.",
+        "# Rendered by serving/gpu_plan.py from the NUMA plan and the profile; edits are overwritten.",
+        "[Unit]",
+        f"Description=refdeploy serving slice (profile {profile.name})",
+        "Before=slices.target",
+        "",
+        "[Slice]",
+        "CPUAccounting=yes",
+        "MemoryAccounting=yes",
+        f"AllowedCPUs={plan.cpuset_cpus}",
+        f"AllowedMemoryNodes={plan.cpuset_mems}",
+        f"CPUQuota={100 * len(cpus)}%",
+    ]
+    if memory_max is not None:
+        lines.append(f"MemoryMax={memory_max}")
+    return {
+        "name": SLICE_NAME,
+        "allowed_cpus": plan.cpuset_cpus,
+        "allowed_memory_nodes": plan.cpuset_mems,
+        "cpu_quota_pct": 100 * len(cpus),
+        "memory_max_bytes": memory_max,
+        "unit": "\n".join(lines) + "\n",
+    }
+
+
 def plan_gpu_host(
-    profile: Profile, class_spec: gpu_facts.GpuClassSpec, readings: Mapping[str, str], image: str
+    profile: Profile,
+    class_spec: gpu_facts.GpuClassSpec,
+    readings: Mapping[str, str],
+    image: str,
+    *,
+    data_disk: str | None = None,
+    engine_memlock: str | None = None,
 ) -> GpuHostPlan:
+    """engine_memlock: the LimitMEMLOCK the deploy will give the engine (pinned_ram role), instead of the
+    limit dockerd runs with now; "infinity" or a size in bytes."""
     missing = [k for k in REQUIRED_READINGS if k not in readings]
     if missing:
         raise GpuPlanError(f"host readings lack {', '.join(missing)}")
@@ -263,11 +320,12 @@ def plan_gpu_host(
             except numa.NumaError as e:
                 failures.append(str(e))
 
-    budget = pinned_ram.compute_budget(
-        budget_inputs(profile, _mem_total(readings["meminfo"]), _memlock(readings["dockerd_limits"]))
-    )
+    memlock = _planned_memlock(engine_memlock) if engine_memlock else _memlock(readings["dockerd_limits"])
+    budget = pinned_ram.compute_budget(budget_inputs(profile, _mem_total(readings["meminfo"]), memlock))
     failures += budget.failures
     _check_kv_size(profile, failures)
+    data, data_failures = check_data(readings, host, data_disk)
+    failures += data_failures
     spec = render_gpu_container_spec(profile, image, plan) if plan is not None and not failures else None
     return GpuHostPlan(
         host=host,
@@ -277,7 +335,51 @@ def plan_gpu_host(
         budget=pinned_ram.budget_to_json(budget),
         budget_table=pinned_ram.format_budget_table(budget),
         container_spec=spec,
+        data=data,
+        slice_unit=serving_slice(profile, plan) if plan is not None else None,
     )
+
+
+def check_data(
+    readings: Mapping[str, str], host: str, expected_disk: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Where each data path sits and how healthy that drive is: (one record per path, failure lines).
+
+    No "lsblk" reading means the host was not asked (an older role): nothing is checked, and the
+    record says so. nvme-cli missing on the host is a failure: the SMART health cannot be read.
+    """
+    if "lsblk" not in readings:
+        return [], []
+    records: list[dict[str, Any]] = []
+    failures: list[str] = []
+    smart_checked: set[str] = set()
+    for path in [p.strip() for p in readings.get("data_paths", "").splitlines() if p.strip()]:
+        try:
+            dev = nvme.data_device(path, readings.get(f"findmnt:{path}", ""), readings["lsblk"])
+        except nvme.NvmeError as e:
+            failures.append(f"cannot tell which drive holds {path} on {host}: {e}: does the path exist?")
+            continue
+        record: dict[str, Any] = asdict(dev)
+        failures += nvme.check_data_device(dev, host, expected_disk)
+        smart = readings.get(f"smart:{dev.disk}")
+        if smart is not None:
+            try:
+                log = nvme.parse_smart_log(f"/dev/{dev.disk}", smart)
+            except nvme.NvmeError as e:
+                failures.append(f"{host}: {e}")
+            else:
+                record["smart"] = asdict(log)
+                if dev.disk not in smart_checked:
+                    failures += nvme.check_smart_log(log, host)
+                    smart_checked.add(dev.disk)
+        elif dev.disk.startswith("nvme"):
+            why = "nvme-cli is not installed" if "nvme" in readings.get("missing", "").split() else "no reading"
+            failures.append(
+                f"the SMART health of /dev/{dev.disk} under {path} on {host} was not read ({why}): "
+                "install nvme-cli on the host"
+            )
+        records.append(record)
+    return records, failures
 
 
 def _check_kv_size(profile: Profile, failures: list[str]) -> None:
@@ -304,6 +406,8 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "ram_budget": plan.budget,
         "ram_budget_table": plan.budget_table,
         "container_spec": plan.container_spec,
+        "data": plan.data,
+        "slice": plan.slice_unit,
     }
 
 

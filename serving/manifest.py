@@ -8,6 +8,8 @@ the limits in force and the applied patches are the ones the plan asked for.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -207,6 +209,71 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "docker_ulimits": docker_ulimits,
             "proc_limits": {k: ["unlimited" if x == UNLIMITED else x for x in v] for k, v in proc.items()},
         },
+        "gpu": gpu_section(raw.get("gpu")),
+        "verification": checks,
+        "verified": all(c["ok"] for c in checks),
+    }
+
+
+def gpu_section(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A GPU host's part of the manifest: the facts and decisions of the gpu_facts role (GPUs, NUMA plan,
+    RAM budget with its table, the data's drive and its SMART health), the serving slice with the limits
+    read back from its cgroup (absent until systemd has created it), and what the host roles changed."""
+    if not gpu:
+        return None
+    plan = gpu.get("plan") or {}
+    slice_files = parse_sections(gpu.get("slice_readings", ""))
+    return {
+        "gpus": plan.get("gpus"),
+        "numa_plan": plan.get("numa_plan"),
+        "numa_verified_on_workers": gpu.get("numa_verified"),
+        "ram_budget": plan.get("ram_budget"),
+        "ram_budget_table": plan.get("ram_budget_table", "").splitlines(),
+        "data": plan.get("data"),
+        "slice": {
+            **(plan.get("slice") or {}),
+            "limits_read_back": {k: v.strip() for k, v in slice_files.items() if k != "absent"} or None,
+            "absent": slice_files.get("absent", "").strip() or None,
+        },
+        "host_settings": gpu.get("host_settings"),
+    }
+
+
+def build_rendered_manifest(raw: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a deploy that rendered the serving container without starting it (serve_launch:
+    false: the GPU test hosts, which have no GPUs). Everything before the start is recorded as for a real
+    deploy; the spec written on the host must be the plan's."""
+    plan = raw["plan"]
+    spec = plan["container_spec"]
+    image = raw.get("image_inspect") or {}
+    text = raw["rendered_text"]
+    try:
+        on_host = json.loads(text)
+    except json.JSONDecodeError as e:
+        on_host = f"not JSON: {e}"
+    checks: list[dict[str, Any]] = []
+    _check(checks, "rendered container spec on the host is the plan's", spec, on_host)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "deploy-rendered",
+        "launched": False,
+        "host": raw["host"],
+        "run_id": raw["run_id"],
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "host_facts": raw.get("facts", {}),
+        "image": {
+            "tag": plan["images"]["runtime_tag"],
+            "present_on_host": bool(image),
+            "id": image.get("Id"),
+            "vllm": {"distribution": plan["images"]["distribution"], "version": plan["images"]["version"]},
+            "patches": [{"name": p["name"], "sha256": p["sha256"]} for p in plan["images"]["patches"]],
+        },
+        "model": {"host_path": plan["profile"]["model"]["host_path"]},
+        "profile": plan["profile"],
+        "vllm_argv": spec["command"],
+        "container_spec": spec,
+        "rendered_spec": {"path": raw["rendered_path"], "sha256": hashlib.sha256(text.encode()).hexdigest()},
+        "gpu": gpu_section(raw.get("gpu")),
         "verification": checks,
         "verified": all(c["ok"] for c in checks),
     }

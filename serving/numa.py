@@ -373,3 +373,69 @@ def plan_to_json(plan: NumaPlan) -> dict[str, Any]:
         "vllm_args": list(plan.vllm_args),
         "env": dict(sorted(plan.env.items())),
     }
+
+
+def plan_from_json(data: Mapping[str, Any]) -> NumaPlan:
+    """The manifest's record of a plan (plan_to_json) back into a plan, for checking running workers."""
+    try:
+        groups = tuple(
+            GroupPlacement(
+                gpus=tuple(g["gpus"]),
+                nodes=tuple(g["nodes"]),
+                cpus=g["cpus"],
+                ranks=tuple(
+                    RankPlacement(r["rank"], r["gpu"], r["pci_bus_id"], r["node"], r["cpus"]) for r in g["ranks"]
+                ),
+            )
+            for g in data["groups"]
+        )
+        return NumaPlan(
+            groups=groups,
+            cpuset_cpus=data["cpuset_cpus"],
+            cpuset_mems=data["cpuset_mems"],
+            client_cpus=data["reserved"]["client_cpus"],
+            probe_cpus=data["reserved"]["probe_cpus"],
+            vllm_args=tuple(data["vllm_args"]),
+            env=dict(data["env"]),
+        )
+    except (KeyError, TypeError) as e:
+        raise NumaError(f"NUMA plan JSON: missing or malformed {e}") from None
+
+
+_WORKER_TITLE = re.compile(r"^VLLM::Worker(?:_PP(?P<pp>\d+))?(?:_TP(?P<tp>\d+))?\b")
+
+
+def worker_rank(title: str, tp_size: int) -> int | None:
+    """A worker's rank from its process title: VLLM::Worker_PP1 is rank 1 of a PP group, VLLM::Worker_TP3 rank 3
+    of a TP group, VLLM::Worker_PP1_TP2 rank 1*tp+2; None for anything that is not a worker."""
+    m = _WORKER_TITLE.match(title.strip())
+    if m is None:
+        return None
+    return int(m["pp"] or 0) * tp_size + int(m["tp"] or 0)
+
+
+def verify_running(plan: NumaPlan, listing: str, tp_size: int) -> list[str]:
+    """Check the running workers: `listing` holds, per process, a line "==pid PID TITLE" followed by the text
+    of its /proc/PID/status (the numa role reads them inside the container)."""
+    texts: dict[int, str] = {}
+    current: int | None = None
+    lines: list[str] = []
+    problems: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            if current in texts:
+                problems.append(f"rank {current}: two worker processes claim it")
+            texts[current] = "\n".join(lines)
+
+    for line in listing.splitlines():
+        if line.startswith("==pid "):
+            flush()
+            _, _pid, *title = line.split(" ", 2)
+            current, lines = worker_rank(" ".join(title), tp_size), []
+        elif current is not None:
+            lines.append(line)
+    flush()
+    if not texts:
+        return ["no VLLM::Worker process found in the serving container: is it running, and is it a GPU build?"]
+    return problems + verify_placement(plan, texts)

@@ -408,7 +408,8 @@ def _failures(inputs: BudgetInputs, pinned: int) -> list[str]:
         hard_text = "unlimited" if hard is None else format_size(hard)
         failures.append(
             f"pinned memory {format_size(pinned)} exceeds RLIMIT_MEMLOCK {format_size(soft)} "
-            f"(soft; hard {hard_text}): raise LimitMEMLOCK (systemd) / --ulimit memlock for the container"
+            f"(soft; hard {hard_text}): raise the engine's LimitMEMLOCK (inventory: pinned_ram_engine_memlock: "
+            "infinity lets the deploy do it) and --ulimit memlock for the container"
         )
     if budget > inputs.mem_total_bytes:
         failures.append(

@@ -49,6 +49,8 @@ def test_this_machine_is_refused_as_a_3090_host_with_its_real_reasons(tmp_path: 
     assert "localhost runs cgroup v1 (tmpfs at /sys/fs/cgroup)" in out
     assert "Docker on localhost has no nvidia runtime" in out
     assert "exceeds RLIMIT_MEMLOCK 8.00 MiB" in out
+    # The profile's model directory does not exist here.
+    assert "cannot tell which drive holds /srv/models/served on localhost" in out
     assert "Pinned host-RAM budget" in out and "pinned_max_round_threshold_mb=4096: not rounded" in out
     assert host_state() == before
 

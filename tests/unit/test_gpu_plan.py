@@ -192,3 +192,86 @@ def test_a_host_without_nvidia_smi_says_so() -> None:
         "nvidia-smi not found on gpu3090-a: this is not an NVIDIA GPU host, or its driver is not installed"
     )
     assert plan.container_spec is None
+
+
+def _data_readings(profile: str, smart: str | None = None, **extra: str) -> dict[str, str]:
+    d = FIX / HOSTS[profile][0]
+    r = {
+        "data_paths": "/srv/models/served\n",
+        "findmnt:/srv/models/served": (d / "findmnt.json").read_text(),
+        "lsblk": (d / "lsblk.json").read_text(),
+        "smart:nvme1n1": smart if smart is not None else (d / "nvme-smart-log.json").read_text(),
+    }
+    r.update(extra)
+    return r
+
+
+def test_the_data_path_on_a_healthy_nvme_drive_is_recorded() -> None:
+    plan = _plan("rtx3090-pp3", **_data_readings("rtx3090-pp3"))
+    assert plan.failures == []
+    (rec,) = plan.data or []
+    assert (rec["path"], rec["source"], rec["disk"], rec["transport"]) == (
+        "/srv/models/served",
+        "/dev/nvme1n1p1",
+        "nvme1n1",
+        "nvme",
+    )
+    assert rec["smart"]["percentage_used"] == 3
+
+
+def test_a_failing_drive_under_the_data_stops_the_plan() -> None:
+    failing = (Path(__file__).parents[1] / "fixtures" / "nvme" / "smart-log-failing.constructed.json").read_text()
+    plan = _plan("rtx3090-pp3", **_data_readings("rtx3090-pp3", smart=failing))
+    assert plan.container_spec is None
+    assert any("/dev/nvme1n1 on gpu3090-a has 17 media errors" in f for f in plan.failures)
+
+
+def test_data_off_nvme_and_a_missing_path_and_no_nvme_cli_are_each_one_line() -> None:
+    sata = json.dumps({"filesystems": [{"source": "/dev/sda1", "target": "/srv"}]})
+    lsblk = (Path(__file__).parents[1] / "fixtures" / "nvme" / "lsblk.constructed.json").read_text()
+    r = _data_readings("rtx3090-pp3", **{"findmnt:/srv/models/served": sata, "lsblk": lsblk})
+    assert [f for f in _plan("rtx3090-pp3", **r).failures if "not NVMe" in f] != []
+    r = _data_readings("rtx3090-pp3", **{"findmnt:/srv/models/served": "findmnt: no such file\n"})
+    (line,) = _plan("rtx3090-pp3", **r).failures
+    assert line.startswith("cannot tell which drive holds /srv/models/served on gpu3090-a")
+    r = _data_readings("rtx3090-pp3", missing="nvme")
+    del r["smart:nvme1n1"]
+    (line,) = _plan("rtx3090-pp3", **r).failures
+    assert "(nvme-cli is not installed): install nvme-cli on the host" in line
+
+
+def test_the_data_must_be_on_the_disk_the_inventory_names() -> None:
+    profile = "rtx3090-pp3"
+    plan = gpu_plan.plan_gpu_host(
+        load_profile(profile),
+        _class(profile),
+        _readings(profile, **_data_readings(profile)),
+        IMAGE,
+        data_disk="nvme0n1",
+    )
+    assert plan.failures == [
+        "/srv/models/served on gpu3090-a is on nvme1n1, expected nvme0n1: check the mount or the inventory"
+    ]
+
+
+def test_the_serving_slice_carries_the_numa_plan_and_the_container_memory() -> None:
+    plan = _plan("rtx3090-pp3")
+    s = plan.slice_unit
+    assert s is not None and plan.container_spec is not None
+    assert plan.container_spec["cgroup_parent"] == s["name"] == "refdeploy.slice"
+    assert (s["allowed_cpus"], s["allowed_memory_nodes"], s["cpu_quota_pct"]) == ("0-27", "0", 2800)
+    assert s["memory_max_bytes"] == 110 * 1024**3
+    assert "AllowedCPUs=0-27\n" in s["unit"] and f"MemoryMax={110 * 1024**3}\n" in s["unit"]
+    pro = _plan("rtxpro6000-tp8").slice_unit
+    assert pro is not None and pro["allowed_memory_nodes"] == "0-1"
+
+
+def test_a_planned_engine_memlock_replaces_the_low_one_dockerd_runs_with() -> None:
+    profile = "rtx3090-pp3"
+    low = _readings(profile, dockerd_limits=MEMLOCK_8MIB)
+    refused = gpu_plan.plan_gpu_host(load_profile(profile), _class(profile), low, IMAGE)
+    assert any("exceeds RLIMIT_MEMLOCK 8.00 MiB" in f for f in refused.failures)
+    planned = gpu_plan.plan_gpu_host(load_profile(profile), _class(profile), low, IMAGE, engine_memlock="infinity")
+    assert planned.failures == []
+    with pytest.raises(gpu_plan.GpuPlanError, match="expected infinity or a size in bytes"):
+        gpu_plan.plan_gpu_host(load_profile(profile), _class(profile), low, IMAGE, engine_memlock="lots")

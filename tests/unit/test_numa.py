@@ -11,10 +11,13 @@ from serving.numa import (
     NumaPlan,
     format_cpulist,
     parse_cpulist,
+    plan_from_json,
     plan_placement,
     plan_to_json,
     read_topology,
     verify_placement,
+    verify_running,
+    worker_rank,
 )
 
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "gpu-hosts"
@@ -238,3 +241,36 @@ def test_plan_to_json() -> None:
     }
     assert doc["vllm_args"][:3] == ["--numa-bind", "--numa-bind-nodes", "0"]
     assert doc["env"] == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+
+
+def test_plan_json_round_trip() -> None:
+    for plan in (_plan_3090(), _plan_pro6000()):
+        assert plan_from_json(plan_to_json(plan)) == plan
+    with pytest.raises(NumaError, match="missing or malformed 'groups'"):
+        plan_from_json({})
+
+
+@pytest.mark.parametrize(
+    ("title", "tp", "rank"),
+    [
+        ("VLLM::Worker_PP2", 1, 2),
+        ("VLLM::Worker_TP5 ", 8, 5),
+        ("VLLM::Worker_PP1_TP2", 4, 6),
+        ("VLLM::Worker", 1, 0),
+        ("VLLM::EngineCore", 1, None),
+        ("python3 -m vllm", 1, None),
+    ],
+)
+def test_worker_rank_from_the_process_title(title: str, tp: int, rank: int | None) -> None:
+    assert worker_rank(title, tp) == rank
+
+
+def test_running_workers_are_checked_from_the_containers_proc_listing() -> None:
+    plan = _plan_3090()
+    listing = "".join(f"==pid {100 + r.rank} VLLM::Worker_PP{r.rank}\n" + _status(r.cpus, "0") for r in plan.ranks)
+    assert verify_running(plan, "==pid 7 VLLM::EngineCore\nName:\tx\n" + listing, tp_size=1) == []
+    unbound = listing.replace("Cpus_allowed_list:\t0-27", "Cpus_allowed_list:\t0-31", 1)
+    assert verify_running(plan, unbound, tp_size=1) == [
+        "rank 0 (GPU 0): Cpus_allowed_list is 0-31, the plan binds it to 0-27"
+    ]
+    assert verify_running(plan, "", tp_size=1)[0].startswith("no VLLM::Worker process found")

@@ -237,7 +237,8 @@ def test_memlock_too_low_fails_with_its_line() -> None:
     assert not budget.fits
     assert budget.failures == [
         "pinned memory 96.00 GiB exceeds RLIMIT_MEMLOCK 8.00 MiB (soft; hard 8.00 MiB): "
-        "raise LimitMEMLOCK (systemd) / --ulimit memlock for the container"
+        "raise the engine's LimitMEMLOCK (inventory: pinned_ram_engine_memlock: infinity lets the deploy do it) "
+        "and --ulimit memlock for the container"
     ]
 
 
