@@ -24,6 +24,7 @@ came home:
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -76,9 +77,9 @@ class Workload(_Strict):
     seed: int = 7
     warmups: int = Field(default=1, ge=0)
     runs: int = Field(default=3, ge=1)
-    # fresh: every run sends prompts no earlier run sent (its own seed), and the cache is reset first where the
-    # server offers /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1); "off": the server must run without prefix
-    # caching. Either way the metrics delta must show no prefix-cache hits.
+    # fresh: every run's requests carry their own cache_salt (no block cached by another run can serve them),
+    # and the cache is also reset first where the server offers /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1);
+    # "off": the server runs without prefix caching. Either way the metrics delta must show no hits.
     prefix_cache: Literal["fresh", "off"] = "fresh"
     # Seconds one run may take before it is stopped and marked failed.
     run_timeout_s: float = Field(default=600, gt=0)
@@ -251,26 +252,33 @@ def bench_argv(
     return argv
 
 
-def seed_offset_for(w: Workload, unix_s: float) -> int:
-    """The bench's seed offset: 0 with prefix caching off; else one the server has not seen from this project.
+def cache_salt_for(w: Workload, unix_s: float) -> str | None:
+    """The bench's prefix-cache salt: None with prefix caching off, else one no earlier bench used.
 
-    vLLM's KV cache outlives a bench and the default deploy offers no /reset_prefix_cache (it needs
-    VLLM_SERVER_DEV_MODE), so a second bench with the seeds of the first would be served partly from the cache
-    (seen here: 32 tokens of hits in a repeat). Random prompts of fixed lengths cost the same whichever seed
-    draws them; each run's seed is recorded, so a bench can be repeated exactly with its offset.
+    vLLM's KV cache outlives a bench, the default deploy offers no /reset_prefix_cache (it needs
+    VLLM_SERVER_DEV_MODE), and vLLM's random dataset draws each prompt as consecutive token ids from a random
+    start: with this tiny model's 4096-token vocabulary, prompts of later runs started where earlier ones had,
+    and 2 to 7 of 16 prompts per run were partly served from the cache (64-224 tokens of hits). A request's
+    `cache_salt` keeps it off blocks cached under another salt, so each run gets its own (the bench's salt and
+    the run id), and the seeds stay fixed: two benches send the same prompts.
     """
     if w.prefix_cache == "off":
-        return 0
-    return 1000 * (int(unix_s) % 1_000_000)
+        return None
+    return f"refdeploy-bench-{int(unix_s)}"
 
 
 def client_runs(
-    w: Workload, base_url: str, served_name: str, tokenizer: str, seed_offset: int = 0
+    w: Workload,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    seed_offset: int = 0,
+    cache_salt: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every run the client makes, in order: per point, the warm-ups then the measured runs.
 
-    Each run has its own seed (workload seed + the bench's offset + its position), so no run repeats an earlier
-    run's prompts and the prefix cache cannot serve one run from another.
+    Each run has its own seed (workload seed + offset + its position) and, with a salt, its own cache_salt, so
+    no run is served from blocks another run cached.
     """
     runs: list[dict[str, Any]] = []
     k = seed_offset
@@ -280,18 +288,21 @@ def client_runs(
                 run_id = f"{p.id}-{'w' if phase == 'warmup' else 'm'}{i + 1}"
                 seed = w.seed + k
                 k += 1
+                argv = bench_argv(w, p, seed, base_url, served_name, tokenizer, f"{CLIENT_DIR}/out/runs/{run_id}")
+                salt = f"{cache_salt}-{run_id}" if cache_salt else None
+                if salt:
+                    argv += ["--extra-body", json.dumps({"cache_salt": salt})]
                 runs.append(
                     {
                         "id": run_id,
                         "point": p.id,
                         "phase": phase,
                         "seed": seed,
+                        "cache_salt": salt,
                         "max_concurrency": p.max_concurrency,
                         "request_rate": None if math.isinf(p.request_rate) else p.request_rate,
                         "timeout_s": w.run_timeout_s,
-                        "argv": bench_argv(
-                            w, p, seed, base_url, served_name, tokenizer, f"{CLIENT_DIR}/out/runs/{run_id}"
-                        ),
+                        "argv": argv,
                     }
                 )
     return runs
@@ -307,6 +318,7 @@ def plan_bench(
     client_cpus: str = "",
     gpu_class: Mapping[str, Any] | None = None,
     seed_offset: int = 0,
+    cache_salt: str | None = None,
 ) -> dict[str, Any]:
     """The client's plan, its container's argv and the bench manifest, from the deployment's plan.
 
@@ -320,7 +332,7 @@ def plan_bench(
     base_url = f"http://{'127.0.0.1' if ip in ('0.0.0.0', '') else ip}:{ports.get('host_port', 8000)}"
     model = profile["model"]
     placement = place_client(host_online_cpus, server_cpuset, client_cpus)
-    runs = client_runs(workload, base_url, model["served_name"], model["container_path"], seed_offset)
+    runs = client_runs(workload, base_url, model["served_name"], model["container_path"], seed_offset, cache_salt)
     container = serving_plan["container_spec"]["name"]
     samplers = profile.get("probes", {})
     samplers_dir = (
@@ -361,7 +373,11 @@ def plan_bench(
         f"{profile.get('image', {}).get('version', '?')}, the runtime image)",
         "base_url": base_url,
         "seed_offset": seed_offset,
-        "runs": [{k: r[k] for k in ("id", "point", "phase", "seed", "max_concurrency", "request_rate")} for r in runs],
+        "cache_salt": cache_salt,
+        "runs": [
+            {k: r[k] for k in ("id", "point", "phase", "seed", "cache_salt", "max_concurrency", "request_rate")}
+            for r in runs
+        ],
         "gpu_class": dict(gpu_class) if gpu_class else None,
     }
     # Per run: the timeout, the client's start-up and a margin for metrics snapshots.

@@ -23,7 +23,7 @@ from typing import Any
 def cmd_bench_plan(a: argparse.Namespace) -> int:
     import time
 
-    from serving.bench import load_workload, plan_bench, seed_offset_for
+    from serving.bench import cache_salt_for, load_workload, plan_bench
 
     workload = load_workload(a.workload)
     if a.runs:
@@ -37,7 +37,8 @@ def cmd_bench_plan(a: argparse.Namespace) -> int:
         a.server_cpuset,
         a.client_cpus,
         json.loads(a.gpu_class_json) if a.gpu_class_json else None,
-        seed_offset_for(workload, time.time()) if a.seed_offset < 0 else a.seed_offset,
+        a.seed_offset,
+        a.cache_salt or cache_salt_for(workload, time.time()),
     )
     json.dump(plan, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
@@ -86,7 +87,8 @@ def register(sub: Any) -> None:
     p.add_argument("--server-cpuset", default="", help="the serving container's cpuset ('' for unpinned)")
     p.add_argument("--client-cpus", default="", help="pin the client here instead of outside the server's set")
     p.add_argument("--runs", type=int, default=0, help="measured runs per point (default: the workload's)")
-    p.add_argument("--seed-offset", type=int, default=-1, help="added to every run's seed (-1: chosen, see bench.py)")
+    p.add_argument("--seed-offset", type=int, default=0, help="added to every run's seed (other prompts)")
+    p.add_argument("--cache-salt", default="", help="the bench's prefix-cache salt (default: new per bench)")
     p.add_argument("--gpu-class-json", default="", help="the inventory's gpu_class, for reference figures")
     p.set_defaults(func=cmd_bench_plan)
 

@@ -80,8 +80,8 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
     }
     mode = workload.get("prefix_cache")
     if mode == "fresh":
-        cache_note = "fresh prompts per run (own seed)" + (
-            ", cache reset before each run" if resets == {200} else "; /reset_prefix_cache not offered by the server"
+        cache_note = "each run's requests carry their own cache_salt" + (
+            ", cache reset before each run" if resets == {200} else " (/reset_prefix_cache not offered by the server)"
         )
     else:
         cache_note = "prefix caching off on the server"

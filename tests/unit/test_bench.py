@@ -146,10 +146,15 @@ def test_arrival_rate_points_have_no_concurrency_cap() -> None:
     assert r2["argv"][r2["argv"].index("--burstiness") + 1] == "inf"
 
 
-def test_seed_offset_is_zero_only_without_prefix_caching() -> None:
-    assert bench.seed_offset_for(SMOKE.model_copy(update={"prefix_cache": "off"}), 1e9) == 0
-    a, b = bench.seed_offset_for(SMOKE, 1_795_000_000), bench.seed_offset_for(SMOKE, 1_795_000_001)
-    assert a != b and a % 1000 == 0
+def test_each_run_gets_its_own_cache_salt_unless_caching_is_off() -> None:
+    assert bench.cache_salt_for(SMOKE.model_copy(update={"prefix_cache": "off"}), 1e9) is None
+    salt = bench.cache_salt_for(SMOKE, 1_795_000_000)
+    assert salt == "refdeploy-bench-1795000000"
+    runs = bench.client_runs(SMOKE, "http://127.0.0.1:8000", "m", "/t", cache_salt=salt)
+    bodies = [json.loads(r["argv"][r["argv"].index("--extra-body") + 1]) for r in runs]
+    assert bodies[0] == {"cache_salt": "refdeploy-bench-1795000000-c1-w1"}
+    assert len({b["cache_salt"] for b in bodies}) == len(runs)
+    assert "--extra-body" not in bench.client_runs(SMOKE, "u", "m", "/t")[0]["argv"]
 
 
 def test_conditions_see_a_profile_setting_and_ignore_names() -> None:
