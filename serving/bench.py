@@ -505,30 +505,78 @@ def bootstrap_diff(
     level: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float, float]:
-    """stat(B) - stat(A) and its bootstrap confidence interval.
+    """stat(B) - stat(A) and its bootstrap confidence interval, for one bench per side (runs of requests).
 
     Two-level resampling: runs with replacement, then observations within each chosen run. Requests of one
     run share its conditions, so resampling requests alone would ignore the run-to-run spread (REFERENCE §1:
     about ±12% here) and call noise a difference.
     """
-    a = [list(r) for r in a_runs if r]
-    b = [list(r) for r in b_runs if r]
-    if not a or not b:
+    return bootstrap_diff_benches([a_runs], [b_runs], stat, iterations, level, seed)
+
+
+def bootstrap_diff_benches(
+    a: Sequence[Sequence[Sequence[float]]],
+    b: Sequence[Sequence[Sequence[float]]],
+    stat: Callable[[Sequence[float]], float] = statistics.median,
+    iterations: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """stat(B) - stat(A) with its bootstrap interval when each side is several benches (of runs of requests).
+
+    Three levels: benches, then runs within a bench, then requests within a run. Runs of one bench are not
+    independent either: on this shared machine, back-to-back benches of one deploy differed by ~20% while the
+    runs inside each agreed, so with several benches per side the bench is the unit that is resampled. With
+    one bench per side that level is fixed, and drift between the two benches is inside the effect.
+    """
+    side_a = [x for x in ([list(r) for r in bench if r] for bench in a) if x]
+    side_b = [x for x in ([list(r) for r in bench if r] for bench in b) if x]
+    if not side_a or not side_b:
         raise ValueError("both sides need at least one run with observations")
     rng = random.Random(seed)
 
-    def resample(runs: list[list[float]]) -> list[float]:
+    def resample(benches: list[list[list[float]]]) -> list[float]:
         pooled: list[float] = []
-        for _ in runs:
-            run = runs[rng.randrange(len(runs))]
-            pooled.extend(run[rng.randrange(len(run))] for _ in run)
+        for _ in benches:
+            bench = benches[rng.randrange(len(benches))] if len(benches) > 1 else benches[0]
+            for _ in bench:
+                run = bench[rng.randrange(len(bench))]
+                pooled.extend(run[rng.randrange(len(run))] for _ in run)
         return pooled
 
-    est = stat([x for r in b for x in r]) - stat([x for r in a for x in r])
-    diffs = sorted(stat(resample(b)) - stat(resample(a)) for _ in range(iterations))
+    def flat(benches: list[list[list[float]]]) -> list[float]:
+        return [x for bench in benches for r in bench for x in r]
+
+    est = stat(flat(side_b)) - stat(flat(side_a))
+    diffs = sorted(stat(resample(side_b)) - stat(resample(side_a)) for _ in range(iterations))
     lo_i = math.floor((1 - level) / 2 * iterations)
     hi_i = min(iterations - 1, math.ceil((1 + level) / 2 * iterations) - 1)
     return est, diffs[lo_i], diffs[hi_i]
+
+
+# Two-sided 97.5% quantiles of Student's t by degrees of freedom (a fractional df rounds down: wider).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}  # fmt: skip
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float] | None:
+    """mean(b) - mean(a) and its 95% Welch t interval, over per-bench figures; None with fewer than 2 a side.
+
+    The bootstrap cannot say how far two or three benches a side may drift apart by chance (it underestimates
+    spread at such small n); Student's t with Welch's degrees of freedom can, and is wide when it should be.
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.mean(b) - statistics.mean(a)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / ((va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0))
+    t = next((_T975[k] for k in sorted(_T975, reverse=True) if k <= max(1.0, df)), _T975[1])
+    if df > 60:
+        t = 1.96
+    return diff, diff - t * se, diff + t * se
 
 
 # --- one run, read back ---------------------------------------------------------------------------------------

@@ -49,8 +49,8 @@ class Side:
     dirs: tuple[Path, ...]
     manifests: tuple[dict[str, Any], ...]
     started: tuple[float, ...]  # each bench's first run start, unix s
-    # point -> figure -> one list of observations per measured run
-    observations: dict[str, dict[str, list[list[float]]]]
+    # point -> figure -> per bench, one list of observations per measured run
+    observations: dict[str, dict[str, list[list[list[float]]]]]
 
 
 def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
@@ -98,7 +98,7 @@ def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
     if not refs:
         raise InputError(f"side {name}: give at least one bench run")
     dirs, manifests, started = [], [], []
-    observations: dict[str, dict[str, list[list[float]]]] = {}
+    observations: dict[str, dict[str, list[list[list[float]]]]] = {}
     for ref in refs:
         d = resolve_bench_dir(ref, runs_dir)
         manifest, first, obs = _load_bench(d)
@@ -108,7 +108,7 @@ def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
         for point, figures in obs.items():
             into = observations.setdefault(point, {k: [] for k in FIGURES})
             for k, runs in figures.items():
-                into[k].extend(runs)
+                into[k].append(runs)
     return Side(name, tuple(dirs), tuple(manifests), tuple(started), observations)
 
 
@@ -153,17 +153,27 @@ def order(a: Side, b: Side) -> str:
 
 
 def effect(
-    a_runs: list[list[float]], b_runs: list[list[float]], higher_is_better: bool, iterations: int, seed: int
+    a_benches: list[list[list[float]]],
+    b_benches: list[list[list[float]]],
+    higher_is_better: bool,
+    iterations: int,
+    seed: int,
 ) -> dict[str, Any] | None:
-    a_runs = [r for r in a_runs if r]
-    b_runs = [r for r in b_runs if r]
+    a_runs = [r for bench_runs in a_benches for r in bench_runs if r]
+    b_runs = [r for bench_runs in b_benches for r in bench_runs if r]
     if not a_runs or not b_runs:
         return None
-    est, lo, hi = bench.bootstrap_diff(a_runs, b_runs, iterations=iterations, seed=seed)
+    est, lo, hi = bench.bootstrap_diff_benches(a_benches, b_benches, iterations=iterations, seed=seed)
     med_a = statistics.median([x for r in a_runs for x in r])
     med_b = statistics.median([x for r in b_runs for x in r])
+    # With several benches a side, the difference must also stand out from the drift between benches.
+    per_bench_a = [statistics.median([x for r in runs for x in r]) for runs in a_benches if any(runs)]
+    per_bench_b = [statistics.median([x for r in runs for x in r]) for runs in b_benches if any(runs)]
+    welch = bench.welch_interval(per_bench_a, per_bench_b)
     if lo <= 0 <= hi:
         verdict = NO_DIFFERENCE
+    elif welch is not None and welch[1] <= 0 <= welch[2]:
+        verdict = f"{NO_DIFFERENCE} (between benches: the benches of one side drift as far apart)"
     else:
         better = (est > 0) == higher_is_better
         verdict = f"B {'higher' if est > 0 else 'lower'} ({'better' if better else 'worse'})"
@@ -172,10 +182,15 @@ def effect(
         "median_b": med_b,
         "n_runs_a": len(a_runs),
         "n_runs_b": len(b_runs),
+        "n_benches_a": sum(1 for x in a_benches if any(x)),
+        "n_benches_b": sum(1 for x in b_benches if any(x)),
         "n_a": sum(len(r) for r in a_runs),
         "n_b": sum(len(r) for r in b_runs),
         "diff": est,
         "ci95": [lo, hi],
+        "bench_medians_a": per_bench_a,
+        "bench_medians_b": per_bench_b,
+        "welch_ci95_over_benches": list(welch[1:]) if welch else None,
         "relative": est / med_a if med_a else None,
         "verdict": verdict,
     }
@@ -216,7 +231,15 @@ def render_text(r: Mapping[str, Any]) -> str:
         lines.append("conditions equal on both sides")
     if r.get("note"):
         lines.append(f"note: {r['note']}")
-    lines.append("effect = median(B) - median(A), 95% CI from resampling runs then requests (2-level bootstrap)")
+    lines.append(
+        "effect = median(B) - median(A), 95% CI from resampling benches (when a side has several), runs, requests;"
+    )
+    lines.append("  with 2+ benches a side, also a Welch t interval over the benches' medians: both must exclude 0")
+    if len(r["a"]) == 1 or len(r["b"]) == 1:
+        lines.append(
+            "note: one bench on a side: drift between benches (load, temperature) is not in the interval; "
+            "interleave A/B/A/B for that"
+        )
     for point, figures in r["points"].items():
         lines += ["", f"{point}:"]
         for k, e in figures.items():
@@ -228,6 +251,12 @@ def render_text(r: Mapping[str, Any]) -> str:
             lines.append(
                 f"  {what:24} A {e['median_a']:.4g} {unit} (n={e['n_a']}, {e['n_runs_a']} runs)  "
                 f"B {e['median_b']:.4g} {unit} (n={e['n_b']}, {e['n_runs_b']} runs)  "
-                f"B-A {e['diff']:+.4g}{rel} [{e['ci95'][0]:+.4g}, {e['ci95'][1]:+.4g}]  {e['verdict']}"
+                f"B-A {e['diff']:+.4g}{rel} [{e['ci95'][0]:+.4g}, {e['ci95'][1]:+.4g}]"
+                + (
+                    f" benches [{e['welch_ci95_over_benches'][0]:+.4g}, {e['welch_ci95_over_benches'][1]:+.4g}]"
+                    if e["welch_ci95_over_benches"]
+                    else ""
+                )
+                + f"  {e['verdict']}"
             )
     return "\n".join(lines) + "\n"

@@ -281,3 +281,31 @@ def test_weight_read_bound_of_the_rtx3090_class() -> None:
     assert bound is not None
     assert bound["ms_per_token"] == pytest.approx(6.23, abs=0.01)
     assert bench.weight_read_bound(None) is None
+
+
+def test_several_benches_per_side_resample_benches() -> None:
+    """The c1 TPOT run medians (ms) of four back-to-back benches of one deploy here, A/B/A/B (2026-11-29):
+    runs agree inside each bench, benches drift apart. The bench level widens the interval by that drift."""
+
+    def runs(*medians: float) -> list[list[float]]:
+        return [[m - 0.2, m - 0.1, m, m, m + 0.1, m + 0.2] for m in medians]
+
+    a = [runs(9.75, 9.18, 8.14), runs(7.36, 7.81, 6.84)]
+    b = [runs(9.6, 9.61, 9.03), runs(9.94, 11.37, 10.43)]
+    _, run_lo, run_hi = bench.bootstrap_diff([r for x in a for r in x], [r for x in b for r in x])
+    _, lo, hi = bench.bootstrap_diff_benches(a, b)
+    assert lo < run_lo and hi > run_hi
+    # Benches that overlap: no measurable difference; a real shift on top of the drift: still seen.
+    _, lo, hi = bench.bootstrap_diff_benches(a, [b[0], a[1]])
+    assert lo <= 0 <= hi
+    far = [[[x + 20 for x in r] for r in bench_runs] for bench_runs in b]
+    _, lo, _ = bench.bootstrap_diff_benches(a, far)
+    assert lo > 0
+
+
+def test_welch_interval_over_bench_medians() -> None:
+    assert bench.welch_interval([9.2], [9.6, 10.4]) is None  # one bench: no spread between benches to judge by
+    est, lo, hi = bench.welch_interval([9.18, 7.36], [9.61, 10.43])  # type: ignore[misc]
+    assert est == pytest.approx(1.75) and lo < 0 < hi  # two a side: wide, as it should be
+    est, lo, hi = bench.welch_interval([1.0, 1.1, 0.9], [5.0, 5.1, 4.9])  # type: ignore[misc]
+    assert est == pytest.approx(4.0) and 3.5 < lo < hi < 4.5
