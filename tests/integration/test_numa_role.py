@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,10 +71,16 @@ def _run_role(tmp_path: Path, plan: dict[str, object]) -> subprocess.CompletedPr
 
 
 @pytest.fixture(scope="module", autouse=True)
-def deployed() -> None:
+def deployed() -> Iterator[None]:
+    """Deploy when nothing runs, and leave the host as it was found."""
     c = inspect(CONTAINER)
-    if c is None or c["State"]["Status"] != "running":
+    started = c is None or c["State"]["Status"] != "running"
+    if started:
         r = make("deploy")
+        assert r.rc == 0, r.output[-3000:]
+    yield
+    if started:
+        r = make("undeploy")
         assert r.rc == 0, r.output[-3000:]
 
 
