@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from serving.errors import InputError
 from serving.limits import expand_cpulist
+from serving.numa import format_cpulist
 
 SCHEMA_VERSION = 1
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
@@ -143,20 +144,6 @@ def load_workload(name_or_path: str) -> Workload:
 
 
 # --- where the client runs -----------------------------------------------------------------------------------
-
-
-def format_cpulist(cpus: Sequence[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 @dataclass(frozen=True)

@@ -342,22 +342,15 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
             for r in measured
         }  # fmt: skip
         label = _point_label(p)
-        panels.append(
-            plot(
-                f"{label}: end-to-end latency CDF per run",
-                [(r, _cdf([o.e2el_s * 1000 for o in os if o.e2el_s is not None]), _colour("latency", i))
-                 for i, (r, os) in enumerate(obs.items())],
-                "e2e latency (ms)", "fraction of requests",
-            )
-        )  # fmt: skip
-        panels.append(
-            plot(
-                f"{label}: TTFT CDF per run",
-                [(r, _cdf([o.ttft_s * 1000 for o in os if o.ttft_s is not None]), _colour("io", i))
-                 for i, (r, os) in enumerate(obs.items())],
-                "TTFT (ms)", "fraction of requests",
-            )
-        )  # fmt: skip
+        for title, axis, field, colours in (
+            ("end-to-end latency", "e2e latency (ms)", "e2el_s", "latency"),
+            ("TTFT", "TTFT (ms)", "ttft_s", "io"),
+        ):
+            series = []
+            for i, (r, os) in enumerate(obs.items()):
+                values = [v * 1000 for v in (getattr(o, field) for o in os) if v is not None]
+                series.append((r, _cdf(values), _colour(colours, i)))
+            panels.append(plot(f"{label}: {title} CDF per run", series, axis, "fraction of requests"))
         itl_title = (
             f"{label}: chunk intervals over time (chunks carried several tokens: NOT inter-token latency)"
             if p["grouped_streaming"]

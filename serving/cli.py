@@ -52,6 +52,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         "container_spec": render_container_spec(profile, images.runtime_tag),
         "sidecar_spec": render_sidecar_spec(profile, images.probes_tag),
         "images": asdict(images),
+        "served_dirs": profile.served_dirs,
     }
     json.dump(plan, sys.stdout, indent=None if a.compact else 2, sort_keys=True)
     sys.stdout.write("\n")

@@ -169,6 +169,11 @@ class Profile(_Strict):
     gpu: Gpu | None = None
     host_memory: HostMemory | None = None
 
+    @property
+    def served_dirs(self) -> list[str]:
+        """The host directories the server reads: the model, then a GPU profile's data paths."""
+        return [self.model.host_path, *(self.gpu.data_paths if self.gpu else [])]
+
 
 _TYPE_WORDS = {
     "int_type": "an integer",

@@ -106,10 +106,6 @@ def test_client_cpus_override_must_be_online() -> None:
         bench.place_client("0-7", "0-5", "7,9")
 
 
-def test_format_cpulist_round_trips() -> None:
-    assert bench.format_cpulist([5, 0, 1, 2, 7]) == "0-2,5,7"
-
-
 # --- the plan ----------------------------------------------------------------------------------------------
 
 

@@ -78,3 +78,10 @@ def test_invalid_yaml_is_reported_with_the_file(tmp_path: Path) -> None:
     path.write_text("vllm: [unclosed\n")
     with pytest.raises(ProfileError, match=rf"^{path}: not valid YAML"):
         load_profile(str(path))
+
+
+def test_served_dirs_are_the_model_then_a_gpu_profiles_data_paths() -> None:
+    assert load_profile("cpu-tiny").served_dirs == ["/var/lib/refdeploy/models/tiny-llama"]
+    gpu = load_profile("rtx3090-pp3")
+    with_data = gpu.model_copy(update={"gpu": gpu.gpu.model_copy(update={"data_paths": ["/srv/table"]})})  # type: ignore[union-attr]
+    assert with_data.served_dirs == ["/srv/models/served", "/srv/table"]
