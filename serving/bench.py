@@ -542,12 +542,32 @@ def bootstrap_diff_benches(
 
 
 # Two-sided 97.5% quantiles of Student's t by degrees of freedom (a fractional df rounds down: wider).
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}  # fmt: skip
+def t_quantile(p: float, df: float) -> float:
+    """The p quantile of Student's t with df degrees of freedom (df >= 1, 0.5 <= p < 1).
+
+    With x = sqrt(df) tan(u), P(0 < T < x) = c * integral_0^u cos(s)^(df - 1) ds, c = G((df+1)/2) / (sqrt(pi)
+    G(df/2)): a bounded integrand on [0, pi/2), integrated by Simpson's rule and inverted by bisection. Any level,
+    any (fractional, Welch) df, no table and no scipy on the controller.
+    """
+    if not 0.5 <= p < 1 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+
+    def mass(u: float, steps: int = 400) -> float:
+        h = u / steps
+        total = 1.0 + math.cos(u) ** (df - 1)
+        total += sum((4 if i % 2 else 2) * math.cos(i * h) ** (df - 1) for i in range(1, steps))
+        return float(c * total * h / 3)
+
+    lo, hi = 0.0, math.pi / 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
-def welch_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float] | None:
-    """mean(b) - mean(a) and its 95% Welch t interval, over per-bench figures; None with fewer than 2 a side.
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """mean(b) - mean(a) and its Welch t interval, over per-bench figures; None with fewer than 2 a side.
 
     The bootstrap cannot say how far two or three benches a side may drift apart by chance (it underestimates
     spread at such small n); Student's t with Welch's degrees of freedom can, and is wide when it should be.
@@ -560,9 +580,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float
     if se == 0:
         return diff, diff, diff
     df = (va + vb) ** 2 / ((va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0))
-    t = next((_T975[k] for k in sorted(_T975, reverse=True) if k <= max(1.0, df)), _T975[1])
-    if df > 60:
-        t = 1.96
+    t = t_quantile(1 - (1 - level) / 2, max(1.0, df))
     return diff, diff - t * se, diff + t * se
 
 

@@ -101,6 +101,6 @@ def register(sub: Any) -> None:
     p.add_argument("--b", required=True, help="bench runs of side B")
     p.add_argument("--variable", action="append", help="a condition allowed to differ, e.g. max_num_seqs")
     p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--iterations", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--iterations", type=int, default=4000, help="bootstrap resamples")
     p.add_argument("--out", help="where compare.json/.txt go (default runs/compare/<ts>/)")
     p.set_defaults(func=cmd_compare)

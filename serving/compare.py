@@ -8,9 +8,15 @@ A/B/A/B, or run B before A, so that drift in temperature, caches or background l
 change; the report says in which order the benches ran.
 
 For each operating point both sides measured and each figure (TTFT, TPOT, per-request decode rate, e2e latency
-per request; aggregate output tok/s per run), the effect is median(B) - median(A) with a 95% bootstrap
-confidence interval that resamples runs, then requests within runs (serving.bench.bootstrap_diff). An interval
-that spans zero is reported as "no measurable difference".
+per request; aggregate output tok/s per run), the effect is median(B) - median(A) with a bootstrap
+confidence interval that resamples benches, then runs, then requests within runs
+(serving.bench.bootstrap_diff_benches); with two or more benches a side, a Welch t interval over the benches'
+medians must exclude zero as well. An interval that spans zero is reported as "no measurable difference".
+
+The intervals are simultaneous: a compare reads 5 figures at each point, and "every figure shows no
+difference" is the claim an operator acts on, so the 95% is for the whole family (Bonferroni: with m figures,
+each interval is at 1 - 0.05/m). At 95% per figure, ten figures of two identical deployments would show at
+least one "difference" in up to 40% of compares.
 """
 
 from __future__ import annotations
@@ -143,13 +149,22 @@ def check_conditions(a: Side, b: Side, variables: Sequence[str]) -> dict[str, An
 
 
 def order(a: Side, b: Side) -> str:
+    """The order the benches ran in, and whether a steady drift (load, temperature) falls equally on A and B.
+
+    A/B/A/B alternates, but B runs one place later on average, so a steady drift lands on B; A/B/B/A puts both
+    sides at the same mean position, and a linear drift cancels.
+    """
     seq = sorted([(t, "A") for t in a.started] + [(t, "B") for t in b.started])
     letters = "".join(s for _, s in seq)
     if len(letters) == 2:
         return "A then B" if letters == "AB" else "B then A"
     runs = letters.count("AB") + letters.count("BA")
     kind = "interleaved" if runs >= len(letters) - 1 else "blocked"
-    return f"{kind}: {'/'.join(letters)}"
+    pos = {side: statistics.mean(i for i, x in enumerate(letters) if x == side) for side in "AB"}
+    if abs(pos["A"] - pos["B"]) < 1e-9:
+        return f"balanced: {'/'.join(letters)} (a steady drift falls equally on A and B)"
+    later = "B" if pos["B"] > pos["A"] else "A"
+    return f"{kind}: {'/'.join(letters)} ({later} ran later on average; A/B/B/A would cancel a steady drift)"
 
 
 def effect(
@@ -158,18 +173,19 @@ def effect(
     higher_is_better: bool,
     iterations: int,
     seed: int,
+    level: float,
 ) -> dict[str, Any] | None:
     a_runs = [r for bench_runs in a_benches for r in bench_runs if r]
     b_runs = [r for bench_runs in b_benches for r in bench_runs if r]
     if not a_runs or not b_runs:
         return None
-    est, lo, hi = bench.bootstrap_diff_benches(a_benches, b_benches, iterations=iterations, seed=seed)
+    est, lo, hi = bench.bootstrap_diff_benches(a_benches, b_benches, iterations=iterations, level=level, seed=seed)
     med_a = statistics.median([x for r in a_runs for x in r])
     med_b = statistics.median([x for r in b_runs for x in r])
     # With several benches a side, the difference must also stand out from the drift between benches.
     per_bench_a = [statistics.median([x for r in runs for x in r]) for runs in a_benches if any(runs)]
     per_bench_b = [statistics.median([x for r in runs for x in r]) for runs in b_benches if any(runs)]
-    welch = bench.welch_interval(per_bench_a, per_bench_b)
+    welch = bench.welch_interval(per_bench_a, per_bench_b, level)
     if lo <= 0 <= hi:
         verdict = NO_DIFFERENCE
     elif welch is not None and welch[1] <= 0 <= welch[2]:
@@ -187,16 +203,19 @@ def effect(
         "n_a": sum(len(r) for r in a_runs),
         "n_b": sum(len(r) for r in b_runs),
         "diff": est,
-        "ci95": [lo, hi],
+        "ci": [lo, hi],
         "bench_medians_a": per_bench_a,
         "bench_medians_b": per_bench_b,
-        "welch_ci95_over_benches": list(welch[1:]) if welch else None,
+        "welch_ci_over_benches": list(welch[1:]) if welch else None,
         "relative": est / med_a if med_a else None,
         "verdict": verdict,
     }
 
 
-def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 2000, seed: int = 0) -> dict[str, Any]:
+FAMILY_LEVEL = 0.95
+
+
+def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, seed: int = 0) -> dict[str, Any]:
     declared = check_conditions(a, b, variables)
     points = [p for p in a.observations if p in b.observations]
     if not points:
@@ -208,13 +227,16 @@ def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 2000, 
         "variables": list(variables),
         "declared_differences": declared,
         "order": order(a, b),
+        "family_level": FAMILY_LEVEL,
+        "figures_tested": len(points) * len(FIGURES),
+        "level_per_figure": 1 - (1 - FAMILY_LEVEL) / (len(points) * len(FIGURES)),
         "points": {},
     }
     if variables and not declared:
         result["note"] = f"the declared variable ({', '.join(variables)}) is the same on both sides"
     for p in points:
         result["points"][p] = {
-            k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed)
+            k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed, result["level_per_figure"])
             for k, (_, _, hib, _) in FIGURES.items()
         }
     return result
@@ -232,13 +254,17 @@ def render_text(r: Mapping[str, Any]) -> str:
     if r.get("note"):
         lines.append(f"note: {r['note']}")
     lines.append(
-        "effect = median(B) - median(A), 95% CI from resampling benches (when a side has several), runs, requests;"
+        "effect = median(B) - median(A), CI from resampling benches (when a side has several), runs, requests;"
     )
     lines.append("  with 2+ benches a side, also a Welch t interval over the benches' medians: both must exclude 0")
+    lines.append(
+        f"  intervals are simultaneous at {r['family_level']:.0%} over the {r['figures_tested']} figures below "
+        f"(Bonferroni: each at {r['level_per_figure']:.2%})"
+    )
     if len(r["a"]) == 1 or len(r["b"]) == 1:
         lines.append(
             "note: one bench on a side: drift between benches (load, temperature) is not in the interval; "
-            "interleave A/B/A/B for that"
+            "run several a side, A/B/B/A, for that"
         )
     for point, figures in r["points"].items():
         lines += ["", f"{point}:"]
@@ -251,10 +277,10 @@ def render_text(r: Mapping[str, Any]) -> str:
             lines.append(
                 f"  {what:24} A {e['median_a']:.4g} {unit} (n={e['n_a']}, {e['n_runs_a']} runs)  "
                 f"B {e['median_b']:.4g} {unit} (n={e['n_b']}, {e['n_runs_b']} runs)  "
-                f"B-A {e['diff']:+.4g}{rel} [{e['ci95'][0]:+.4g}, {e['ci95'][1]:+.4g}]"
+                f"B-A {e['diff']:+.4g}{rel} [{e['ci'][0]:+.4g}, {e['ci'][1]:+.4g}]"
                 + (
-                    f" benches [{e['welch_ci95_over_benches'][0]:+.4g}, {e['welch_ci95_over_benches'][1]:+.4g}]"
-                    if e["welch_ci95_over_benches"]
+                    f" benches [{e['welch_ci_over_benches'][0]:+.4g}, {e['welch_ci_over_benches'][1]:+.4g}]"
+                    if e["welch_ci_over_benches"]
                     else ""
                 )
                 + f"  {e['verdict']}"

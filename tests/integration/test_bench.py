@@ -1,7 +1,7 @@
 """make bench and make compare against the real CPU deployment on this machine.
 
 One module-scoped sequence, because each step needs a server in a known state and deploys cost ~1 min:
-four benches of the default deploy (compared A/B/A/B: no measurable difference; a plain `vllm bench serve`
+four benches of the default deploy (compared A/B/B/A: no measurable difference; a plain `vllm bench serve`
 lands within their spread), a bench of the same profile with --max-num-seqs 1 (compared at concurrency 4:
 TTFT up, aggregate throughput down; compared without declaring the variable: refused), then the default
 deploy again. Apart from that sequence: an unknown workload, and the default server killed in the middle of a
@@ -63,8 +63,9 @@ def bench(*extra: str) -> MakeResult:
 
 @pytest.fixture(scope="module")
 def default_benches() -> list[Path]:
-    """Four benches of the default deploy, back to back: compared interleaved, A/B/A/B (seed 000, §13), so
-    that drift on this shared machine (other tests, other work) falls on both sides."""
+    """Four benches of the default deploy, back to back: compared A/B/B/A (seed 000, §13: reverse the order),
+    so that a steady drift on this shared machine (other tests, other work) falls equally on both sides. A/B/A/B
+    put B one place later on average, and a CI run once found B's TTFT 13% higher on identical deploys."""
     r = make("deploy")
     assert r.rc == 0, r.output[-3000:]
     dirs = []
@@ -115,9 +116,12 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
         assert (d / "runs" / r["id"] / "result.json").is_file()
         assert (d / "runs" / r["id"] / "metrics-before.txt").is_file()
     # The scaling experiment: aggregate throughput grows with concurrency, each request's decode rate does not.
+    # Per request, c4 and c1 are close on this tiny model (a batch of 4 costs a step little more than 1; a CI
+    # run measured 85.95 vs 85.26 tok/s), so "does not grow" means: no faster than the run-to-run spread allows.
     c1, c4 = point(s, "c1"), point(s, "c4")
     assert c4["output_tok_s"]["median"] > 1.3 * c1["output_tok_s"]["median"]
-    assert c4["decode_tok_s"]["median"] < c1["decode_tok_s"]["median"]
+    assert c4["decode_tok_s"]["median"] < (1 + SPREAD) * c1["decode_tok_s"]["median"]
+    assert c4["output_tok_s"]["median"] > 2 * c4["decode_tok_s"]["median"]  # aggregate is not a request's rate
     assert (d / "samplers" / "vmstat.log").stat().st_size > 0
 
 
@@ -162,10 +166,11 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(default_benches: list[Path],
 
 def test_compare_same_deployment_no_measurable_difference(default_benches: list[Path]) -> None:
     b1, b2, b3, b4 = default_benches
-    r = make("compare", f"A={b1},{b3}", f"B={b2},{b4}")
+    r = make("compare", f"A={b1},{b4}", f"B={b2},{b3}")
     assert r.rc == 0, r.output
     assert "conditions equal on both sides" in r.output
-    assert "order: interleaved: A/B/A/B" in r.output
+    assert "order: balanced: A/B/B/A" in r.output
+    assert "simultaneous at 95% over the 10 figures" in r.output
     lines = [ln for ln in r.output.splitlines() if "B-A" in ln]
     assert len(lines) == 10  # 5 figures x 2 points
     assert all("no measurable difference" in ln for ln in lines), r.output

@@ -299,6 +299,14 @@ def test_several_benches_per_side_resample_benches() -> None:
     assert lo > 0
 
 
+def test_t_quantiles_match_the_published_table() -> None:
+    for p, df, t in ((0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 10, 2.228), (0.9975, 2, 14.089),
+                     (0.995, 10, 3.169), (0.975, 1000, 1.962)):  # fmt: skip
+        assert bench.t_quantile(p, df) == pytest.approx(t, abs=1e-3), (p, df)
+    with pytest.raises(ValueError):
+        bench.t_quantile(0.975, 0.5)
+
+
 def test_welch_interval_over_bench_medians() -> None:
     assert bench.welch_interval([9.2], [9.6, 10.4]) is None  # one bench: no spread between benches to judge by
     est, lo, hi = bench.welch_interval([9.18, 7.36], [9.61, 10.43])  # type: ignore[misc]
