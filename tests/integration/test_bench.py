@@ -142,10 +142,11 @@ def plain_vllm_bench_serve(argv: list[str], image: str, out: Path) -> dict[str, 
 
 
 def test_bench_agrees_with_a_plain_vllm_bench_serve(default_benches: list[Path], tmp_path: Path) -> None:
-    """Plain runs right after the bench, at concurrency 1: the two methods differ by no more than the spread
-    between runs of one method (within the bench, within the plain runs), or REFERENCE §1's ±12% if larger."""
+    """Plain runs right after the benches, at concurrency 1, against the c1 runs of all four benches: the two
+    methods differ by no more than the bench method's own run-to-run spread (half the range of its runs), or
+    REFERENCE §1's ±12% if larger. One bench is not the method's spread here: back-to-back benches drift ~20%,
+    and a CI run had the last bench at 79 tok/s, the one before it at 108, and the plain runs at 90."""
     d = default_benches[-1]
-    s = summary(d)
     manifest = json.loads((d / "manifest.json").read_text())
     run = next(r for r in json.loads((d / "plan.json").read_text())["runs"] if r["id"] == "c1-m1")
     plain = []
@@ -153,13 +154,16 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(default_benches: list[Path],
         argv = ["/out" if a.startswith("/bench/out/") else a for a in run["argv"]]
         argv[argv.index("--seed") + 1] = str(424242 + i)
         plain.append(plain_vllm_bench_serve(argv, manifest["runtime_image"], tmp_path / f"plain{i}"))
-    c1_runs = [r for r in s["runs"] if r["point"] == "c1" and r["phase"] == "measured"]
+    c1_runs = [
+        r for b in default_benches for r in summary(b)["runs"] if r["point"] == "c1" and r["phase"] == "measured"
+    ]
+    assert len(c1_runs) == 4 * int(MEASURED_RUNS)
     for label, bench_values, plain_values in (
         ("TPOT ms", [r["tpot_ms"]["median"] for r in c1_runs], [p["median_tpot_ms"] for p in plain]),
         ("output tok/s", [r["output_tok_s"] for r in c1_runs], [p["output_throughput"] for p in plain]),
     ):
         b, p = statistics.median(bench_values), statistics.median(plain_values)
-        spread = max(max(bench_values) - min(bench_values), max(plain_values) - min(plain_values), SPREAD * b)
+        spread = max((max(bench_values) - min(bench_values)) / 2, SPREAD * b)
         assert abs(p - b) <= spread, f"{label}: bench runs {bench_values}, plain runs {plain_values}"
     assert all(statistics.median(p["output_lens"]) == 32 for p in plain)
 
