@@ -541,7 +541,6 @@ def bootstrap_diff_benches(
     return est, diffs[lo_i], diffs[hi_i]
 
 
-# Two-sided 97.5% quantiles of Student's t by degrees of freedom (a fractional df rounds down: wider).
 def t_quantile(p: float, df: float) -> float:
     """The p quantile of Student's t with df degrees of freedom (df >= 1, 0.5 <= p < 1).
 

@@ -3,8 +3,8 @@
 Two sides, A and B, each one or more benches (`make bench` run directories). A comparison changes one thing:
 the benches' conditions (serving.bench.conditions: the workload, the profile, the image, where the client ran,
 the host) must be equal within each side, and equal between the sides except for the declared variables;
-otherwise it refuses and lists the fields that differ. Several benches per side let an operator interleave
-A/B/A/B, or run B before A, so that drift in temperature, caches or background load does not line up with the
+otherwise it refuses and lists the fields that differ. Several benches per side let an operator run
+A/B/B/A, or B before A, so that drift in temperature, caches or background load does not line up with the
 change; the report says in which order the benches ran.
 
 For each operating point both sides measured and each figure (TTFT, TPOT, per-request decode rate, e2e latency
@@ -220,6 +220,8 @@ def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, 
     points = [p for p in a.observations if p in b.observations]
     if not points:
         raise CompareRefused("A and B have no operating point with successful measured runs on both sides")
+    tested = len(points) * len(FIGURES)
+    level = 1 - (1 - FAMILY_LEVEL) / tested
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "a": [str(d) for d in a.dirs],
@@ -228,15 +230,15 @@ def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, 
         "declared_differences": declared,
         "order": order(a, b),
         "family_level": FAMILY_LEVEL,
-        "figures_tested": len(points) * len(FIGURES),
-        "level_per_figure": 1 - (1 - FAMILY_LEVEL) / (len(points) * len(FIGURES)),
+        "figures_tested": tested,
+        "level_per_figure": level,
         "points": {},
     }
     if variables and not declared:
         result["note"] = f"the declared variable ({', '.join(variables)}) is the same on both sides"
     for p in points:
         result["points"][p] = {
-            k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed, result["level_per_figure"])
+            k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed, level)
             for k, (_, _, hib, _) in FIGURES.items()
         }
     return result
