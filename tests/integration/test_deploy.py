@@ -87,6 +87,27 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
 
 
+def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
+    """A deploy right after the engine restarted (dockerd or the host brought it back) waits for it to answer
+    instead of failing on /metrics, and keeps it. A test run started just after dockerd came up once failed that way."""
+    before = inspect(CONTAINER)
+    assert before is not None
+    docker("restart", CONTAINER)
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+    assert "Wait for the kept container to report healthy" in r.output
+    after = inspect(CONTAINER)
+    assert after is not None and after["Id"] == before["Id"]
+    # The samplers sidecar shares the engine's PID namespace, so the restart took it down (its restart policy
+    # may bring it back first): starting it again is the only change the deploy may make.
+    changed = {t.split("]")[0] for t in r.output.split("TASK [")[1:] if "\nchanged:" in t}
+    assert changed <= {"serve : Serve | Start the samplers sidecar beside the serving container"}, changed
+    side = inspect(f"{CONTAINER}-samplers")
+    assert side is not None and side["State"]["Status"] == "running"
+    assert side["Config"]["Labels"]["org.refdeploy.target-id"] == after["Id"]
+    assert complete("def main(", 4)["usage"]["completion_tokens"] == 4
+
+
 def test_check_mode_runs_clean() -> None:
     r = make("deploy", "ANSIBLE_ARGS=--check")
     assert r.rc == 0, r.output[-4000:]
