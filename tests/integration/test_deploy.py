@@ -89,10 +89,24 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
 
 def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
     """A deploy right after the engine restarted (dockerd or the host brought it back) waits for it to answer
-    instead of failing on /metrics, and keeps it. A test run started just after dockerd came up once failed that way."""
+    instead of failing on /metrics, and keeps it. A test run started just after dockerd came up once failed that way.
+    Given too little time (1 s), the deploy stops instead, saying what to do, and leaves the container alone."""
     before = inspect(CONTAINER)
     assert before is not None
     docker("restart", CONTAINER)
+    started = inspect(CONTAINER)
+    r = make("deploy", "ANSIBLE_ARGS=-e serve_health_timeout_s=1")
+    assert r.rc != 0
+    assert "runs the spec this deploy asks for, but its engine did not answer /health within 1 s" in r.output
+    assert "It was left as it is and nothing was changed" in r.output
+    assert "changed=0" in r.output
+    still = inspect(CONTAINER)
+    assert started is not None and still is not None
+    assert (still["Id"], still["State"]["StartedAt"], still["RestartCount"]) == (
+        started["Id"],
+        started["State"]["StartedAt"],
+        started["RestartCount"],
+    )
     r = make("deploy")
     assert r.rc == 0, r.output[-4000:]
     assert "Wait for the kept container to report healthy" in r.output
