@@ -64,8 +64,9 @@ images: $(STAMP) ## Build the base and runtime images on HOST (cached by content
 	$(PLAYBOOK) ansible/images.yml
 
 .PHONY: plan
-plan: $(STAMP) ## Print the rendered plan (vLLM argv, container spec, image tags) for PROFILE
-	@$(BIN)/refdeploy plan --profile $(or $(PROFILE),cpu-tiny)
+plan: $(STAMP) ## Print the run's plan for HOST: what is built and started, each rank's CPUs, probe targets
+	@$(CHECK_HOST)
+	$(PLAYBOOK) ansible/plan.yml
 
 ##@ Probes
 
@@ -111,8 +112,8 @@ $(STAMP): requirements.lock pyproject.toml
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
-	$(BIN)/ruff check serving probes tests
-	$(BIN)/ruff format --check serving probes tests
+	$(BIN)/ruff check serving probes tests ansible/action_plugins ansible/filter_plugins
+	$(BIN)/ruff format --check serving probes tests ansible/action_plugins ansible/filter_plugins
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	cd ansible && ../$(BIN)/ansible-lint --offline --strict

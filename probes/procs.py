@@ -9,6 +9,7 @@ probes' own tools) are not serving processes and are left out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,12 +19,38 @@ Role = Literal["api_server", "engine_core", "worker"]
 ROLE_ORDER: tuple[Role, ...] = ("api_server", "engine_core", "worker")
 
 
+_WORKER_TITLE = re.compile(r"^VLLM::Worker(?:_PP(?P<pp>\d+))?(?:_TP(?P<tp>\d+))?\b")
+
+
+def worker_rank(title: str, tp_size: int) -> int | None:
+    """A worker's rank from its process title: VLLM::Worker (one rank) is rank 0, VLLM::Worker_TP3 rank 3 of a TP
+    group, VLLM::Worker_PP1 stage 1 of PP, VLLM::Worker_PP1_TP2 rank 1*tp+2; None for anything that is not a worker."""
+    m = _WORKER_TITLE.match(title.strip())
+    if m is None:
+        return None
+    return int(m["pp"] or 0) * tp_size + int(m["tp"] or 0)
+
+
+def worker_label(title: str) -> str | None:
+    """The rank part of a worker's title ("TP1", "PP1_TP2", "" for a single worker); None for a non-worker."""
+    m = _WORKER_TITLE.match(title.strip())
+    if m is None:
+        return None
+    return "_".join(f"{k.upper()}{m[k]}" for k in ("pp", "tp") if m[k] is not None)
+
+
 @dataclass(frozen=True)
 class VllmProcess:
     pid: int
     role: Role
     title: str  # the process title (cmdline joined), cut to 200 characters
     comm: str
+
+    @property
+    def name(self) -> str:
+        """How reports name it: its role, and for a worker its rank (worker_TP1); one worker is plain "worker"."""
+        label = worker_label(self.title) if self.role == "worker" else None
+        return f"{self.role}_{label}" if label else self.role
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -39,6 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serving.errors import InputError
 from serving.limits import expand_cpulist
 from serving.numa import format_cpulist
+
+if TYPE_CHECKING:
+    from serving.plan import Plan
 
 SCHEMA_VERSION = 1
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
@@ -155,8 +158,9 @@ class Placement:
     note: str
 
 
-def place_client(host_online: str, server_cpuset: str, override: str = "") -> Placement:
-    """The client's CPUs: `override` if given, else the host's CPUs outside the server's set.
+def place_client(host_online: str, server_cpuset: str, override: str = "", reserved: str = "") -> Placement:
+    """The client's CPUs: `override` if given, else those the NUMA plan keeps for it (`reserved`), else the
+    host's CPUs outside the server's set.
 
     A host with no CPU outside the server's set (this 2-core machine, cpuset 0-1) runs the client on the
     server's CPUs: the bench still runs, and the placement, in the manifest and the report, says it shares.
@@ -174,6 +178,9 @@ def place_client(host_online: str, server_cpuset: str, override: str = "") -> Pl
         if missing:
             raise InputError(f"client CPUs {override!r}: CPUs {format_cpulist(missing)} are not online on the host")
         note = "client CPUs set by bench_client_cpus"
+    elif reserved.strip():
+        client = expand_cpulist(reserved)
+        note = "client on the CPUs the NUMA plan keeps for it"
     else:
         client = sorted(set(host) - set(server))
         note = "client on the host's CPUs outside the server's set"
@@ -297,8 +304,7 @@ def client_runs(
 
 def plan_bench(
     workload: Workload,
-    serving_plan: Mapping[str, Any],
-    host: str,
+    plan: Plan,
     host_out: str,
     host_online_cpus: str,
     server_cpuset: str,
@@ -309,28 +315,24 @@ def plan_bench(
 ) -> dict[str, Any]:
     """The client's plan, its container's argv and the bench manifest, from the deployment's plan.
 
-    `serving_plan` is `refdeploy plan` output (the preflight role's `preflight_plan`); `host_out` the host
-    directory the client container writes into (mounted at /bench); `server_cpuset` what the running serving
-    container is pinned to (docker inspect), "" for unpinned.
+    `plan` is the run's plan (serving/plan.py; the serving container must be its launch, which the bench role
+    checks first); `host_out` the host directory the client container writes into (mounted at /bench);
+    `server_cpuset` what the running serving container is pinned to (docker inspect), "" for unpinned;
+    `client_cpus` pins the client (bench_client_cpus), else the CPUs the NUMA plan keeps for it, else the host's
+    outside the server's set.
     """
-    profile = serving_plan["profile"]
-    ports = profile.get("ports", {})
-    ip = ports.get("host_ip", "127.0.0.1")
-    base_url = f"http://{'127.0.0.1' if ip in ('0.0.0.0', '') else ip}:{ports.get('host_port', 8000)}"
-    model = profile["model"]
-    placement = place_client(host_online_cpus, server_cpuset, client_cpus)
-    runs = client_runs(workload, base_url, model["served_name"], model["container_path"], seed_offset, cache_salt)
-    container = serving_plan["container_spec"]["name"]
-    samplers = profile.get("probes", {})
-    samplers_dir = (
-        f"{samplers.get('sidecar_host_dir', '/var/lib/refdeploy/samplers')}/{container}"
-        if samplers.get("sidecar_samplers", ["vmstat"])
-        else ""
-    )
-    image = serving_plan["images"]["runtime_tag"]
+    if plan.launch is None or plan.bench is None:
+        raise InputError(f"the plan has no serving container on {plan.host}: " + "; ".join(plan.failures))
+    targets = plan.bench
+    profile = plan.profile
+    container = plan.launch.spec["name"]
+    placement = place_client(host_online_cpus, server_cpuset, client_cpus, targets.client_cpus)
+    runs = client_runs(workload, plan.base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
+    samplers_dir = f"{profile.probes.sidecar_host_dir}/{container}" if profile.probes.sidecar_samplers else ""
+    image = targets.image
     client_plan = {
         "schema_version": SCHEMA_VERSION,
-        "base_url": base_url,
+        "base_url": plan.base_url,
         "out": f"{CLIENT_DIR}/out",
         "samplers_dir": CLIENT_SAMPLERS_DIR if samplers_dir else None,
         "prefix_cache": workload.prefix_cache,
@@ -342,23 +344,31 @@ def plan_bench(
         "--cpuset-cpus", placement.client_cpus,
         "--label", "refdeploy.role=bench-client",
         "-v", f"{host_out}:{CLIENT_DIR}",
-        "-v", f"{model['host_path']}:{model['container_path']}:ro",
     ]  # fmt: skip
+    # The serving container's volumes, read-only: the tokenizer resolves as it does in the server.
+    for v in targets.volumes:
+        argv += ["-v", v]
     if samplers_dir:
         argv += ["-v", f"{samplers_dir}:{CLIENT_SAMPLERS_DIR}:ro"]
     argv += ["--entrypoint", "python3", image, f"{CLIENT_DIR}/bench_client.py", f"{CLIENT_DIR}/plan.json"]
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "kind": "bench",
-        "host": host,
+        "host": plan.host,
         "workload": workload.model_dump(mode="json"),
-        "profile": profile,
+        "profile": profile.model_dump(mode="json"),
         "runtime_image": image,
-        "server": {"container": container, "argv": serving_plan.get("argv"), "cpuset": placement.server_cpus},
+        "server": {
+            "container": container,
+            "argv": plan.launch.spec["command"],
+            "cpuset": placement.server_cpus,
+            "spec_digest": plan.launch.spec_digest,
+        },
+        "stand_in": plan.launch.stand_in,
         "client": asdict(placement),
-        "tool": f"vllm bench serve ({profile.get('image', {}).get('distribution', 'vllm')} "
-        f"{profile.get('image', {}).get('version', '?')}, the runtime image)",
-        "base_url": base_url,
+        "tool": f"vllm bench serve ({plan.launch.images.distribution} {plan.launch.images.version}, the runtime image)",
+        "tokenizer": targets.tokenizer,
+        "base_url": plan.base_url,
         "seed_offset": seed_offset,
         "cache_salt": cache_salt,
         "runs": [
@@ -396,6 +406,7 @@ def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
     wanted = {
         "host": manifest.get("host"),
         "runtime_image": manifest.get("runtime_image"),
+        "stand_in": bool(manifest.get("stand_in")),
         "workload": manifest.get("workload"),
         "profile": manifest.get("profile"),
         "client": {k: (manifest.get("client") or {}).get(k) for k in ("client_cpus", "shares_server_cpus")},
@@ -421,6 +432,14 @@ class RequestObs:
     decode_tok_s: float | None  # (N - 1) / (tN - t1)
     chunk_intervals_s: tuple[float, ...]
     error: str
+
+    @property
+    def e2e_tok_s(self) -> float | None:
+        """N / (tN - t0): tokens over the request's wall time, prefill included (another denominator than the
+        decode rate; the source's 57.6 tok/s is this)."""
+        if not self.success or not self.output_tokens or not self.e2el_s:
+            return None
+        return self.output_tokens / self.e2el_s
 
 
 def _float(x: Any) -> float | None:
@@ -774,6 +793,7 @@ def pool_point(
         "ttft_ms": describe([_ms(o.ttft_s) for o in reqs]),
         "tpot_ms": describe([_ms(o.tpot_s) for o in reqs]),
         "decode_tok_s": describe([o.decode_tok_s for o in reqs]),
+        "e2e_tok_s": describe([o.e2e_tok_s for o in reqs]),
         "e2el_ms": describe([_ms(o.e2el_s) for o in reqs]),
         "chunk_interval_ms": describe([x * 1000 for o in reqs for x in o.chunk_intervals_s]),
         "output_tok_s": describe([r["output_tok_s"] for r in usable]),
@@ -789,26 +809,47 @@ def pool_point(
     }
 
 
-# Reference figures that name an operating point: <figure>_concurrency_<n> (inventory gpu_class.reference).
-_REFERENCE_FIGURES = {
-    "decode_tok_s": ("decode_tok_s", "per-request decode rate, tok/s"),
-    "aggregate_tok_s": ("output_tok_s", "aggregate output, tok/s"),
+# Reference figures that name an operating point, <definition>_concurrency_<n> (inventory gpu_class.reference),
+# and the measured figure with the same definition: (pooled field, what it is).
+REFERENCE_DEFINITIONS = {
+    "decode_tok_s": ("decode_tok_s", "per-request decode rate (N-1)/(tN-t1), tok/s (median)"),
+    "e2e_tok_s": ("e2e_tok_s", "per-request tokens over wall time N/(tN-t0), prefill included, tok/s (median)"),
+    "aggregate_tok_s": ("output_tok_s", "aggregate output tokens / run duration, tok/s (median over runs)"),
+    "scaling": ("scaling", "aggregate output at this concurrency over that at concurrency 1 (medians)"),
 }
+
+
+def _scaling(pooled: Sequence[Mapping[str, Any]], n: int) -> float | None:
+    """Aggregate output at concurrency n over concurrency 1 (seed 004: 97.4/57.6 = 1.7x at 2, 2.5x at 4)."""
+
+    def agg(c: int) -> float | None:
+        p = next((p for p in pooled if p.get("max_concurrency") == c and p.get("request_rate") is None), None)
+        return p["output_tok_s"]["median"] if p else None
+
+    one, at = agg(1), agg(n)
+    return at / one if one and at is not None else None
 
 
 def reference_beside_measured(
     reference: Mapping[str, Any] | None, pooled: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The class's reference figures that name a concurrency, each beside the measured median at that point."""
+    """The class's reference figures that name a concurrency, each beside the measured figure of the same
+    definition at that point (a figure of another definition is not compared: the source's 57.6 tok/s is
+    tokens over wall time, prefill included, not (N-1)/(tN-t1)). The seed 004 scaling ratios are
+    references too: scaling_concurrency_<n>, set beside the measured aggregate(n)/aggregate(1)."""
     out: list[dict[str, Any]] = []
     for key, value in sorted((reference or {}).items()):
         head, sep, n = key.rpartition("_concurrency_")
-        if not sep or head not in _REFERENCE_FIGURES or not n.isdigit():
+        if not sep or head not in REFERENCE_DEFINITIONS or not n.isdigit():
             continue
-        figure, what = _REFERENCE_FIGURES[head]
-        point = next((p for p in pooled if p.get("max_concurrency") == int(n) and p.get("request_rate") is None), None)
-        measured = point[figure]["median"] if point else None
-        out.append({"key": key, "what": what, "concurrency": int(n), "reference": value, "measured": measured})
+        figure, what = REFERENCE_DEFINITIONS[head]
+        c = int(n)
+        if figure == "scaling":
+            measured = _scaling(pooled, c)
+        else:
+            point = next((p for p in pooled if p.get("max_concurrency") == c and p.get("request_rate") is None), None)
+            measured = point[figure]["median"] if point else None
+        out.append({"key": key, "what": what, "concurrency": c, "reference": value, "measured": measured})
     return out
 
 

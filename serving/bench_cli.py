@@ -1,12 +1,10 @@
 """refdeploy's benchmark commands (registered by serving/cli.py):
 
-  refdeploy bench-plan --workload NAME|PATH --plan-json J --host H --host-out DIR --host-cpus L --server-cpuset L
   refdeploy bench-report BENCH_DIR
   refdeploy compare --a RUN[,RUN...] --b RUN[,RUN...] [--variable FIELD ...] [--out DIR]
 
-bench-plan prints the client's plan, its docker argv, the bench manifest and a timeout (JSON); bench-report
-writes summary.json, report.txt and report.html into a fetched bench directory and prints report.txt (exit 1
-when the bench failed: the report of what was kept is still written); compare prints the effects, or refuses
+bench-report writes summary.json, report.txt and report.html into a fetched bench directory and prints report.txt
+(exit 1 when the bench failed: the report of what was kept is still written); compare prints the effects, or refuses
 (exit 2, the differing fields on stderr).
 """
 
@@ -18,31 +16,6 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-
-def cmd_bench_plan(a: argparse.Namespace) -> int:
-    import time
-
-    from serving.bench import cache_salt_for, load_workload, plan_bench
-
-    workload = load_workload(a.workload)
-    if a.runs:
-        workload = workload.model_copy(update={"runs": a.runs})
-    plan = plan_bench(
-        workload,
-        json.loads(a.plan_json),
-        a.host,
-        a.host_out,
-        a.host_cpus,
-        a.server_cpuset,
-        a.client_cpus,
-        json.loads(a.gpu_class_json) if a.gpu_class_json else None,
-        a.seed_offset,
-        a.cache_salt or cache_salt_for(workload, time.time()),
-    )
-    json.dump(plan, sys.stdout, sort_keys=True)
-    sys.stdout.write("\n")
-    return 0
 
 
 def cmd_bench_report(a: argparse.Namespace) -> int:
@@ -78,20 +51,6 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add the benchmark commands to refdeploy's subparsers."""
-    p = sub.add_parser("bench-plan", help="the bench client's plan, docker argv and bench manifest (JSON)")
-    p.add_argument("--workload", required=True, help="a name in serving/workloads/ or a path")
-    p.add_argument("--plan-json", required=True, help="the serving plan (refdeploy plan), as JSON")
-    p.add_argument("--host", required=True)
-    p.add_argument("--host-out", required=True, help="host directory the client container writes into")
-    p.add_argument("--host-cpus", required=True, help="the host's online CPUs (/sys/devices/system/cpu/online)")
-    p.add_argument("--server-cpuset", default="", help="the serving container's cpuset ('' for unpinned)")
-    p.add_argument("--client-cpus", default="", help="pin the client here instead of outside the server's set")
-    p.add_argument("--runs", type=int, default=0, help="measured runs per point (default: the workload's)")
-    p.add_argument("--seed-offset", type=int, default=0, help="added to every run's seed (other prompts)")
-    p.add_argument("--cache-salt", default="", help="the bench's prefix-cache salt (default: new per bench)")
-    p.add_argument("--gpu-class-json", default="", help="the inventory's gpu_class, for reference figures")
-    p.set_defaults(func=cmd_bench_plan)
-
     p = sub.add_parser("bench-report", help="summary.json, report.txt and report.html of a fetched bench")
     p.add_argument("bench_dir")
     p.set_defaults(func=cmd_bench_report)

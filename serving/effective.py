@@ -9,13 +9,13 @@ engine does not report is listed as unverified, never silently passed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from probes.metrics import info_labels
 from serving.errors import InputError
-from serving.profile import Profile
+from serving.profile import Model, VllmArgs
 
 CONFIG_LINE_RE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)$")
 CACHE_INFO_METRIC = "vllm:cache_config_info"
@@ -100,8 +100,11 @@ _SOURCES: dict[str, list[tuple[str, str, _Parser]]] = {
 }
 
 
-def effective_config(profile: Profile, log_text: str, metrics_text: str) -> dict[str, Any]:
-    """Checks of every requested setting, from the engine's log lines and its /metrics text."""
+def effective_config(
+    vllm: VllmArgs, model: Model, env: Mapping[str, str], log_text: str, metrics_text: str
+) -> dict[str, Any]:
+    """Checks of every setting the engine was started with (the plan's launch: its vLLM arguments, model and
+    environment), from the engine's log lines and its /metrics text."""
     config_line = find_config_line(log_text)
     if config_line is None:
         raise EffectiveConfigError(
@@ -115,9 +118,9 @@ def effective_config(profile: Profile, log_text: str, metrics_text: str) -> dict
     sources: dict[str, dict[str, str]] = {"config_line": line_values, "cache_config_info": cache_info}
 
     checks: list[Check] = []
-    requested_fields = profile.vllm.model_dump(exclude_none=True, exclude={"extra_args", "compilation_config"})
-    requested_fields["served_model_name"] = profile.model.served_name
-    requested_fields["model"] = profile.model.container_path
+    requested_fields = vllm.model_dump(exclude_none=True, exclude={"extra_args", "compilation_config"})
+    requested_fields["served_model_name"] = model.served_name
+    requested_fields["model"] = model.container_path
     extra_sources: dict[str, list[tuple[str, str, _Parser]]] = {
         "served_model_name": [("config_line", "served_model_name", str)],
         "model": [("config_line", "model", str)],
@@ -136,7 +139,7 @@ def effective_config(profile: Profile, log_text: str, metrics_text: str) -> dict
         else:
             checks.append(Check(setting, requested, None, "not reported by the engine", "unverified"))
 
-    kv_space = profile.env.get("VLLM_CPU_KVCACHE_SPACE")
+    kv_space = env.get("VLLM_CPU_KVCACHE_SPACE")
     if kv_space is not None:
         raw = cache_info.get("kv_cache_memory_bytes")
         want = int(float(kv_space) * (1 << 30))

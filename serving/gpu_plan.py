@@ -30,6 +30,7 @@ from typing import Any
 
 from serving import gpu_facts, limits, numa, nvme, pinned_ram
 from serving.errors import InputError
+from serving.numa import NumaPlan
 from serving.profile import Profile
 from serving.render import PROFILE_LABEL, SPEC_LABEL, render_container_spec, spec_digest
 
@@ -64,6 +65,7 @@ class GpuHostPlan:
     container_spec: dict[str, Any] | None
     data: list[dict[str, Any]] | None = None
     slice_unit: dict[str, Any] | None = None
+    placement: NumaPlan | None = None
 
     @property
     def ok(self) -> bool:
@@ -337,6 +339,7 @@ def plan_gpu_host(
         container_spec=spec,
         data=data,
         slice_unit=serving_slice(profile, plan) if plan is not None else None,
+        placement=plan,
     )
 
 

@@ -104,10 +104,15 @@ def parse_sections(text: str) -> dict[str, str]:
 
 
 def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a running deploy. `raw` holds the run's plan (serving/plan.py), Docker's inspection of
+    the container and its image, what the container itself reports (serving/inside_readings.py), the
+    effective config and the placement verified by the serve and placement roles, and the host's facts."""
     plan = raw["plan"]
-    inside = parse_sections(raw.get("inside_readings", ""))
-    cgroup_files = {k.removeprefix("cgroup:"): v for k, v in inside.items() if k.startswith("cgroup:")}
-    spec = plan["container_spec"]
+    launch = plan["launch"]
+    inside = raw.get("inside") or {}
+    cgroup_files = dict(inside.get("cgroup") or {})
+    spec = launch["spec"]
+    images = launch["images"]
     image = raw["image_inspect"]
     container = raw["container_inspect"]
     labels = image.get("Config", {}).get("Labels") or {}
@@ -116,19 +121,23 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
 
     # Image: the container runs the planned image, which carries the planned patches.
     _check(checks, "container runs the planned image", image["Id"], container.get("Image"))
-    planned = {p["name"]: p["sha256"] for p in plan["images"]["patches"]}
+    _check(checks, "container runs the planned image tag", spec["image"], container.get("Config", {}).get("Image"))
+    planned = {p["name"]: p["sha256"] for p in images["patches"]}
     labelled = {
         k[len(PATCH_LABEL_PREFIX) :]: v.removeprefix("sha256:")
         for k, v in labels.items()
         if k.startswith(PATCH_LABEL_PREFIX)
     }
-    applied = parse_sha256_list(inside.get("in_image_patches", ""))
+    applied = parse_sha256_list(inside.get("patches") or "")
     _check(checks, "image labels carry the planned patch hashes", planned, labelled)
     _check(checks, "patches applied in the image are the planned ones", planned, applied)
+    placement = raw.get("placement")
+    if placement is not None:
+        _check(checks, "every worker rank runs where the plan binds it", [], placement.get("problems"))
 
     # Limits in force: Docker's view, the cgroup's view and the kernel's view.
     cgroup = parse_cgroup_limits(cgroup_files)
-    proc = parse_proc_limits(inside.get("proc_limits", ""))
+    proc = parse_proc_limits(inside.get("proc_limits") or "")
     if "cpuset_cpus" in spec:
         _check(checks, "cpuset (docker)", spec["cpuset_cpus"], host_config.get("CpusetCpus"))
         _check(
@@ -167,30 +176,26 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         "run_id": raw["run_id"],
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host_facts": raw.get("facts", {}),
+        "stand_in": launch.get("stand_in"),
         "image": {
             "id": image["Id"],
-            "tag": plan["images"]["runtime_tag"],
+            "tag": images["runtime_tag"],
             "repo_digests": image.get("RepoDigests") or [],
             "labels": labels,
             "vllm": {
-                "distribution": plan["images"]["distribution"],
-                "version": plan["images"]["version"],
+                "distribution": images["distribution"],
+                "version": images["version"],
                 "engine_reports": effective.get("vllm_version"),
             },
             "patches": [{"name": n, "sha256": h} for n, h in planned.items()],
-            "removed_packages": inside.get("in_image_removed", "").split(),
-            "base": {
-                "tag": plan["images"]["base_tag"],
-                "suite": plan["images"]["base_suite"],
-                "mirror": plan["images"]["base_mirror"],
-            },
+            "removed_packages": (inside.get("removed") or "").split(),
+            "base": {"tag": images["base_tag"], "suite": images["base_suite"], "mirror": images["base_mirror"]},
         },
         "model": {
-            "host_path": plan["profile"]["model"]["host_path"],
-            "files_sha256": parse_sha256_list(inside.get("model_sums", "")),
+            "host_path": launch["model"]["host_path"],
+            "files_sha256": parse_sha256_list(inside.get("model_sums") or ""),
         },
-        "profile": plan["profile"],
-        "vllm_argv": plan["argv"],
+        "vllm_argv": spec["command"],
         "container_spec": spec,
         "container": {
             "id": container.get("Id"),
@@ -201,6 +206,7 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         },
         "deploy_timing": deploy_timing(raw, engine_s if raw.get("replaced") else None),
         "effective_config": effective,
+        "placement": placement,
         "limits_in_force": {
             "cgroup_version": cgroup["cgroup_version"],
             "cpuset_cpus": cgroup["cpuset_cpus"],
@@ -209,33 +215,33 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "docker_ulimits": docker_ulimits,
             "proc_limits": {k: ["unlimited" if x == UNLIMITED else x for x in v] for k, v in proc.items()},
         },
-        "gpu": gpu_section(raw.get("gpu")),
+        "gpu": gpu_section(plan.get("gpu"), raw.get("gpu_host")),
+        "plan": plan,
         "verification": checks,
         "verified": all(c["ok"] for c in checks),
     }
 
 
-def gpu_section(gpu: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A GPU host's part of the manifest: the facts and decisions of the gpu_facts role (GPUs, NUMA plan,
-    RAM budget with its table, the data's drive and its SMART health), the serving slice with the limits
-    read back from its cgroup (absent until systemd has created it), and what the host roles changed."""
+def gpu_section(gpu: dict[str, Any] | None, host: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A GPU host's part of the manifest: the plan's facts and decisions (GPUs, NUMA plan, RAM budget with its
+    table, the data's drive and its SMART health), the serving slice with the limits read back from its cgroup
+    (absent until systemd has created it), and what the host roles changed (`host`)."""
     if not gpu:
         return None
-    plan = gpu.get("plan") or {}
-    slice_files = parse_sections(gpu.get("slice_readings", ""))
+    host = host or {}
+    slice_files = parse_sections(host.get("slice_readings", ""))
     return {
-        "gpus": plan.get("gpus"),
-        "numa_plan": plan.get("numa_plan"),
-        "numa_verified_on_workers": gpu.get("numa_verified"),
-        "ram_budget": plan.get("ram_budget"),
-        "ram_budget_table": plan.get("ram_budget_table", "").splitlines(),
-        "data": plan.get("data"),
+        "gpus": gpu.get("gpus"),
+        "numa_plan": gpu.get("numa_plan"),
+        "ram_budget": gpu.get("ram_budget"),
+        "ram_budget_table": (gpu.get("ram_budget_table") or "").splitlines(),
+        "data": gpu.get("data"),
         "slice": {
-            **(plan.get("slice") or {}),
+            **(gpu.get("slice") or {}),
             "limits_read_back": {k: v.strip() for k, v in slice_files.items() if k != "absent"} or None,
             "absent": slice_files.get("absent", "").strip() or None,
         },
-        "host_settings": gpu.get("host_settings"),
+        "host_settings": host.get("host_settings"),
     }
 
 
@@ -244,7 +250,9 @@ def build_rendered_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     false: the GPU test hosts, which have no GPUs). Everything before the start is recorded as for a real
     deploy; the spec written on the host must be the plan's."""
     plan = raw["plan"]
-    spec = plan["container_spec"]
+    launch = plan["launch"]
+    spec = launch["spec"]
+    images = launch["images"]
     image = raw.get("image_inspect") or {}
     text = raw["rendered_text"]
     try:
@@ -261,19 +269,20 @@ def build_rendered_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         "run_id": raw["run_id"],
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host_facts": raw.get("facts", {}),
+        "stand_in": launch.get("stand_in"),
         "image": {
-            "tag": plan["images"]["runtime_tag"],
+            "tag": images["runtime_tag"],
             "present_on_host": bool(image),
             "id": image.get("Id"),
-            "vllm": {"distribution": plan["images"]["distribution"], "version": plan["images"]["version"]},
-            "patches": [{"name": p["name"], "sha256": p["sha256"]} for p in plan["images"]["patches"]],
+            "vllm": {"distribution": images["distribution"], "version": images["version"]},
+            "patches": [{"name": p["name"], "sha256": p["sha256"]} for p in images["patches"]],
         },
-        "model": {"host_path": plan["profile"]["model"]["host_path"]},
-        "profile": plan["profile"],
+        "model": {"host_path": launch["model"]["host_path"]},
         "vllm_argv": spec["command"],
         "container_spec": spec,
         "rendered_spec": {"path": raw["rendered_path"], "sha256": hashlib.sha256(text.encode()).hexdigest()},
-        "gpu": gpu_section(raw.get("gpu")),
+        "gpu": gpu_section(plan.get("gpu"), raw.get("gpu_host")),
+        "plan": plan,
         "verification": checks,
         "verified": all(c["ok"] for c in checks),
     }

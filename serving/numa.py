@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from probes.procs import worker_rank
 from serving.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -308,47 +309,82 @@ def plan_placement(
     )
 
 
-def _status_field(text: str, name: str) -> str | None:
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key == name:
-            return value.strip()
-    return None
+@dataclass(frozen=True)
+class RankExpectation:
+    """Where one worker rank must run: checked against its /proc/<pid>/status after the launch."""
+
+    rank: int
+    cpus: str | None  # its Cpus_allowed_list; None: anywhere in the container's cpuset (vLLM binds it itself)
+    mems: str | None  # its Mems_allowed_list (the container's cpuset_mems); None: not checked
+    gpu: int | None = None
+    node: int | None = None
 
 
-def verify_placement(plan: NumaPlan, status_texts: Mapping[int, str]) -> list[str]:
-    """One line per way the running workers differ from the plan; [] when they match.
+def ranks_of(plan: NumaPlan) -> list[RankExpectation]:
+    """A NUMA plan's ranks as expectations: each rank on its CPUs, every rank on the plan's memory nodes."""
+    return [RankExpectation(r.rank, r.cpus, plan.cpuset_mems, r.gpu, r.node) for r in plan.ranks]
 
-    status_texts maps each worker's rank to the text of its /proc/<pid>/status. Cpus_allowed_list
-    (the affinity numactl set) must equal the rank's CPUs. Mems_allowed_list is the container's
-    cpuset, not numactl's --membind policy, so it is compared with the plan's cpuset_mems.
+
+def verify_ranks(
+    expected: Sequence[RankExpectation], workers: Sequence[Mapping[str, Any]], tp_size: int, cpuset: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The running workers against the planned ranks: (one record per rank, one line per problem).
+
+    `workers` are readings inside the serving container, one per VLLM::Worker process: pid, title, and the
+    Cpus_allowed_list and Mems_allowed_list of its /proc/<pid>/status (the affinity its binding set).
+    A rank whose CPUs the plan leaves to vLLM must stay inside `cpuset`, the container's CPUs.
     """
     problems: list[str] = []
-    want_mems = set(parse_cpulist(plan.cpuset_mems))
-    for r in plan.ranks:
-        who = f"rank {r.rank} (GPU {r.gpu})"
-        text = status_texts.get(r.rank)
-        if text is None:
-            problems.append(f"{who}: no /proc/<pid>/status of its worker was given")
+    by_rank: dict[int, Mapping[str, Any]] = {}
+    for w in workers:
+        rank = worker_rank(str(w.get("title", "")), tp_size)
+        if rank is None:
             continue
-        for name, want, what in (
-            ("Cpus_allowed_list", set(parse_cpulist(r.cpus)), f"the plan binds it to {r.cpus}"),
-            ("Mems_allowed_list", want_mems, f"the plan's cpuset_mems is {plan.cpuset_mems}"),
-        ):
-            value = _status_field(text, name)
+        if rank in by_rank:
+            problems.append(
+                f"rank {rank}: two worker processes claim it (pids {by_rank[rank].get('pid')}, {w.get('pid')})"
+            )
+        by_rank[rank] = w
+    if not by_rank:
+        return [], ["no VLLM::Worker process found in the serving container: is it running?"]
+    records: list[dict[str, Any]] = []
+    for r in expected:
+        who = f"rank {r.rank}" + (f" (GPU {r.gpu})" if r.gpu is not None else "")
+        found = by_rank.get(r.rank)
+        record: dict[str, Any] = {"rank": r.rank, "gpu": r.gpu, "expected_cpus": r.cpus, "expected_mems": r.mems}
+        if found is None:
+            problems.append(
+                f"{who}: no worker process has this rank (titles: {sorted(str(x.get('title')) for x in workers)})"
+            )
+            records.append({**record, "pid": None, "ok": False})
+            continue
+        record.update(pid=found.get("pid"), title=found.get("title"), cpus_allowed=found.get("cpus_allowed"),
+                      mems_allowed=found.get("mems_allowed"))  # fmt: skip
+        before = len(problems)
+        checks: list[tuple[str, str | None, str | None, str]] = [
+            ("Cpus_allowed_list", found.get("cpus_allowed"), r.cpus, f"the plan binds it to {r.cpus}"),
+            ("Mems_allowed_list", found.get("mems_allowed"), r.mems, f"the plan's cpuset_mems is {r.mems}"),
+        ]
+        for name, value, want, what in checks:
+            if want is None and not (name == "Cpus_allowed_list" and cpuset):
+                continue
             if value is None:
                 problems.append(f"{who}: {name} is missing from its /proc/<pid>/status")
                 continue
             try:
-                have = set(parse_cpulist(value))
+                have = set(parse_cpulist(str(value)))
             except NumaError:
                 problems.append(f"{who}: {name} is {value!r}, not a list")
                 continue
-            if have != want:
+            if want is not None and have != set(parse_cpulist(want)):
                 problems.append(f"{who}: {name} is {format_cpulist(have) or '(empty)'}, {what}")
-    for extra in sorted(set(status_texts) - {r.rank for r in plan.ranks}):
-        problems.append(f"rank {extra}: a worker status was given, but the plan has no rank {extra}")
-    return problems
+            elif want is None and cpuset and not have <= set(parse_cpulist(cpuset)):
+                problems.append(f"{who}: {name} is {format_cpulist(have)}, outside the container's cpuset {cpuset}")
+        record["ok"] = len(problems) == before
+        records.append(record)
+    for extra in sorted(set(by_rank) - {r.rank for r in expected}):
+        problems.append(f"rank {extra}: worker {by_rank[extra].get('title')} runs, but the plan has no rank {extra}")
+    return records, problems
 
 
 def plan_to_json(plan: NumaPlan) -> dict[str, Any]:
@@ -373,69 +409,3 @@ def plan_to_json(plan: NumaPlan) -> dict[str, Any]:
         "vllm_args": list(plan.vllm_args),
         "env": dict(sorted(plan.env.items())),
     }
-
-
-def plan_from_json(data: Mapping[str, Any]) -> NumaPlan:
-    """The manifest's record of a plan (plan_to_json) back into a plan, for checking running workers."""
-    try:
-        groups = tuple(
-            GroupPlacement(
-                gpus=tuple(g["gpus"]),
-                nodes=tuple(g["nodes"]),
-                cpus=g["cpus"],
-                ranks=tuple(
-                    RankPlacement(r["rank"], r["gpu"], r["pci_bus_id"], r["node"], r["cpus"]) for r in g["ranks"]
-                ),
-            )
-            for g in data["groups"]
-        )
-        return NumaPlan(
-            groups=groups,
-            cpuset_cpus=data["cpuset_cpus"],
-            cpuset_mems=data["cpuset_mems"],
-            client_cpus=data["reserved"]["client_cpus"],
-            probe_cpus=data["reserved"]["probe_cpus"],
-            vllm_args=tuple(data["vllm_args"]),
-            env=dict(data["env"]),
-        )
-    except (KeyError, TypeError) as e:
-        raise NumaError(f"NUMA plan JSON: missing or malformed {e}") from None
-
-
-_WORKER_TITLE = re.compile(r"^VLLM::Worker(?:_PP(?P<pp>\d+))?(?:_TP(?P<tp>\d+))?\b")
-
-
-def worker_rank(title: str, tp_size: int) -> int | None:
-    """A worker's rank from its process title: VLLM::Worker_PP1 is rank 1 of a PP group, VLLM::Worker_TP3 rank 3
-    of a TP group, VLLM::Worker_PP1_TP2 rank 1*tp+2; None for anything that is not a worker."""
-    m = _WORKER_TITLE.match(title.strip())
-    if m is None:
-        return None
-    return int(m["pp"] or 0) * tp_size + int(m["tp"] or 0)
-
-
-def verify_running(plan: NumaPlan, listing: str, tp_size: int) -> list[str]:
-    """Check the running workers: `listing` holds, per process, a line "==pid PID TITLE" followed by the text
-    of its /proc/PID/status (the numa role reads them inside the container)."""
-    texts: dict[int, str] = {}
-    current: int | None = None
-    lines: list[str] = []
-    problems: list[str] = []
-
-    def flush() -> None:
-        if current is not None:
-            if current in texts:
-                problems.append(f"rank {current}: two worker processes claim it")
-            texts[current] = "\n".join(lines)
-
-    for line in listing.splitlines():
-        if line.startswith("==pid "):
-            flush()
-            _, _pid, *title = line.split(" ", 2)
-            current, lines = worker_rank(" ".join(title), tp_size), []
-        elif current is not None:
-            lines.append(line)
-    flush()
-    if not texts:
-        return ["no VLLM::Worker process found in the serving container: is it running, and is it a GPU build?"]
-    return problems + verify_placement(plan, texts)

@@ -8,10 +8,13 @@ no network, no other mounts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 from serving.errors import InputError
+from serving.render import GPU_ACCESS_ENV, gpu_access_description
 
 
 class ProbePlanError(InputError):
@@ -38,6 +41,7 @@ def render_probe_io_argv(
     depths: list[int],
     thresholds: dict[int, IoThresholds],
     container_name: str = "refdeploy-probe-io",
+    cpus: str = "",
 ) -> list[str]:
     if not data_dirs:
         raise ProbePlanError("probes_io_data_dirs is empty: name the directories the serving stack reads")
@@ -56,6 +60,8 @@ def render_probe_io_argv(
         raise ProbePlanError(f"probes_io_thresholds names depths {unknown} that are not probed ({depths})")
     argv = ["docker", "run", "--rm", "--name", container_name, "--network", "none", "--read-only",
             "--tmpfs", "/tmp", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
+    if cpus:
+        argv += ["--cpuset-cpus", cpus]
     for d in data_dirs:
         argv += ["--volume", f"{d}:{d}:ro"]
     argv += [probes_image, "python3", "-m", "probes.io", "--target", target, "--out", "/out/probe-io",
@@ -95,6 +101,26 @@ DEFAULT_CAPTURE_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "host
 CGROUP_MOUNT = "/host/sys/fs/cgroup"
 
 
+def gpu_run_flags(gpu_access: Mapping[str, Any] | None) -> list[str]:
+    """`docker run` flags that give a probe container the GPUs' driver: Docker's --gpus with the `utility`
+    capability (the nvidia runtime mounts the host driver's nvidia-smi and NVML, no CUDA), or the test
+    stand-in's replayed nvidia-smi (serving/standin.py). [] where the profile has no GPUs."""
+    if not gpu_access:
+        return []
+    flags: list[str] = []
+    for req in gpu_access.get("device_requests") or []:
+        ids = ",".join(str(d) for d in req.get("device_ids") or [])
+        caps = ",".join(c for group in req.get("capabilities") or [] for c in group)
+        # Docker reads --gpus as CSV: a device list with commas is one quoted field.
+        flags += ["--gpus", f'"device={ids}",capabilities={caps}' if ids else f"all,capabilities={caps}"]
+    for v in gpu_access.get("volumes") or []:
+        flags += ["--volume", v]
+    env = {**(gpu_access.get("env") or {}), GPU_ACCESS_ENV: gpu_access_description(dict(gpu_access))}
+    for k, v in sorted(env.items()):
+        flags += ["--env", f"{k}={v}"]
+    return flags
+
+
 def render_capture_argv(
     probes_image: str,
     serving_container: str,
@@ -108,6 +134,11 @@ def render_capture_argv(
     perf_capability: str = "PERFMON",
     record_seconds: int = 0,
     container_name: str = "refdeploy-probe",
+    *,
+    gpu_access: Mapping[str, Any] | None = None,
+    cpus: str = "",
+    data_file_note: str = "",
+    pcie_min: tuple[int, int] | None = None,
 ) -> list[str]:
     """`docker run` of probes.capture beside the serving container.
 
@@ -115,7 +146,10 @@ def render_capture_argv(
     namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with
     `--cgroupns host` read-only, the data directories read-only, and writes only its output directory.
     Capabilities: none but SYS_PTRACE (py-spy, smaps_rollup, wchan), plus the perf capability when perf
-    is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON.
+    is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON. On a GPU profile
+    it gets the GPUs' driver (`gpu_run_flags`), and it runs on the CPUs the NUMA plan keeps for the probes
+    (`cpus`). `data_file_note` says why no data file is given (the page-cache reading is then skipped);
+    `pcie_min` is the class's PCIe (generation, width), which a link under load must reach.
     """
     unknown = sorted(set(parts) - set(CAPTURE_PARTS))
     if not parts or unknown:
@@ -140,6 +174,9 @@ def render_capture_argv(
             "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
     if "perf" in parts:
         argv += ["--cap-add", perf_capability]
+    if cpus:
+        argv += ["--cpuset-cpus", cpus]
+    argv += gpu_run_flags(gpu_access)
     for d in data_dirs:
         argv += ["--volume", f"{d}:{d}:ro"]
     argv += [probes_image, "python3", "-m", "probes.capture", "--out", "/out/bundle", "--seconds", f"{seconds:g}",
@@ -149,6 +186,10 @@ def render_capture_argv(
         argv += ["--record-seconds", str(record_seconds)]
     for f in data_files:
         argv += ["--data-file", f]
+    if not data_files and data_file_note:
+        argv += ["--data-file-note", data_file_note]
+    if pcie_min is not None:
+        argv += ["--pcie-min-gen", str(pcie_min[0]), "--pcie-min-width", str(pcie_min[1])]
     return argv
 
 

@@ -37,6 +37,10 @@ _STORE_TRUE = ("enforce_eager",)
 SPEC_LABEL = "org.refdeploy.spec-sha256"
 SIDECAR_OF_LABEL = "org.refdeploy.sidecar-of"
 PROFILE_LABEL = "org.refdeploy.profile"
+# On a container the test seam started in place of the planned one (serving/standin.py).
+STAND_IN_LABEL = "org.refdeploy.stand-in"
+# Told to the probe containers: they were given the GPUs (nvidia-smi must then run), and which.
+GPU_ACCESS_ENV = "REFDEPLOY_GPU_ACCESS"
 
 
 def _flag(name: str) -> str:
@@ -126,13 +130,29 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
     return spec
 
 
-def render_sidecar_spec(profile: Profile, probes_image: str) -> dict[str, Any] | None:
+def gpu_access_description(gpu_access: dict[str, Any] | None) -> str:
+    """What a probe container was given of the GPUs, for its skip reasons ("" for nothing)."""
+    if not gpu_access:
+        return ""
+    if gpu_access.get("device_requests"):
+        ids = ",".join(str(d) for r in gpu_access["device_requests"] for d in r.get("device_ids") or [])
+        return f"--gpus device={ids},capabilities=utility (nvidia runtime)"
+    if gpu_access.get("volumes"):
+        return "a replayed nvidia-smi (test stand-in)"
+    return ""
+
+
+def render_sidecar_spec(
+    profile: Profile, probes_image: str, gpu_access: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """The samplers sidecar beside the serving container, or None when the profile runs none.
 
     It joins the serving container's PID namespace (pidstat sees vLLM's processes and threads), has no
     network and no capabilities (vmstat, iostat and pidstat read world-readable /proc files), a read-only
     root, and one writable directory whose logs rotate at `sidecar_max_bytes`. The serve role records the
-    serving container's ID beside it and recreates the sidecar when that container is replaced.
+    serving container's ID beside it and recreates the sidecar when that container is replaced. On a GPU
+    profile it gets the GPUs through the nvidia runtime with the `utility` capability only, so the host
+    driver's nvidia-smi runs inside (`gpu_access`, serving/plan.py).
     """
     p = profile.probes
     if not p.sidecar_samplers:
@@ -155,5 +175,11 @@ def render_sidecar_spec(profile: Profile, probes_image: str) -> dict[str, Any] |
         "restart_policy": "unless-stopped",
         "host_dir": f"{p.sidecar_host_dir}/{name}",
     }  # fmt: skip
+    if gpu_access:
+        if gpu_access.get("device_requests"):
+            spec["device_requests"] = gpu_access["device_requests"]
+        spec["volumes"] += gpu_access.get("volumes") or []
+        spec["env"] = {**spec["env"], **(gpu_access.get("env") or {}),
+                       GPU_ACCESS_ENV: gpu_access_description(gpu_access)}  # fmt: skip
     spec["labels"] = {SIDECAR_OF_LABEL: name, SPEC_LABEL: spec_digest(spec)}
     return spec

@@ -33,8 +33,9 @@ class MakeResult:
         return int(m.group(1))
 
 
-def make(*args: str, timeout: int = 1800) -> MakeResult:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+def make(*args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> MakeResult:
+    """`make ARGS` in the repository, as an operator runs it; `env` adds to the environment."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MAKE")}, **(env or {})}
     env["ANSIBLE_NOCOLOR"] = "1"
     start = time.monotonic()
     proc = subprocess.run(

@@ -272,9 +272,13 @@ def test_undeploy_removes_the_containers_and_keeps_images() -> None:
     assert f"container {CONTAINER}: absent" in status.output
 
 
-def test_plan_prints_the_rendered_spec() -> None:
+def test_plan_prints_the_runs_plan_and_what_it_says() -> None:
     r = make("plan")
     assert r.rc == 0, r.output
-    plan = json.loads(r.output)
-    assert plan["container_spec"]["name"] == CONTAINER
-    assert plan["argv"] == plan["container_spec"]["command"]
+    out = " ".join(r.output.split())
+    assert "plan of profile cpu-tiny on localhost: OK" in out
+    assert f"container {CONTAINER} from refdeploy/vllm:0.32.0-cpu-" in out
+    assert "rank 0: CPUs vLLM's choice within the cpuset" in out
+    assert "probes read: /var/lib/refdeploy/models/tiny-llama/model.safetensors (the largest of" in out
+    assert "spec_digest:" in out and "served_dirs:" in out  # the object itself, as Ansible prints it
+    assert "changed=0" in out

@@ -31,8 +31,8 @@ def _deploy(tmp_path: Path, replay_dir: Path) -> tuple[int, str]:
     vars_file = tmp_path / "class.json"
     vars_file.write_text(json.dumps(CLASS))
     args = (
-        f"-e @{vars_file} -e gpu_facts_replay_path={REPO / 'tests' / 'replay'} "
-        f"-e gpu_facts_replay_dir={replay_dir} -e gpu_facts_sys_root={replay_dir / 'sys'}"
+        f"-e @{vars_file} -e preflight_replay_path={REPO / 'tests' / 'replay'} "
+        f"-e preflight_replay_dir={replay_dir} -e preflight_sys_root={replay_dir / 'sys'}"
     )
     r = make("deploy", "PROFILE=rtx3090-pp3", f"ANSIBLE_ARGS={args}")
     return r.rc, r.output

@@ -1,10 +1,11 @@
-"""The numa role against real running workers: the CPU deployment's one VLLM::Worker, checked against a
-NUMA plan written for this machine (one node; the "GPU" of rank 0 is only a label here). The role reads
-/proc/<pid>/status inside the serving container and the controller compares; a plan the worker does not
-follow is refused with the rank's line.
+"""The placement role against real running workers: the CPU deployment's one VLLM::Worker, checked against
+plans of this machine's CPUs. The role reads each worker's binding inside the serving container
+(serving/inside_readings.py) and the controller compares it with the plan's ranks; a rank the worker does
+not follow is refused with its line. (The multi-rank case, a rank per CPU, is tests/integration/test_tp2.py.)
 
 The CPU build binds the worker's threads itself (VLLM_CPU_OMP_THREADS_BIND=auto in the profile): its main
-thread runs on CPU 0 of the container's cpuset 0-1, which is what the role reads (measured here)."""
+thread runs on CPU 0 of the container's cpuset 0-1 (vLLM keeps CPU 1 for the engine), which is what the role
+reads (measured here)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,53 +23,37 @@ from tests.integration.conftest import CONTAINER, REPO, inspect, make
 pytestmark = pytest.mark.integration
 
 
-def _plan(cpus: str) -> dict[str, object]:
-    return {
-        "schema_version": 1,
-        "groups": [
-            {
-                "gpus": [0],
-                "nodes": [0],
-                "cpus": cpus,
-                "ranks": [{"rank": 0, "gpu": 0, "pci_bus_id": "none (CPU host)", "node": 0, "cpus": cpus}],
-            }
-        ],
-        "cpuset_cpus": "0-1",
-        "cpuset_mems": "0",
-        "reserved": {"client_cpus": "", "probe_cpus": ""},
-        "vllm_args": [],
-        "env": {},
-    }
+def _plan(cpus: str | None) -> dict[str, Any]:
+    """cpu-tiny's plan on this machine (refdeploy plan), rank 0 bound to `cpus` (None: anywhere in the cpuset)."""
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    plan: dict[str, Any] = json.loads(out.stdout)
+    plan["launch"]["ranks"] = [{"rank": 0, "cpus": cpus, "mems": "0", "gpu": None, "node": None}]
+    return plan
 
 
-def _run_role(tmp_path: Path, plan: dict[str, object]) -> subprocess.CompletedProcess[str]:
+def _run_role(tmp_path: Path, plan: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     vars_file = tmp_path / "vars.json"
-    vars_file.write_text(
-        json.dumps(
-            {
-                "gpu_facts_plan": {"numa_plan": plan},
-                "preflight_plan": {"container_spec": {"name": CONTAINER}, "profile": {"vllm": {}}},
-            }
-        )
-    )
-    playbook = tmp_path / "numa.yml"
+    vars_file.write_text(json.dumps({"refdeploy_plan": plan}))
+    playbook = REPO / "ansible" / f".test-placement-{os.getpid()}.yml"
     playbook.write_text(
-        "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_role:\n        name: numa\n"
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_role:\n"
+        "        name: placement\n"
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    env["ANSIBLE_ROLES_PATH"] = str(REPO / "ansible" / "roles")
-    return subprocess.run(
-        [
-            str(REPO / ".venv" / "bin" / "ansible-playbook"),
-            *("-i", str(REPO / "inventory" / "local"), "--limit", "localhost"),
-            *("-e", f"@{vars_file}", str(playbook)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=REPO,
-    )
+    try:
+        return subprocess.run(
+            [
+                str(REPO / ".venv" / "bin" / "ansible-playbook"),
+                *("-i", str(REPO / "inventory" / "local"), "--limit", "localhost"),
+                *("-e", f"@{vars_file}", str(playbook)),
+            ],
+            capture_output=True, text=True, timeout=300, env=env, cwd=REPO,
+        )  # fmt: skip
+    finally:
+        playbook.unlink()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -85,11 +71,12 @@ def deployed() -> Iterator[None]:
 
 
 def test_the_running_worker_follows_a_plan_of_this_machines_cpus(tmp_path: Path) -> None:
-    r = _run_role(tmp_path, _plan("0"))
-    assert r.returncode == 0, r.stdout[-3000:]
-    # The comparison ran on the controller and passed; the refusal task was skipped.
-    assert "TASK [numa : NUMA | Compare the workers with the plan on the controller]" in r.stdout
-    assert "skipping: [localhost]" in r.stdout.split("NUMA | Stop when a worker runs outside its plan")[1]
+    for cpus in ("0", None):
+        r = _run_role(tmp_path, _plan(cpus))
+        assert r.returncode == 0, r.stdout[-3000:]
+        out = " ".join(r.stdout.split())
+        assert "rank 0: VLLM::Worker (pid" in out and "on CPUs 0, memory nodes 0" in out, out[-2000:]
+        assert "as planned" in out and "NOT as planned" not in out
 
 
 def test_a_worker_outside_its_plan_is_refused_with_its_rank(tmp_path: Path) -> None:
@@ -98,5 +85,5 @@ def test_a_worker_outside_its_plan_is_refused_with_its_rank(tmp_path: Path) -> N
     assert r.returncode != 0
     assert (
         "the vLLM workers on localhost are not bound as planned: "
-        "rank 0 (GPU 0): Cpus_allowed_list is 0, the plan binds it to 0-1"
+        "rank 0: Cpus_allowed_list is 0, the plan binds it to 0-1"
     ) in out, out[-3000:]

@@ -17,6 +17,7 @@ import pytest
 
 from serving import bench
 from serving.errors import InputError
+from serving.plan import Plan, plan_from_profile
 from serving.profile import load_profile
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0"
@@ -32,16 +33,12 @@ def fixture(run: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
     )
 
 
-def serving_plan(max_num_seqs: int | None = None) -> dict[str, Any]:
-    profile = load_profile("cpu-tiny").model_dump(mode="json")
+def serving_plan(max_num_seqs: int | None = None, host: str = "localhost") -> Plan:
+    """The run's plan of cpu-tiny on `host` (serving/plan.py), as the bench role gets it."""
+    profile = load_profile("cpu-tiny")
     if max_num_seqs is not None:
-        profile["vllm"]["max_num_seqs"] = max_num_seqs
-    return {
-        "profile": profile,
-        "argv": ["vllm", "serve"],
-        "container_spec": {"name": "refdeploy-vllm"},
-        "images": {"runtime_tag": "refdeploy/vllm:0.32.0-cpu-test"},
-    }
+        profile = profile.model_copy(update={"vllm": profile.vllm.model_copy(update={"max_num_seqs": max_num_seqs})})
+    return plan_from_profile(profile, host, {"hostname": host, "served_files": ""})
 
 
 SMOKE = bench.load_workload("smoke")
@@ -110,7 +107,7 @@ def test_client_cpus_override_must_be_online() -> None:
 
 
 def test_plan_runs_each_point_with_warmups_first_and_its_own_seed() -> None:
-    plan = bench.plan_bench(SMOKE, serving_plan(), "localhost", "/tmp/out", "0-1", "0-1", seed_offset=5000)
+    plan = bench.plan_bench(SMOKE, serving_plan(), "/tmp/out", "0-1", "0-1", seed_offset=5000)
     runs = plan["client_plan"]["runs"]
     assert [r["id"] for r in runs] == ["c1-w1", "c1-m1", "c1-m2", "c4-w1", "c4-m1", "c4-m2"]
     seeds = [r["seed"] for r in runs]
@@ -154,8 +151,8 @@ def test_each_run_gets_its_own_cache_salt_unless_caching_is_off() -> None:
 
 
 def test_conditions_see_a_profile_setting_and_ignore_names() -> None:
-    a = bench.plan_bench(SMOKE, serving_plan(), "h", "/o", "0-1", "0-1")["manifest"]
-    b = bench.plan_bench(SMOKE, serving_plan(max_num_seqs=1), "h", "/o", "0-1", "0-1")["manifest"]
+    a = bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1")["manifest"]
+    b = bench.plan_bench(SMOKE, serving_plan(max_num_seqs=1), "/o", "0-1", "0-1")["manifest"]
     b["profile"]["name"] = "renamed"
     ca, cb = bench.conditions(a), bench.conditions(b)
     assert [k for k in ca if ca[k] != cb.get(k)] == ["profile.vllm.max_num_seqs"]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from serving.effective import (
     find_server_started,
     parse_config_line,
 )
-from serving.profile import load_profile, parse_profile
+from serving.profile import Profile, load_profile, parse_profile
 
 
 def _read(d: Path, name: str) -> str:
@@ -31,8 +32,13 @@ def test_config_line_scalars_parse_from_a_real_line(vllm_cpu_fixtures: Path) -> 
     assert "compilation_config" not in values
 
 
+def effective_of(profile: Profile, log: str, metrics: str) -> dict[str, Any]:
+    """The check as the deploy makes it for a profile's own launch (its vLLM arguments, model, environment)."""
+    return effective_config(profile.vllm, profile.model, profile.env, log, metrics)
+
+
 def test_real_deployment_matches_its_profile(vllm_cpu_fixtures: Path) -> None:
-    result = effective_config(
+    result = effective_of(
         load_profile("cpu-tiny"),
         _read(vllm_cpu_fixtures, "startup.log"),
         _read(vllm_cpu_fixtures, "metrics-after-1-request.txt"),
@@ -52,7 +58,7 @@ def test_a_setting_not_in_force_names_both_values(vllm_cpu_fixtures: Path) -> No
     data = load_profile("cpu-tiny").model_dump(mode="json")
     data["vllm"]["max_model_len"] = 4096
     data["vllm"]["block_size"] = 64
-    result = effective_config(
+    result = effective_of(
         parse_profile(data),
         _read(vllm_cpu_fixtures, "startup.log"),
         _read(vllm_cpu_fixtures, "metrics-after-1-request.txt"),
@@ -66,9 +72,9 @@ def test_a_setting_not_in_force_names_both_values(vllm_cpu_fixtures: Path) -> No
 def test_missing_config_line_and_missing_metric_are_errors(vllm_cpu_fixtures: Path) -> None:
     metrics = _read(vllm_cpu_fixtures, "metrics-after-1-request.txt")
     with pytest.raises(EffectiveConfigError, match="start-up config line"):
-        effective_config(load_profile("cpu-tiny"), "no such line\n", metrics)
+        effective_of(load_profile("cpu-tiny"), "no such line\n", metrics)
     with pytest.raises(EffectiveConfigError, match="vllm:cache_config_info is missing"):
-        effective_config(load_profile("cpu-tiny"), _read(vllm_cpu_fixtures, "engine-config-line.txt"), "")
+        effective_of(load_profile("cpu-tiny"), _read(vllm_cpu_fixtures, "engine-config-line.txt"), "")
 
 
 def test_server_started_takes_the_last_start() -> None:

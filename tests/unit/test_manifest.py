@@ -2,24 +2,26 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from serving.images import PATCH_LABEL_PREFIX, plan_images
-from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sections, parse_sha256_list
+from serving.images import PATCH_LABEL_PREFIX, Patch, plan_images
+from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list
+from serving.plan import build_plan, verify_ranks
 from serving.profile import load_profile
-from serving.render import render_container_spec, render_vllm_argv
 
 
 def _raw(d: Path) -> dict[str, Any]:
-    """Raw readings as the manifest role collects them, from a recorded real container."""
-    profile = load_profile("cpu-tiny")
-    images = asdict(plan_images("vllm-cpu", "0.32.0"))
-    inside = (d / "inside-readings-cgroup-v1.txt").read_text()
-    applied = parse_sha256_list(parse_sections(inside)["in_image_patches"])
-    images["patches"] = [{"name": n, "sha256": h, "path": n} for n, h in applied.items()]
+    """Raw readings as the manifest role collects them, from a recorded real container, with its plan."""
+    inside = json.loads((d / "inside-readings-cgroup-v1.json").read_text())
+    applied = parse_sha256_list(inside["patches"])
+    images = plan_images("vllm-cpu", "0.32.0")
+    images = replace(images, patches=[Patch(n, h, n) for n, h in applied.items()])
+    plan = build_plan(load_profile("cpu-tiny"), "localhost", images, {"hostname": "localhost", "served_files": ""})
     container = json.loads((d / "container-inspect.json").read_text())[0]
+    # The fixture container ran the image of its day; the plan's tag is what a container of this plan shows.
+    container["Config"]["Image"] = images.runtime_tag
     image = {
         "Id": container["Image"],
         "Config": {"Labels": {PATCH_LABEL_PREFIX + n: f"sha256:{h}" for n, h in applied.items()}},
@@ -27,16 +29,12 @@ def _raw(d: Path) -> dict[str, Any]:
     return {
         "host": "localhost",
         "run_id": "20261129T085000Z",
-        "plan": {
-            "profile": profile.model_dump(mode="json"),
-            "argv": render_vllm_argv(profile),
-            "container_spec": render_container_spec(profile, images["runtime_tag"]),
-            "images": images,
-        },
+        "plan": plan.model_dump(mode="json"),
         "effective": {"vllm_version": "0.32.0", "server_started_log_ts": "11-29 08:51:03"},
         "image_inspect": image,
         "container_inspect": container,
-        "inside_readings": inside,
+        "inside": inside,
+        "placement": verify_ranks(plan, inside["workers"]),
     }
 
 
@@ -51,11 +49,14 @@ def test_manifest_of_a_real_container_verifies(vllm_cpu_fixtures: Path) -> None:
     assert m["container"]["engine_startup_s"] == 51.0
     names = {c["check"] for c in m["verification"]}
     assert {"memory limit (cgroup)", "ulimit nofile (/proc/1/limits of the engine)", "cpuset (cgroup)"} <= names
+    assert "every worker rank runs where the plan binds it" in names
+    assert m["placement"]["ranks"][0]["title"] == "VLLM::Worker" and m["placement"]["ranks"][0]["ok"] is True
+    assert m["plan"]["launch"]["spec_digest"] == m["container_spec"]["labels"]["org.refdeploy.spec-sha256"]
 
 
 def test_a_limit_not_in_force_fails_naming_both_values(vllm_cpu_fixtures: Path) -> None:
     raw = _raw(vllm_cpu_fixtures)
-    raw["plan"]["container_spec"]["memory"] = "4g"
+    raw["plan"]["launch"]["spec"]["memory"] = "4g"
     bad = failed_checks(build_manifest(raw))
     assert "memory limit (docker): expected 4294967296, found 8589934592" in bad
     assert "memory limit (cgroup): expected 4294967296, found 8589934592" in bad
@@ -64,7 +65,7 @@ def test_a_limit_not_in_force_fails_naming_both_values(vllm_cpu_fixtures: Path) 
 def test_a_patch_missing_from_the_image_fails(vllm_cpu_fixtures: Path) -> None:
     raw = _raw(vllm_cpu_fixtures)
     extra = {"name": "0002-extra.patch", "sha256": "ab" * 32, "path": "x"}
-    raw["plan"]["images"]["patches"] = [*copy.deepcopy(raw["plan"]["images"]["patches"]), extra]
+    raw["plan"]["launch"]["images"]["patches"] = [*copy.deepcopy(raw["plan"]["launch"]["images"]["patches"]), extra]
     bad = failed_checks(build_manifest(raw))
     assert any(b.startswith("patches applied in the image are the planned ones") for b in bad)
     assert any(b.startswith("image labels carry the planned patch hashes") for b in bad)

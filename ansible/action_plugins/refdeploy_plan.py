@@ -1,0 +1,73 @@
+"""Action plugin refdeploy_plan: the run's plan (serving/plan.py), made once per run on the controller.
+
+It reads the managed host in one command (serving/host_readings.sh: the served files; for a GPU profile also
+the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`, with the lines an
+operator reads first as `refdeploy_plan_summary`. It changes nothing. Bad input (a profile that does not load,
+a GPU profile without gpu_class) fails the task with the one line that says what to fix. A host the plan cannot
+deploy to is not an error here (status and capture still run there); `refdeploy_plan.failures` says why, and
+the preflight role stops a deploy on them.
+
+  - name: Plan | Build the deployment plan
+    refdeploy_plan:
+      profile: "{{ serving_profile }}"
+      gpu_class: "{{ gpu_class | default(omit) }}"
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from serving.errors import InputError
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("profile", "gpu_class", "patches_dir", "base_image", "data_disk", "engine_memlock"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        from serving import gpu_facts, standin
+        from serving.gpu_plan import parse_readings_blob
+        from serving.plan import describe, plan_from_profile
+        from serving.profile import load_profile
+
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = self._task.args
+        host = str((task_vars or {}).get("inventory_hostname", ""))
+        try:
+            profile = load_profile(str(args["profile"]))
+            mode = "gpu" if profile.gpu is not None else "cpu"
+            script = resources.files("serving").joinpath("host_readings.sh").read_text()
+            argv = ["env", "QUERY_GPU_FIELDS=" + ",".join(gpu_facts.QUERY_GPU_FIELDS), "bash", "-c", script,
+                    "host-readings", mode, host, *profile.served_dirs]  # fmt: skip
+            read = self._execute_module(
+                module_name="ansible.legacy.command", module_args={"argv": argv}, task_vars=task_vars
+            )
+            if read.get("rc") != 0:
+                return {**result, "failed": True,
+                        "msg": f"reading {host} for the plan failed (rc {read.get('rc')}): "
+                        f"{(read.get('stderr') or read.get('msg') or '').strip()[-400:]}"}  # fmt: skip
+            plan = plan_from_profile(
+                profile,
+                host,
+                parse_readings_blob(str(read.get("stdout", ""))),
+                args.get("gpu_class") or None,
+                patches_dir=_path(args.get("patches_dir")),
+                base_image=str(args.get("base_image") or "") or None,
+                data_disk=str(args.get("data_disk") or "") or None,
+                engine_memlock=str(args.get("engine_memlock") or "") or None,
+                stand_in=standin.load_config(),
+            )
+        except InputError as e:
+            return {**result, "failed": True, "msg": str(e)}
+        data = plan.model_dump(mode="json")
+        result.update(changed=False, ansible_facts={"refdeploy_plan": data, "refdeploy_plan_summary": describe(plan)})
+        return result
+
+
+def _path(value: Any) -> Any:
+    from pathlib import Path
+
+    return Path(str(value)) if value else None

@@ -1,0 +1,437 @@
+"""The deployment plan: one typed object per run, which every playbook consumes.
+
+`build_plan` makes it on the controller from the profile and what the host reported (the refdeploy_plan action
+plugin reads the host once per run): for every profile, the files it serves; for a GPU profile also its GPUs,
+NUMA topology, memory, cgroup, container runtime and the data's drive (serving/gpu_plan.py decides on those).
+It holds what to build (images), what the container is (container_spec, and its digest), what `docker run` is
+asked to start (launch), where each worker rank must run (launch.ranks), the samplers sidecar, what the bench
+client and the probes target, and every reason the host cannot be deployed to (failures).
+
+Whether a running container is this plan's is decided in one place, one way, by `running_state`: the digest
+of the spec it was started from (its label) against the digest of the plan's launch spec.
+
+The launch is the planned container except on the GPU test hosts, where the one test seam (serving/standin.py,
+named by REFDEPLOY_STAND_IN) puts the CPU engine in the GPUs' place; the plan says so in `launch.stand_in`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from serving import gpu_plan, numa
+from serving.errors import InputError
+from serving.images import ImagePlan, plan_images
+from serving.profile import Model, Profile, VllmArgs
+from serving.render import (
+    PROFILE_LABEL,
+    SPEC_LABEL,
+    STAND_IN_LABEL,
+    render_container_spec,
+    render_sidecar_spec,
+    spec_digest,
+)
+
+SCHEMA_VERSION = 1
+# The sidecar is recreated when the serving container is: the ID it watches is this label.
+TARGET_ID_LABEL = "org.refdeploy.target-id"
+
+
+class PlanError(InputError):
+    pass
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuAccess(_Model):
+    """How a probe container reaches the GPUs' driver, so that the host's nvidia-smi runs inside it."""
+
+    # Docker's --gpus through the nvidia runtime, `utility` capability only (nvidia-smi, NVML; no CUDA).
+    device_requests: list[dict[str, Any]] = []
+    # The stand-in's replayed nvidia-smi, where no driver exists (serving/standin.py).
+    volumes: list[str] = []
+    env: dict[str, str] = {}
+
+
+class Launch(_Model):
+    """What `docker run` starts: the planned container, or on a GPU test host the stand-in that plays it."""
+
+    spec: dict[str, Any]  # community.docker.docker_container parameters, labels included
+    spec_digest: str
+    images: ImagePlan  # what the images role builds for it
+    # The settings its argv carries and the model it serves: what the effective-config check expects.
+    vllm: VllmArgs
+    model: Model
+    env: dict[str, str]
+    ranks: list[numa.RankExpectation]
+    # Not None only on a GPU test host: what the stand-in replaced, field by field ([planned, launched]).
+    stand_in: dict[str, Any] | None = None
+
+
+class ProbeTargets(_Model):
+    data_dirs: list[str]  # what the probes may read (read-only): the served directories
+    data_file: str | None  # the largest served file: fio's target and the page-cache reading
+    data_file_bytes: int | None
+    data_file_note: str  # which file and why, or why there is none
+    cpus: str  # the CPUs the probe containers run on; "" for the host's
+    gpu_access: GpuAccess | None  # None where the profile has no GPUs
+
+
+class BenchTargets(_Model):
+    served_name: str
+    tokenizer: str  # a path inside the serving container's volumes (the client mounts the same volumes)
+    volumes: list[str]  # host:container:ro, as the serving container sees them
+    image: str  # the runtime image the client's `vllm bench serve` comes from
+    client_cpus: str  # "" for the host's CPUs outside the server's cpuset
+
+
+class Plan(_Model):
+    schema_version: Literal[1] = 1
+    host: str
+    profile: Profile
+    images: ImagePlan
+    # The container the profile runs on this host, and its digest; None where a GPU host cannot be placed.
+    container_spec: dict[str, Any] | None
+    spec_digest: str | None
+    argv: list[str] | None
+    launch: Launch | None
+    sidecar_spec: dict[str, Any] | None
+    # The server's API on the host's loopback (or its own address): health checks and the bench client.
+    base_url: str
+    served_dirs: list[str]
+    probes: ProbeTargets
+    bench: BenchTargets | None
+    # A GPU host's facts and decisions (serving/gpu_plan.py): GPUs, NUMA plan, RAM budget, data drive, slice.
+    gpu: dict[str, Any] | None
+    failures: list[str]
+    ok: bool
+
+
+def parse_plan(data: Any) -> Plan:
+    """A plan read back (an Ansible fact, a manifest); plain JSON types only."""
+    try:
+        return Plan.model_validate(json.loads(json.dumps(data)))
+    except (ValueError, TypeError) as e:
+        raise PlanError(f"not a refdeploy plan (schema_version {SCHEMA_VERSION}): {e}") from None
+
+
+# --- what the host serves --------------------------------------------------------------------------------------
+
+
+def parse_served_files(listing: str) -> list[tuple[int, str]]:
+    """`find DIR... -type f -printf '%s\\t%p\\n'` -> (size, path), in the listing's order."""
+    out: list[tuple[int, str]] = []
+    for line in listing.splitlines():
+        size, sep, path = line.partition("\t")
+        if sep and size.strip().isdigit() and path:
+            out.append((int(size), path))
+    return out
+
+
+def largest_file(files: Sequence[tuple[int, str]], dirs: Sequence[str]) -> tuple[str | None, int | None, str]:
+    """The file the probes read: the largest served one (safetensors shards and GGUF alike), and why."""
+    if not files:
+        return None, None, f"no file under {', '.join(dirs)} on the host (is the model staged?)"
+    size, path = max(files, key=lambda f: (f[0], f[1]))
+    return path, size, f"the largest of {len(files)} served file(s)"
+
+
+# --- where each rank runs --------------------------------------------------------------------------------------
+
+
+def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple[list[numa.RankExpectation], list[str]]:
+    """The CPU build's ranks: VLLM_CPU_OMP_THREADS_BIND binds rank i to the i-th '|'-separated cpulist; with
+    `auto` (or unset) and `nobind` vLLM picks the CPUs itself, inside the container's cpuset."""
+    world = (vllm.tensor_parallel_size or 1) * (vllm.pipeline_parallel_size or 1)
+    bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto").strip()
+    if bind in ("auto", "nobind", ""):
+        return [numa.RankExpectation(r, None, mems) for r in range(world)], []
+    parts = bind.split("|")
+    if len(parts) != world:
+        return [], [
+            f"VLLM_CPU_OMP_THREADS_BIND={bind!r} names {len(parts)} CPU list(s) for {world} rank(s) "
+            "(tensor x pipeline parallel size): give one per rank, separated by '|'"
+        ]
+    try:
+        lists = [numa.format_cpulist(numa.parse_cpulist(p)) for p in parts]
+    except numa.NumaError as e:
+        return [], [f"VLLM_CPU_OMP_THREADS_BIND: {e}"]
+    return [numa.RankExpectation(r, cpus, mems) for r, cpus in enumerate(lists)], []
+
+
+# --- the bench client and the probes -----------------------------------------------------------------------------
+
+
+def tokenizer_path(argv: Sequence[str], model: Model) -> str:
+    """The tokenizer the server uses: its --tokenizer (a GGUF model keeps it beside the weights), else the model."""
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == "--tokenizer" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--tokenizer="):
+            return a.split("=", 1)[1]
+    return model.container_path
+
+
+def _volume_for(path: str, volumes: Sequence[str]) -> str | None:
+    for v in volumes:
+        host, container = v.split(":")[:2]
+        if path == container or path.startswith(container.rstrip("/") + "/"):
+            return host
+    return None
+
+
+def gpu_access_for(devices: Sequence[int]) -> GpuAccess:
+    return GpuAccess(
+        device_requests=[{"driver": "nvidia", "device_ids": [str(d) for d in devices], "capabilities": [["utility"]]}]
+    )
+
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+
+def _launch_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """A spec with the labels that identify it: the profile and the digest of everything else."""
+    body = {k: v for k, v in spec.items() if k != "labels"}
+    labels = {k: v for k, v in (spec.get("labels") or {}).items() if k != SPEC_LABEL}
+    digest = spec_digest(body)
+    return {**body, "labels": {**labels, SPEC_LABEL: digest}}, digest
+
+
+def build_plan(
+    profile: Profile,
+    host: str,
+    images: ImagePlan,
+    readings: Mapping[str, str] | None = None,
+    gpu_class: Mapping[str, Any] | None = None,
+    *,
+    data_disk: str | None = None,
+    engine_memlock: str | None = None,
+    stand_in: Mapping[str, Any] | None = None,
+) -> Plan:
+    """The plan of `profile` on `host`. `readings` are the host's (serving/host_readings.sh): `served_files`
+    for every profile, the GPU host's facts for a GPU profile (see serving/gpu_plan.py); None plans from the
+    profile alone (no host read: a GPU profile then cannot be placed, and says so). `stand_in` is the test
+    seam's configuration (serving/standin.py), None in production."""
+    failures: list[str] = []
+    readings = dict(readings or {})
+    served_dirs = profile.served_dirs
+    data_file, data_bytes, data_note = largest_file(parse_served_files(readings.get("served_files", "")), served_dirs)
+    if readings.get("served_files") is None:
+        data_note = "the host was not read"
+    gpu: dict[str, Any] | None = None
+    spec: dict[str, Any] | None
+    ranks: list[numa.RankExpectation] = []
+    client_cpus = probe_cpus = ""
+    gpu_access: GpuAccess | None = None
+    if profile.gpu is None:
+        spec = render_container_spec(profile, images.runtime_tag)
+        ranks, rank_failures = cpu_ranks(profile.vllm, profile.env, spec.get("cpuset_mems"))
+        failures += rank_failures
+    else:
+        gpu_access = gpu_access_for(profile.gpu.devices)
+        if not readings.get("hostname"):
+            spec = None
+            failures.append(f"{host} was not read: a GPU profile is planned from the host's readings")
+        elif gpu_class is None:
+            raise PlanError(
+                f"profile {profile.name} is a GPU profile, and {host}'s inventory group sets no gpu_class: "
+                "give the host's group its class (see inventory/production-example/group_vars/*/class.yml)"
+            )
+        else:
+            gp = gpu_plan.plan_gpu_host(
+                profile,
+                gpu_plan.class_spec_from(gpu_class),
+                readings,
+                images.runtime_tag,
+                data_disk=data_disk,
+                engine_memlock=engine_memlock,
+            )
+            failures += gp.failures
+            spec = gp.container_spec
+            gpu = {
+                k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")
+            }
+            placement = gp.placement
+            if placement is not None:
+                ranks = numa.ranks_of(placement)
+                client_cpus, probe_cpus = placement.client_cpus, placement.probe_cpus
+    launch: Launch | None = None
+    bench: BenchTargets | None = None
+    argv = list(spec["command"]) if spec is not None else None
+    if spec is not None:
+        spec, digest = _launch_spec(spec)
+        launch = Launch(
+            spec=spec,
+            spec_digest=digest,
+            images=images,
+            vllm=profile.vllm,
+            model=profile.model,
+            env=dict(spec["env"]),
+            ranks=ranks,
+        )
+        if stand_in is not None:
+            from serving import standin
+
+            launch, gpu_access = standin.stand_in(profile, launch, stand_in, host)
+            client_cpus = probe_cpus = ""
+        bench = BenchTargets(
+            served_name=profile.model.served_name,
+            tokenizer=tokenizer_path(launch.spec["command"], launch.model),
+            volumes=[v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"]],
+            image=launch.images.runtime_tag,
+            client_cpus=client_cpus,
+        )
+        if _volume_for(bench.tokenizer, launch.spec["volumes"]) is None:
+            failures.append(
+                f"the tokenizer {bench.tokenizer} is not inside a volume of the serving container "
+                f"({', '.join(launch.spec['volumes'])}): put it beside the model, or mount it"
+            )
+    probes = ProbeTargets(
+        data_dirs=served_dirs,
+        data_file=data_file,
+        data_file_bytes=data_bytes,
+        data_file_note=data_note,
+        cpus=probe_cpus,
+        gpu_access=gpu_access,
+    )
+    sidecar = render_sidecar_spec(
+        profile, images.probes_tag, probes.gpu_access.model_dump() if probes.gpu_access else None
+    )
+    return Plan(
+        host=host,
+        profile=profile,
+        images=launch.images if launch is not None else images,
+        container_spec=spec,
+        spec_digest=spec_digest(spec) if spec is not None else None,
+        argv=argv,
+        launch=launch,
+        sidecar_spec=sidecar,
+        base_url=_base_url(profile),
+        served_dirs=served_dirs,
+        probes=probes,
+        bench=bench,
+        gpu=gpu,
+        failures=failures,
+        ok=not failures,
+    )
+
+
+def _base_url(profile: Profile) -> str:
+    ip = profile.ports.host_ip
+    return f"http://{'127.0.0.1' if ip in ('0.0.0.0', '') else ip}:{profile.ports.host_port}"
+
+
+def plan_from_profile(
+    profile: Profile,
+    host: str,
+    readings: Mapping[str, str] | None = None,
+    gpu_class: Mapping[str, Any] | None = None,
+    *,
+    patches_dir: Path | None = None,
+    base_image: str | None = None,
+    data_disk: str | None = None,
+    engine_memlock: str | None = None,
+    stand_in: Mapping[str, Any] | None = None,
+) -> Plan:
+    """build_plan with the profile's image plan."""
+    images = plan_images(profile.image.distribution, profile.image.version, patches_dir, base_image=base_image)
+    return build_plan(
+        profile,
+        host,
+        images,
+        readings,
+        gpu_class,
+        data_disk=data_disk,
+        engine_memlock=engine_memlock,
+        stand_in=stand_in,
+    )
+
+
+# --- is the running container this plan's? ----------------------------------------------------------------------
+
+
+def running_state(
+    container: Mapping[str, Any] | None, planned: Mapping[str, Any] | None, target_id: str | None = None
+) -> dict[str, Any]:
+    """What runs under the planned container's name, and whether it is the planned container.
+
+    `container` is `docker container inspect` of that name (None or {} when absent), `planned` the spec the plan
+    starts there (plan.launch.spec, or plan.sidecar_spec). The running container is the planned one when it
+    carries the digest of that spec (SPEC_LABEL, set at its start) and runs. A sidecar must also watch the
+    serving container that runs now (`target_id`, its TARGET_ID_LABEL).
+    """
+    c = dict(container or {})
+    exists = bool(c)
+    status = str((c.get("State") or {}).get("Status", "absent")) if exists else "absent"
+    labels = (c.get("Config") or {}).get("Labels") or {}
+    want = ((planned or {}).get("labels") or {}).get(SPEC_LABEL)
+    have = labels.get(SPEC_LABEL)
+    why = ""
+    if planned is None:
+        why = "the plan has no container for this host"
+    elif not exists:
+        why = "no container runs under this name"
+    elif have != want:
+        profile, planned_profile = labels.get(PROFILE_LABEL), ((planned or {}).get("labels") or {}).get(PROFILE_LABEL)
+        why = (
+            f"it runs profile {profile}, not {planned_profile}"
+            if profile and planned_profile and profile != planned_profile
+            else f"it was started from another spec (digest {str(have)[:12]}, the plan's is {str(want)[:12]})"
+        )
+    elif status != "running":
+        why = f"it is {status}"
+    elif target_id is not None and labels.get(TARGET_ID_LABEL) != target_id:
+        why = "it watches a serving container that no longer runs"
+    return {
+        "exists": exists,
+        "status": status,
+        "running": status == "running",
+        "planned": not why,
+        "why": why,
+        "id": c.get("Id", ""),
+        "image": (c.get("Config") or {}).get("Image", ""),
+        "profile": labels.get(PROFILE_LABEL, ""),
+        "stand_in": labels.get(STAND_IN_LABEL, ""),
+        "restart_count": int(c.get("RestartCount") or 0),
+    }
+
+
+def verify_ranks(plan: Plan, workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The running workers (pid, title, cpus_allowed, mems_allowed, read inside the container) against the launch's
+    ranks: one record per rank for the manifest, and one line per problem."""
+    if plan.launch is None:
+        return {"ok": False, "ranks": [], "problems": ["the plan has no container on this host"]}
+    tp = plan.launch.vllm.tensor_parallel_size or 1
+    records, problems = numa.verify_ranks(plan.launch.ranks, workers, tp, plan.launch.spec.get("cpuset_cpus"))
+    lines = [
+        f"rank {r['rank']}: {r.get('title') or 'no worker'} (pid {r.get('pid')}) on CPUs {r.get('cpus_allowed')}, "
+        f"memory nodes {r.get('mems_allowed')}; planned CPUs {r['expected_cpus'] or 'within the cpuset'}: "
+        + ("as planned" if r["ok"] else "NOT as planned")
+        for r in records
+    ]
+    return {"ok": not problems, "ranks": records, "problems": problems, "lines": lines}
+
+
+def describe(plan: Plan) -> list[str]:
+    """A few lines an operator reads first (make plan, make preflight)."""
+    lines = [f"plan of profile {plan.profile.name} on {plan.host}: " + ("OK" if plan.ok else "CANNOT DEPLOY")]
+    lines += [f"  cannot deploy: {f}" for f in plan.failures]
+    if plan.launch is not None:
+        lines.append(f"  container {plan.launch.spec['name']} from {plan.launch.images.runtime_tag}")
+        lines.append(f"  argv: {' '.join(plan.launch.spec['command'])}")
+        for r in plan.launch.ranks:
+            where = r.cpus or "vLLM's choice within the cpuset"
+            lines.append(
+                f"  rank {r.rank}" + (f" GPU {r.gpu} node {r.node}" if r.gpu is not None else "") + f": CPUs {where}"
+            )
+        if plan.launch.stand_in:
+            lines.append(f"  STAND-IN (test seam): {plan.launch.stand_in['what']}")
+    lines.append(f"  probes read: {plan.probes.data_file or '-'} ({plan.probes.data_file_note})")
+    return lines

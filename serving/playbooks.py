@@ -1,0 +1,134 @@
+"""The decisions the playbooks ask for, in the shape Ansible's filters take them (ansible/filter_plugins).
+
+Each takes the run's plan (the refdeploy_plan fact, serving/plan.py) and plain settings from the role's
+variables, and returns plain data. Bad input is returned as {"error": one line} for the role to stop on,
+rather than raised through Jinja, which would bury the line in a traceback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from serving.errors import InputError
+from serving.plan import parse_plan, running_state, verify_ranks
+
+
+def running(container: Any, planned: Any, target_id: Any = None) -> dict[str, Any]:
+    """Is the container under the planned name the planned one (serving.plan.running_state)?"""
+    return running_state(container or None, planned or None, str(target_id) if target_id is not None else None)
+
+
+def effective(readings: Mapping[str, Any], plan: Any) -> dict[str, Any]:
+    """The engine's effective configuration against what its launch asked for."""
+    from serving.effective import describe_mismatches, effective_config
+
+    p = parse_plan(plan)
+    if p.launch is None:
+        return {"error": f"the plan has no container on {p.host}", "mismatches": []}
+    try:
+        result = effective_config(
+            p.launch.vllm, p.launch.model, p.launch.env, str(readings.get("log", "")), str(readings.get("metrics", ""))
+        )
+    except InputError as e:
+        return {"error": str(e), "mismatches": []}
+    result["error"] = (
+        f"effective config differs from the plan of profile {p.profile.name}: {describe_mismatches(result)}"
+        if result["mismatches"]
+        else None
+    )
+    return result
+
+
+def ranks(workers: Any, plan: Any) -> dict[str, Any]:
+    """The running workers against the launch's ranks."""
+    return verify_ranks(parse_plan(plan), list(workers or []))
+
+
+def _pcie_min(gpu_class: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    if not gpu_class or gpu_class.get("pcie_min_gen") is None:
+        return None
+    return int(gpu_class["pcie_min_gen"]), int(gpu_class.get("pcie_min_width") or 1)
+
+
+def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe container's `docker run` argv of a capture (or one part), from the plan's probe targets."""
+    from serving.probe_plan import probe_parts, render_capture_argv
+
+    p = parse_plan(plan)
+    try:
+        files = [str(f) for f in settings.get("data_files") or []]
+        if not files and p.probes.data_file:
+            files = [p.probes.data_file]
+        argv = render_capture_argv(
+            p.images.probes_tag,
+            p.profile.container.name,
+            p.profile.ports.container_port,
+            str(settings["out"]),
+            float(settings["seconds"]),
+            probe_parts(str(settings.get("probe") or "capture")),
+            files,
+            p.probes.data_dirs,
+            p.host,
+            str(settings.get("perf_capability") or "PERFMON"),
+            int(settings.get("record_seconds") or 0),
+            gpu_access=p.probes.gpu_access.model_dump() if p.probes.gpu_access else None,
+            cpus=p.probes.cpus,
+            data_file_note="" if files else p.probes.data_file_note,
+            pcie_min=_pcie_min(settings.get("gpu_class")),
+        )
+    except InputError as e:
+        return {"error": str(e)}
+    return {"argv": argv}
+
+
+def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """fio's `docker run` argv: the largest served file unless the inventory names a target."""
+    from serving.probe_plan import parse_thresholds, render_probe_io_argv
+
+    p = parse_plan(plan)
+    target = str(settings.get("target") or "") or p.probes.data_file
+    dirs = [str(d) for d in settings.get("data_dirs") or []] or p.probes.data_dirs
+    if not target:
+        return {
+            "error": f"nothing to read on {p.host}: {p.probes.data_file_note}; stage the model, or set "
+            "probes_io_target to a file the server reads"
+        }
+    try:
+        argv = render_probe_io_argv(
+            p.images.probes_tag,
+            target,
+            dirs,
+            str(settings["out"]),
+            int(settings.get("runtime_s") or 10),
+            [int(d) for d in settings.get("depths") or [1, 64]],
+            parse_thresholds(settings.get("thresholds") or {}),
+            cpus=p.probes.cpus,
+        )
+    except InputError as e:
+        return {"error": str(e)}
+    return {"argv": argv, "target": target}
+
+
+def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The bench client's plan, its docker argv, the bench manifest and a timeout (serving/bench.py)."""
+    from serving.bench import cache_salt_for, load_workload, plan_bench
+
+    try:
+        workload = load_workload(str(settings["workload"]))
+        if int(settings.get("runs") or 0):
+            workload = workload.model_copy(update={"runs": int(settings["runs"])})
+        return plan_bench(
+            workload,
+            parse_plan(plan),
+            str(settings["host_out"]),
+            str(settings["host_cpus"]),
+            str(settings.get("server_cpuset") or ""),
+            str(settings.get("client_cpus") or ""),
+            settings.get("gpu_class") or None,
+            int(settings.get("seed_offset") or 0),
+            str(settings.get("cache_salt") or "") or cache_salt_for(workload, time.time()),
+        )
+    except InputError as e:
+        return {"error": str(e)}
