@@ -84,6 +84,10 @@ class CaptureConfig:
     wchan_rate_hz: float = 10.0
     host: str = "localhost"
     container: str = "refdeploy-vllm"
+    # Why no data file was given (the page-cache reading is skipped with it); "" when files were given.
+    data_file_note: str = ""
+    # The class's PCIe link (generation, width) that a busy GPU must reach; None where no class says.
+    pcie_min: tuple[int, int] | None = None
 
 
 def scrape(url: str) -> tuple[str, float, float]:
@@ -175,7 +179,7 @@ def sampler_panels(
         for col in ("us", "sy", "wa"):
             cpu["series"][f"host {col}"] = _rel(vm.get(col, []), t0, t1)
     if (sdir / "pidstat.log").exists():
-        roles = {p.pid: p.role for p in found}
+        roles = {p.pid: p.name for p in found}
         for row in samplers.parse_pidstat(samplers.read_log(sdir / "pidstat.log")):
             if row.tid is None and "%CPU" in row.values:
                 label = f"pid {row.tgid} {roles.get(row.tgid, row.command)} %CPU"
@@ -189,6 +193,22 @@ def sampler_panels(
                 if col in cols:
                     io["series"][f"{dev} {col}"] = _rel(cols[col], t0, t1)
     return {"gpu": gpu, "cpu": cpu, "io": io}
+
+
+def gpu_links(sdir: Path, pcie_min: tuple[int, int] | None) -> dict[str, Any]:
+    """Each GPU's PCIe link while busy against the class's (samplers/nvidia-smi.log): flags and the judgement."""
+    log = sdir / "nvidia-smi.log"
+    if pcie_min is None or not log.exists():
+        why = "no class PCIe link given (--pcie-min-gen)" if pcie_min is None else "no nvidia-smi samples"
+        return {"judged": False, "why": why, "flags": [], "gpus": []}
+    judged = samplers.judge_pcie_links(samplers.parse_nvidia_smi(samplers.read_log(log)), *pcie_min)
+    return {
+        "judged": True,
+        "class_min": {"gen": pcie_min[0], "width": pcie_min[1]},
+        "busy_utilization_pct": samplers.BUSY_UTILIZATION_PCT,
+        "flags": [j.line for j in judged if j.line],
+        "gpus": [asdict(j) for j in judged],
+    }
 
 
 def _hist_ms(d: metrics.WindowDelta, name: str, attr: str) -> float | None:
@@ -281,7 +301,9 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
 
     hs_before = None
     if "hoststate" in cfg.parts:
-        hs_before = hoststate.snapshot(pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root)
+        hs_before = hoststate.snapshot(
+            pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root, no_data_files=cfg.data_file_note
+        )
         hoststate.write_host_state(hs_before, cfg.out / "host-state" / "before")
 
     mdir = cfg.out / "metrics"
@@ -319,14 +341,21 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         threads.append(_thread(wchan, "wchan", crashed))
     perf_res: list[kernel.PerfResult] = []
     if "perf" in cfg.parts:
-        perf_target = kernel.default_perf_target(found)
+        # Every worker rank (each its own process), else the engine core: a slow rank shows beside the others.
+        perf_targets = kernel.perf_targets(found)
         perf_s = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
-        events.append({"t_s": 0.0, "label": f"perf record pid {perf_target.pid} for {perf_s} s"})
+        events.append(
+            {
+                "t_s": 0.0,
+                "label": f"perf record {', '.join(f'{p.name} pid {p.pid}' for p in perf_targets)} for {perf_s} s",
+            }
+        )
+        for target in perf_targets:
 
-        def perf() -> None:
-            perf_res.append(kernel.perf_capture(perf_target.pid, perf_s, cfg.out / "kernel"))
+            def perf(pid: int = target.pid) -> None:
+                perf_res.append(kernel.perf_capture(pid, perf_s, cfg.out / "kernel"))
 
-        threads.append(_thread(perf, "perf", crashed))
+            threads.append(_thread(perf, f"perf-{target.pid}", crashed))
     rec_res: list[stacks.RecordResult] = []
     if "record" in cfg.parts:
         rec_s = max(1, int(min(cfg.seconds, cfg.record_seconds or cfg.seconds)))
@@ -366,6 +395,8 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         for r in results.values():
             if r.status == "skipped":
                 notes.append(f"sampler {r.name}: skipped: {r.reason}")
+    links = gpu_links(sdir, cfg.pcie_min)
+    notes.extend(links["flags"])
 
     summary: dict[str, float | None] = {}
     latency: dict[str, list[tuple[float, float]]] = {k: [] for k in LATENCY_SERIES}
@@ -415,14 +446,30 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
     if wchan_res:
         kernel.write_wchan(wchan_res[0], cfg.out / "kernel")
         parts["wchan"] = PartStatus(wchan_res[0].status, wchan_res[0].reason, ["kernel/wchan.txt", "kernel/wchan.json"])
-    if perf_res:
-        pr = perf_res[0]
-        parts["perf"] = PartStatus(pr.status, pr.reason, [f"kernel/{f}" for f in pr.files])
+    if "perf" in cfg.parts:
+        perf_crashed = {k: v for k, v in crashed.items() if k.startswith("perf-")}
+        for k in perf_crashed:
+            crashed.pop(k)
+        failures = sum(r.status == "failed" for r in perf_res) + len(perf_crashed)
+        if perf_res or perf_crashed:
+            perf_status: Status = (
+                "failed"
+                if failures
+                else ("successful" if any(r.status == "successful" for r in perf_res) else "skipped")
+            )
+            reasons = [f"pid {r.pid}: {r.reason}" for r in perf_res if r.reason] + [
+                f"{k}: the probe crashed: {v}" for k, v in perf_crashed.items()
+            ]
+            parts["perf"] = PartStatus(
+                perf_status, "; ".join(reasons) or None, [f"kernel/{f}" for r in perf_res for f in r.files]
+            )
     if rec_res:
         rr = rec_res[0]
         parts["record"] = PartStatus(rr.status, rr.reason, [f"stacks/{rr.file}"] if rr.file else [])
     if hs_before is not None:
-        hs_after = hoststate.snapshot(pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root)
+        hs_after = hoststate.snapshot(
+            pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root, no_data_files=cfg.data_file_note
+        )
         hoststate.write_host_state(hs_after, cfg.out / "host-state" / "after")
         cg = hoststate.host_state_cgroup_delta(hs_before, hs_after)
         (cfg.out / "host-state" / "cgroup-delta.json").write_text(json.dumps(cg, indent=2, default=str) + "\n")
@@ -480,6 +527,7 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         "window": timeline["window"],
         "processes": [asdict(p) for p in found],
         "requested_parts": list(cfg.parts),
+        "gpu_links": links,
         "parts": {k: asdict(v) for k, v in parts.items()},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
     }
@@ -506,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--perf-seconds", type=int, default=10)
     ap.add_argument("--host", default="localhost")
     ap.add_argument("--container", default="refdeploy-vllm")
+    ap.add_argument("--data-file-note", default="", help="why no --data-file is given (the page-cache reading says it)")
+    ap.add_argument("--pcie-min-gen", type=int, help="the class's PCIe generation a busy GPU's link must reach")
+    ap.add_argument("--pcie-min-width", type=int, default=16, help="the class's PCIe link width")
     args = ap.parse_args(argv)
     parts = tuple(p for p in args.only.split(",") if p)
     if args.record_seconds > 0 and "record" not in parts:
@@ -522,6 +573,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         perf_seconds=args.perf_seconds,
         host=args.host,
         container=args.container,
+        data_file_note=args.data_file_note,
+        pcie_min=(args.pcie_min_gen, args.pcie_min_width) if args.pcie_min_gen else None,
     )
     try:
         bundle = run_capture(cfg)

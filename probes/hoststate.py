@@ -987,7 +987,11 @@ def parse_fincore_json(text: str) -> list[FileResidency]:
 
 
 def fincore(
-    paths: Sequence[Path], *, binary: str = "fincore", timeout_s: float = DEFAULT_FINCORE_TIMEOUT_S
+    paths: Sequence[Path],
+    *,
+    binary: str = "fincore",
+    timeout_s: float = DEFAULT_FINCORE_TIMEOUT_S,
+    none_given: str = "no data files given (--data-file)",
 ) -> FincoreReading:
     """Page-cache residency of each file, by util-linux fincore (which opens them read-only and reads no data).
 
@@ -1020,7 +1024,7 @@ def fincore(
         )
 
     if not names:
-        return result("skipped", "no data files given (--data-file)")
+        return result("skipped", none_given)
     found = shutil.which(binary)
     if found is None:
         return result("skipped", FINCORE_NOT_FOUND)
@@ -1093,10 +1097,12 @@ def snapshot(
     *,
     fincore_binary: str = "fincore",
     fincore_timeout_s: float = DEFAULT_FINCORE_TIMEOUT_S,
+    no_data_files: str = "",
 ) -> HostState:
     """Everything at once: the cgroup of the first PID (the container's PID 1), limits and smaps_rollup of each
     PID, /proc/meminfo, and the page-cache residency of the data files. Bad input raises HostStateInputError
-    before anything is read; a reading that cannot be taken says why in its status and reason."""
+    before anything is read; a reading that cannot be taken says why in its status and reason (`no_data_files`:
+    why no data file was given, for the page-cache reading's skip reason)."""
     check_inputs(pids, data_files, proc_root)
     taken_mono_s, taken_wall = time.monotonic(), _now_wall()
     cgroup = cgroup_snapshot(pids[0], proc_root, cgroup_root)
@@ -1115,7 +1121,14 @@ def snapshot(
         cgroup=cgroup,
         processes=processes,
         meminfo=read_meminfo(proc_root),
-        page_cache=fincore(data_files, binary=fincore_binary, timeout_s=fincore_timeout_s),
+        page_cache=fincore(
+            data_files,
+            binary=fincore_binary,
+            timeout_s=fincore_timeout_s,
+            none_given=f"no data file to read: {no_data_files}"
+            if no_data_files
+            else "no data files given (--data-file)",
+        ),
     )
 
 

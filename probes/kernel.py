@@ -174,7 +174,7 @@ def sample_wchan(
                 if w is None:
                     unreadable += 1
                     continue
-                counts.setdefault(f"{p.pid} {p.role}/{t.comm}", Counter())[w] += 1
+                counts.setdefault(f"{p.pid} {p.name}/{t.comm}", Counter())[w] += 1
         rounds += 1
         time.sleep(max(0.0, period - (time.monotonic() - t0)))
     if not counts:
@@ -225,6 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_wchan(w, args.out)
     print(format_wchan(w), end="")
     return {"successful": 0, "failed": 1, "skipped": 3}[w.status]
+
+
+def perf_targets(found: Sequence[procs.VllmProcess]) -> list[procs.VllmProcess]:
+    """The processes doing the model's compute: every worker rank, else the engine core, else the API server."""
+    for role in ("worker", "engine_core", "api_server"):
+        chosen = [p for p in found if p.role == role]
+        if chosen:
+            return chosen
+    raise ValueError(procs.NO_VLLM)
 
 
 def default_perf_target(found: Sequence[procs.VllmProcess]) -> procs.VllmProcess:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +34,9 @@ from probes import procs
 
 SCHEMA_VERSION = 1
 SAMPLER_NAMES = ("vmstat", "iostat", "pidstat", "nvidia-smi")
-# REFERENCE §7: the fields sampled every 200 ms on GPU hosts.
+# REFERENCE §7: the fields sampled every 200 ms on GPU hosts (the seeds' set), then the PCIe link as it is
+# negotiated now and at most (links drop at idle: seed 000 §12 reads them under load), and the clock-event
+# (throttle) reasons, a bit mask (CLOCK_EVENT_REASONS).
 NVIDIA_SMI_FIELDS = (
     "timestamp",
     "index",
@@ -45,7 +47,28 @@ NVIDIA_SMI_FIELDS = (
     "clocks.sm",
     "clocks.mem",
     "temperature.gpu",
+    "pcie.link.gen.gpucurrent",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "clocks_event_reasons.active",
 )
+# The bits of clocks_event_reasons.active (NVML's nvmlClocksEventReason*).
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# A GPU counts as busy, for judging its PCIe link, at this utilization.gpu or more.
+BUSY_UTILIZATION_PCT = 50.0
+# Set in a probe container that was given the GPUs (serving/render.py GPU_ACCESS_ENV): nvidia-smi must run.
+GPU_ACCESS_ENV = "REFDEPLOY_GPU_ACCESS"
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _TERM_GRACE_S = 3.0
 
@@ -107,14 +130,25 @@ def build_specs(
             raise ValueError(f"unknown sampler {name!r}: choose from {', '.join(SAMPLER_NAMES)}")
         reason = None
         if which(argv[0]) is None:
-            package = {"vmstat": "procps", "nvidia-smi": "the NVIDIA driver"}.get(name, "sysstat")
-            reason = f"{argv[0]} not found" + (
-                ": no NVIDIA GPU driver on this host" if name == "nvidia-smi" else f": install {package}"
-            )
+            package = {"vmstat": "procps"}.get(name, "sysstat")
+            reason = f"{argv[0]} not found: " + (nvidia_smi_missing() if name == "nvidia-smi" else f"install {package}")
         elif name == "pidstat" and not pids:
             reason = procs.NO_VLLM
         specs.append(SamplerSpec(name=name, argv=argv, skip_reason=reason))
     return specs
+
+
+def nvidia_smi_missing(environ: Mapping[str, str] | None = None) -> str:
+    """Why nvidia-smi is absent here, as exactly as this container can tell."""
+    env = os.environ if environ is None else environ
+    given = env.get(GPU_ACCESS_ENV, "")
+    if not given:
+        return "this container was given no GPUs (the profile has none, or no NVIDIA GPU driver on this host)"
+    return (
+        f"this container was given the GPUs ({given}) but the driver's nvidia-smi was not mounted: is the NVIDIA "
+        "container toolkit installed and Docker's nvidia runtime configured (nvidia-ctk runtime configure), and "
+        "does `nvidia-container-cli info` work on the host?"
+    )
 
 
 class _Log:
@@ -348,19 +382,84 @@ class GpuSample:
     values: dict[str, float]
 
 
-def parse_nvidia_smi(lines: Sequence[Line]) -> list[GpuSample]:
-    """nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits; '[N/A]' fields are left out."""
+def _hex(s: str) -> float | None:
+    try:
+        return float(int(s, 16))
+    except ValueError:
+        return None
+
+
+def parse_nvidia_smi(lines: Sequence[Line], fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> list[GpuSample]:
+    """nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits; '[N/A]' fields are left out. A log of the
+    seeds' nine fields (before the PCIe and clock-event fields were sampled) reads with its own field list."""
     out = []
     for ln in lines:
         parts = [p.strip() for p in ln.text.split(",")]
-        if len(parts) != len(NVIDIA_SMI_FIELDS):
+        names = fields if len(parts) == len(fields) else NVIDIA_SMI_FIELDS[:9] if len(parts) == 9 else None
+        if names is None:
             continue
-        rec = dict(zip(NVIDIA_SMI_FIELDS, parts, strict=True))
+        rec = dict(zip(names, parts, strict=True))
         idx = _num(rec["index"])
         if idx is None:
             continue
-        vals = {k: v for k, w in rec.items() if k not in ("timestamp", "index") and (v := _num(w)) is not None}
+        vals: dict[str, float] = {}
+        for k, w in rec.items():
+            if k in ("timestamp", "index"):
+                continue
+            v = _hex(w) if k == "clocks_event_reasons.active" else _num(w)
+            if v is not None:
+                vals[k] = v
         out.append(GpuSample(ln.mono_s, int(idx), vals))
+    return out
+
+
+def clock_event_names(mask: float) -> list[str]:
+    """The reasons set in a clocks_event_reasons.active mask."""
+    m = int(mask)
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if m & bit] + (
+        [f"0x{m & ~sum(CLOCK_EVENT_REASONS):x}"] if m & ~sum(CLOCK_EVENT_REASONS) else []
+    )
+
+
+@dataclass(frozen=True)
+class LinkJudgement:
+    gpu: int
+    busy_samples: int
+    below_samples: int
+    worst_gen: int | None
+    worst_width: int | None
+    line: str | None  # the flag, when the link ran below the class's generation or width while busy
+
+
+def judge_pcie_links(
+    samples: Sequence[GpuSample], min_gen: int, min_width: int, busy_pct: float = BUSY_UTILIZATION_PCT
+) -> list[LinkJudgement]:
+    """Per GPU, its PCIe link while busy (utilization.gpu >= busy_pct) against the class's generation and width.
+
+    Links drop to a low generation at idle to save power, so only busy samples count (seed 000 §12: read the
+    link negotiated under load). A GPU never busy in the window is judged on nothing, and says so.
+    """
+    out: list[LinkJudgement] = []
+    for gpu in sorted({s.index for s in samples}):
+        busy = [s for s in samples if s.index == gpu and s.values.get("utilization.gpu", 0.0) >= busy_pct]
+        below = [
+            s
+            for s in busy
+            if s.values.get("pcie.link.gen.gpucurrent", min_gen) < min_gen
+            or s.values.get("pcie.link.width.current", min_width) < min_width
+        ]
+        gens = [int(s.values["pcie.link.gen.gpucurrent"]) for s in below if "pcie.link.gen.gpucurrent" in s.values]
+        widths = [int(s.values["pcie.link.width.current"]) for s in below if "pcie.link.width.current" in s.values]
+        worst_gen, worst_width = (min(gens) if gens else None), (min(widths) if widths else None)
+        line = None
+        if below:
+            line = (
+                f"GPU {gpu}: PCIe link at Gen {worst_gen if worst_gen is not None else '?'} "
+                f"x{worst_width if worst_width is not None else '?'} in {len(below)} of {len(busy)} busy samples "
+                f"(utilization >= {busy_pct:g}%), below the class's Gen {min_gen} x{min_width}: check the slot, "
+                "riser and BIOS link settings (lspci -vv LnkSta under load)"
+            )
+        out.append(LinkJudgement(gpu, len(busy), len(below), worst_gen, worst_width, line))
     return out
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -91,13 +91,14 @@ def aggregate(dumps: Sequence[tuple[int, str, list[dict[str, Any]]]]) -> list[Th
     return sorted(by_key.values(), key=lambda s: (procs.ROLE_ORDER.index(s.role), s.pid, s.thread_name))
 
 
-def format_aggregate(summaries: Sequence[ThreadSummary]) -> str:
+def format_aggregate(summaries: Sequence[ThreadSummary], names: Mapping[int, str] | None = None) -> str:
+    """Per process (named by its role and, for a worker, its rank: `names`), where each thread sits."""
     lines = []
     current = None
     for s in summaries:
         if s.pid != current:
             current = s.pid
-            lines.append(f"pid {s.pid} ({s.role})")
+            lines.append(f"pid {s.pid} ({(names or {}).get(s.pid, s.role)})")
         top, n = s.innermost.most_common(1)[0] if s.innermost else ("?", 0)
         lines.append(
             f"  {s.thread_name:<24} active {s.active}/{s.samples} gil {s.owns_gil}/{s.samples}  at {top} [{n}]"
@@ -123,7 +124,7 @@ def dump_once(p: procs.VllmProcess, index: int, out_dir: Path) -> tuple[DumpResu
     if shutil.which("py-spy") is None:
         return DumpResult(p.pid, p.role, index, mono, "skipped", PY_SPY_NOT_INSTALLED, argv, None), []
     rc, out, err = _run(argv, DUMP_TIMEOUT_S)
-    name = f"dump-{index:02d}-{p.role}-{p.pid}"
+    name = f"dump-{index:02d}-{p.name}-{p.pid}"
     (out_dir / f"{name}.json").write_text(out)
     if err:
         (out_dir / f"{name}.stderr.txt").write_text(err)
@@ -233,7 +234,9 @@ def run_stacks(
             if threads:
                 collected.append((p.pid, p.role, threads))
     summaries = aggregate(collected)
-    (out_dir / "aggregate.txt").write_text(format_aggregate(summaries) if summaries else "no successful dumps\n")
+    names = {p.pid: p.name for p in found}
+    text = format_aggregate(summaries, names) if summaries else "no successful dumps\n"
+    (out_dir / "aggregate.txt").write_text(text)
     (out_dir / "aggregate.json").write_text(
         json.dumps(
             [

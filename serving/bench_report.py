@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.report import AXIS, BACKGROUND, FRAME, GRID, MUTED, PANEL_COLOURS, TEXT
-from probes.samplers import parse_vmstat, read_log
+from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
 from serving import bench
 from serving.errors import InputError
 
@@ -103,6 +103,23 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
             (manifest.get("gpu_class") or {}).get("reference"), points
         ),
         "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
+        "gpu_links": gpu_links(bench_dir, manifest.get("gpu_class")),
+    }
+
+
+def gpu_links(bench_dir: Path, gpu_class: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Each GPU's PCIe link while busy over the bench (the sidecar's nvidia-smi lines of its window) against the
+    class's generation and width; links drop at idle, so only busy samples are judged (seed 000 §12)."""
+    log = bench_dir / "samplers" / "nvidia-smi.log"
+    if not gpu_class or gpu_class.get("pcie_min_gen") is None or not log.exists():
+        return {"judged": False, "flags": []}
+    gen, width = int(gpu_class["pcie_min_gen"]), int(gpu_class.get("pcie_min_width") or 16)
+    judged = judge_pcie_links(parse_nvidia_smi(read_log(log)), gen, width)
+    return {
+        "judged": True,
+        "class_min": {"gen": gen, "width": width},
+        "flags": [j.line for j in judged if j.line],
+        "gpus": [{"gpu": j.gpu, "busy_samples": j.busy_samples, "below_samples": j.below_samples} for j in judged],
     }
 
 
@@ -197,14 +214,28 @@ def render_text(s: Mapping[str, Any]) -> str:
         lines += ["", "flags:"]
         lines += [f"  {r['id']}: {f}" for r in flagged for f in r["flags"]]
     if s["reference"]:
-        lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}):"]
+        lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}), each beside the "
+                  "figure measured here with the same definition:"]  # fmt: skip
         beside = {b["key"]: b for b in s["reference_beside_measured"]}
         for k, v in sorted(s["reference"].items()):
             b = beside.get(k)
             lines.append(
                 f"  {k}: {v}"
-                + (f"   measured here at concurrency {b['concurrency']}: {_f(b['measured'])}" if b else "")
+                + (
+                    f"   measured here at concurrency {b['concurrency']}: {_f(b['measured'])} ({b['what']})"
+                    if b
+                    else ""
+                )
             )
+        if m.get("stand_in"):
+            lines.append(
+                "  (a STAND-IN engine ran here, not the class's GPUs: the measured figures are not the class's)"
+            )
+    links = s.get("gpu_links") or {}
+    if links.get("judged"):
+        lines += ["", f"PCIe links while busy, against the class's Gen {links['class_min']['gen']} "
+                  f"x{links['class_min']['width']} (samplers/nvidia-smi.log):"]  # fmt: skip
+        lines += [f"  FLAG {f}" for f in links["flags"]] or ["  every busy GPU's link reached it"]
     if s["weight_read_bound"]:
         b = s["weight_read_bound"]
         lines.append(

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12
-TOKENS = 64  # about 1 s per request here: the running gauge, sampled each second, sees them
+# About 1 s per request here (~1.7 ms a token): the running gauge, sampled each second, sees them. With 64
+# tokens (0.1 s) a run once saw none, and the queue plot had nothing to draw.
+TOKENS = 512
 
 
 def _bundle_dir(output: str) -> Path:

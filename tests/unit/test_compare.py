@@ -26,7 +26,7 @@ def make_bench(
 ) -> Path:
     """A bench directory as `make bench` leaves it, its runs copied from the fixtures (c1 and c4 runs)."""
     d = root / name / "bench"
-    plan = bench.plan_bench(workload, serving_plan(max_num_seqs), "localhost", "/o", "0-1", "0-1")
+    plan = bench.plan_bench(workload, serving_plan(max_num_seqs), "/o", "0-1", "0-1")
     (d / "runs").mkdir(parents=True)
     (d / "manifest.json").write_text(json.dumps(plan["manifest"]))
     (d / "client.json").write_text(json.dumps({"status": "ok", "started_mono_s": 0.0}))
@@ -154,15 +154,24 @@ def test_class_reference_figures_sit_beside_the_measured_ones(tmp_path: Path) ->
     manifest = json.loads((d / "manifest.json").read_text())
     manifest["gpu_class"] = {
         "name": "rtxpro6000",
-        "reference": {"decode_tok_s_concurrency_1": 57.6, "aggregate_tok_s_concurrency_4": 144.4,
-                      "aggregate_tok_s_concurrency_2": 97.4, "ms_per_token": 17.5},
+        "reference": {"e2e_tok_s_concurrency_1": 57.6, "aggregate_tok_s_concurrency_4": 144.4,
+                      "aggregate_tok_s_concurrency_2": 97.4, "scaling_concurrency_4": 2.5, "ms_per_token": 17.5},
     }  # fmt: skip
     (d / "manifest.json").write_text(json.dumps(manifest))
     s = bench_report.write_report(d)
     beside = {b["key"]: b for b in s["reference_beside_measured"]}
-    c4 = next(p for p in s["points"] if p["point"] == "c4")
+    c1, c4 = (next(p for p in s["points"] if p["point"] == c) for c in ("c1", "c4"))
     assert beside["aggregate_tok_s_concurrency_4"]["measured"] == c4["output_tok_s"]["median"]
     assert beside["aggregate_tok_s_concurrency_2"]["measured"] is None  # smoke has no concurrency 2
+    # 57.6 is tokens over wall time, prefill included: beside N/(tN-t0), not the decode rate (N-1)/(tN-t1).
+    e2e = beside["e2e_tok_s_concurrency_1"]
+    assert e2e["measured"] == c1["e2e_tok_s"]["median"] != c1["decode_tok_s"]["median"]
+    assert e2e["measured"] < c1["decode_tok_s"]["median"]
+    # Seed 004's scaling: aggregate at 4 over aggregate at 1, the same definition on both sides.
+    assert beside["scaling_concurrency_4"]["measured"] == pytest.approx(
+        c4["output_tok_s"]["median"] / c1["output_tok_s"]["median"]
+    )
     assert "ms_per_token" not in beside
     text = (d / "report.txt").read_text()
     assert "aggregate_tok_s_concurrency_4: 144.4   measured here at concurrency 4:" in text
+    assert "(per-request tokens over wall time N/(tN-t0), prefill included, tok/s (median))" in text

@@ -27,7 +27,10 @@ def test_specs_target_the_vllm_pids_and_skip_a_missing_nvidia_smi() -> None:
     }
     assert specs["pidstat"].argv == ["pidstat", "-h", "-u", "-t", "-p", "1,30,54", "1"]
     assert specs["pidstat"].skip_reason is None
-    assert specs["nvidia-smi"].skip_reason == "nvidia-smi not found: no NVIDIA GPU driver on this host"
+    assert specs["nvidia-smi"].skip_reason == (
+        "nvidia-smi not found: this container was given no GPUs (the profile has none, or no NVIDIA GPU driver "
+        "on this host)"
+    )
     assert specs["nvidia-smi"].argv[-2:] == ["-lms", "200"]
     assert "utilization.gpu" in specs["nvidia-smi"].argv[1]
 
@@ -74,6 +77,47 @@ def test_nvidia_smi_csv_lines_with_na_fields() -> None:
     assert samples[0].values["utilization.gpu"] == 97.0
     assert "power.draw" not in samples[2].values  # [N/A]
     assert samples[2].values["memory.used"] == 22990.0
+
+
+def _sampled(fixture: str) -> list[samplers.GpuSample]:
+    """A class's replayed stream (tests/fixtures/gpu-hosts/<class>/nvidia-smi-sampled.csv), as the sidecar logs it."""
+    text = (FIX / "gpu-hosts" / fixture / "nvidia-smi-sampled.csv").read_text().splitlines()
+    assert text[0] == "# fields: " + ",".join(samplers.NVIDIA_SMI_FIELDS)
+    return samplers.parse_nvidia_smi([Line(0.2 * i, "", t) for i, t in enumerate(text[1:])])
+
+
+def test_the_sampled_fields_read_the_pcie_link_and_the_clock_event_reasons() -> None:
+    samples = _sampled("rtx3090-3gpu")
+    first = samples[1].values  # GPU 1, busy, its link at Gen 1 x8
+    assert (first["utilization.gpu"], first["pcie.link.gen.gpucurrent"], first["pcie.link.width.current"]) == (93, 1, 8)
+    assert first["pcie.link.gen.max"] == 4 and first["clocks_event_reasons.active"] == 0
+    capped = [s for s in samples if s.values.get("clocks_event_reasons.active") == 4]
+    assert capped and samplers.clock_event_names(capped[0].values["clocks_event_reasons.active"]) == ["sw_power_cap"]
+    assert samplers.clock_event_names(0x1 | 0x40 | 0x1000) == ["gpu_idle", "hw_thermal_slowdown", "0x1000"]
+
+
+def test_a_link_below_the_class_while_busy_is_flagged_and_an_idle_drop_is_not() -> None:
+    judged = {j.gpu: j for j in samplers.judge_pcie_links(_sampled("rtx3090-3gpu"), 4, 16)}
+    assert [g for g, j in judged.items() if j.line] == [1]
+    assert judged[1].line is not None and judged[1].line.startswith(
+        "GPU 1: PCIe link at Gen 1 x8 in 7 of 7 busy samples (utilization >= 50%), below the class's Gen 4 x16"
+    )
+    # GPUs 0 and 2 drop to Gen 1 when idle, and are at Gen 4 x16 whenever busy.
+    assert (judged[0].busy_samples, judged[0].below_samples) == (7, 0) and judged[2].below_samples == 0
+    assert all(j.line is None for j in samplers.judge_pcie_links(_sampled("rtxpro6000-8gpu"), 5, 16))
+
+
+def test_a_log_of_the_seeds_nine_fields_still_reads() -> None:
+    line = "2026/11/29 12:00:00.000, 0, 97, 61, 23011, 301.52, 1905, 9751, 71"
+    (s,) = samplers.parse_nvidia_smi([Line(1.0, "", line)])
+    assert s.values["utilization.gpu"] == 97 and "pcie.link.gen.gpucurrent" not in s.values
+
+
+def test_a_missing_nvidia_smi_says_what_is_missing() -> None:
+    assert "given no GPUs" in samplers.nvidia_smi_missing({})
+    given = samplers.nvidia_smi_missing({"REFDEPLOY_GPU_ACCESS": "--gpus device=0,1,2,capabilities=utility"})
+    assert given.startswith("this container was given the GPUs (--gpus device=0,1,2,capabilities=utility) but the")
+    assert "nvidia-ctk runtime configure" in given
 
 
 def test_window_log_is_bounded_and_counts_what_it_dropped(tmp_path: Path) -> None:
