@@ -1,17 +1,25 @@
-"""The two GPU classes' hosts, reached over real SSH: containers running sshd at their own addresses
-(images/testhost), with the Docker CLI talking to this machine's engine. What a container cannot be is
-REPLAYED from tests/fixtures/gpu-hosts (nvidia-smi, lsblk, findmnt and nvme through tests/replay/, the sysfs
-tree, and the host-level readings in <class>/host/, see HOST-READINGS.md); systemctl is a stand-in that
-records its calls (no systemd in a container, and the engine it would restart runs these tests).
+"""The two GPU classes' hosts, reached over real SSH, and the whole chain on them: deploy, a second deploy,
+status, bench, capture, probe-io, undeploy.
 
-`make deploy` runs the whole playbook over SSH against each host: preflight (class, NUMA plan, RAM budget,
-the data's drive and SMART health, and a real fio gate on the staged data), the runtime, cgroups and
-pinned_ram roles changing the host, the images role, and the serve role up to the container start, which
-is rendered only (serve_launch: false: there are no GPUs) and compared with the reviewed golden spec. A
-second run changes nothing. Every bad host is refused with its one line, and nothing changes.
+The hosts are containers running sshd (images/testhost), each its own filesystem, processes and hostname, with
+the Docker CLI talking to this machine's engine; they share this machine's network namespace, each sshd on
+its own port, so that the port a host's serving container publishes is on that host's loopback, as on a real
+host. What a container cannot be is REPLAYED from tests/fixtures/gpu-hosts (nvidia-smi,
+lsblk, findmnt and nvme through tests/replay/, the sysfs tree, and the host-level readings in <class>/host/,
+see HOST-READINGS.md); systemctl is a stand-in that records its calls (no systemd in a container, and the
+engine it would restart runs these tests).
 
-The Docker engine is this machine's, so paths that Docker mounts (the staged data, the probe scratch
-directory) are mounted into the test hosts at the same path as here.
+What cannot exist here at all, the GPUs and the CUDA engine, is replaced at the one test seam, the stand-in
+(serving/standin.py, switched on by REFDEPLOY_STAND_IN for these `make` runs only): the class is planned as
+on a real host (class, NUMA plan, RAM budget, data drive, slice, container spec, the reviewed golden spec),
+and the stand-in starts the CPU runtime image in its place with a CPU-feasible argv (the class's kind of
+parallelism over 2 ranks: PP=2 for the 3090 class, TP=2 for the PRO 6000 class), the tiny model staged at the
+class's model path, no device requests, this machine's CPUs; the probe containers get the replayed
+nvidia-smi where the nvidia runtime would mount the driver's. Everything else (every playbook, role, check
+and report) is the production path, and every artifact says a stand-in ran.
+
+The Docker engine is this machine's, so paths that Docker mounts (the staged model, the probe and bench
+scratch directories) are mounted into the test hosts at the same path as here.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import time
@@ -29,136 +38,150 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, docker, host_state, make
+from serving.numa import format_cpulist
+from tests.integration.conftest import REPO, MakeResult, docker, host_state, inspect
+from tests.integration.conftest import make as make_here
 
 pytestmark = pytest.mark.integration
 
 IMAGE = "rdtest/gpu-host:latest"
-NET, SUBNET = "rdtest-net", "172.31.250.0/24"
+# host: (its sshd's port on 127.0.0.1, inventory group, fixture, the port its serving container publishes)
 HOSTS = {
-    "rdtest-gpu3090": ("172.31.250.10", "gpu_rtx3090", "rtx3090-3gpu"),
-    "rdtest-gpupro": ("172.31.250.20", "gpu_rtxpro6000", "rtxpro6000-8gpu"),
+    "rdtest-gpu3090": (2210, "gpu_rtx3090", "rtx3090-3gpu", 18010),
+    "rdtest-gpupro": (2220, "gpu_rtxpro6000", "rtxpro6000-8gpu", 18020),
 }
 FIXTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
+STAND_IN: dict[str, str] = {}
 
 
-def _stage_data(share: Path) -> Path:
-    """Stand-in weights for each class: a config.json and 64 MiB of random bytes, which the fio gate reads.
-    Nothing loads them (the GPU container is never started here)."""
+def make(*args: str, timeout: int = 1800) -> MakeResult:
+    """make, with the test seam switched on (REFDEPLOY_STAND_IN names this module's stand-in file)."""
+    assert STAND_IN, "the hosts fixture writes the stand-in file first"
+    return make_here(*args, timeout=timeout, env=STAND_IN)
+
+
+def _container(host: str) -> str:
+    return f"refdeploy-vllm-{host.removeprefix('rdtest-')}"
+
+
+def _runtime_image() -> str:
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    return str(json.loads(out.stdout)["images"]["runtime_tag"])
+
+
+def _stage_models(share: Path, image: str) -> None:
+    """The tiny model (serving/tinymodel.py, from the CPU runtime image) at each class's model path: what the
+    stand-in engine serves, and what the fio gate and the probes read. The PRO 6000 class keeps its tokenizer
+    beside the weights (--tokenizer /models/moe-gguf/tokenizer), as a GGUF model does."""
     for model in ("served", "moe-gguf"):
         d = share / "models" / model
         d.mkdir(parents=True)
-        (d / "config.json").write_text('{"note": "stand-in weights for the GPU test hosts"}\n')
-        (d / "weights.bin").write_bytes(os.urandom(64 << 20))
-    (share / "probe-runs").mkdir()
-    return share
+        docker("run", "--rm", "--user", "0", "--network", "none", "-v", f"{d}:/out", image,
+               "python3", "/opt/refdeploy/tinymodel.py", "/out")  # fmt: skip
+    tok = share / "models" / "moe-gguf" / "tokenizer"
+    tok.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(share / "models" / "moe-gguf" / f, tok / f)
+    for sub in ("probe-runs", "bench-runs"):
+        (share / sub).mkdir()
 
 
 def _test_profiles(out: Path, share: Path) -> dict[str, Path]:
-    """The classes' profiles with the model where the test hosts have it (the only change)."""
+    """The classes' profiles with what the test hosts change: the model where they have it, and a container
+    name and host port of each host's own (they share this machine's engine with each other and with the
+    local deployment)."""
     out.mkdir()
     paths = {}
-    for group, name in (("gpu_rtx3090", "rtx3090-pp3"), ("gpu_rtxpro6000", "rtxpro6000-tp8")):
-        text = (REPO / "serving" / "profiles" / f"{name}.yaml").read_text()
-        assert text.count("host_path: /srv/models/") == 1, name
-        paths[group] = out / f"{name}.yaml"
-        paths[group].write_text(text.replace("host_path: /srv/models/", f"host_path: {share}/models/"))
+    for host, (_ip, group, _fixture, port) in HOSTS.items():
+        name = {"gpu_rtx3090": "rtx3090-pp3", "gpu_rtxpro6000": "rtxpro6000-tp8"}[group]
+        data = yaml.safe_load((REPO / "serving" / "profiles" / f"{name}.yaml").read_text())
+        data["model"]["host_path"] = str(share / "models" / Path(data["model"]["host_path"]).name)
+        data["container"]["name"] = _container(host)
+        data["ports"]["host_port"] = port
+        paths[host] = out / f"{name}.yaml"
+        paths[host].write_text(yaml.safe_dump(data, sort_keys=False))
     return paths
 
 
 def _remove() -> None:
     for name in HOSTS:
+        for suffix in ("-samplers", "", "-previous", "-failed", "-bench"):
+            docker("rm", "-f", _container(name) + suffix, check=False)
         docker("rm", "-f", name, check=False)
-    docker("network", "rm", NET, check=False)
-
-
-def _base_tag() -> str:
-    out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-    )
-    return str(json.loads(out.stdout)["images"]["base_tag"])
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     """(inventory dir, scratch dir mounted at /opt/replay/scratch in every test host)."""
     tmp = tmp_path_factory.mktemp("gpu-hosts")
-    base = _base_tag()
-    if not docker("images", "-q", base).strip():
-        r = make("images")
-        assert r.rc == 0, r.output[-3000:]
+    # The CPU runtime image (the stand-in's engine and the tiny model's generator), its base and the probe image.
+    r = make_here("images")
+    assert r.rc == 0, r.output[-3000:]
+    image = _runtime_image()
+    base = json.loads(docker("image", "inspect", image))[0]["Config"]["Labels"]["org.opencontainers.image.base.name"]
     build = subprocess.run(
-        [
-            "docker",
-            "build",
-            "--quiet",
-            "--tag",
-            IMAGE,
-            "--build-arg",
-            f"BASE_IMAGE={base}",
-            str(REPO / "images" / "testhost"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "DOCKER_BUILDKIT": "0"},
-    )
+        ["docker", "build", "--quiet", "--tag", IMAGE, "--build-arg", f"BASE_IMAGE={base}",
+         str(REPO / "images" / "testhost")],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )  # fmt: skip
     assert build.returncode == 0, build.stderr[-3000:]
     _remove()
     key = tmp / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     scratch = tmp / "scratch"
     scratch.mkdir()
-    share = _stage_data(tmp / "share")
+    share = tmp / "share"
+    _stage_models(share, image)
     profiles = _test_profiles(tmp / "profiles", share)
-    docker("network", "create", "--subnet", SUBNET, NET)
-    for name, (ip, _group, _fixture) in HOSTS.items():
-        docker(
-            "run",
-            "-d",
-            "--name",
-            name,
-            "--hostname",
-            name,
-            "--network",
-            NET,
-            "--ip",
-            ip,
-            "--volume",
-            "/var/run/docker.sock:/var/run/docker.sock",
-            "--volume",
-            f"{key}.pub:/root/.ssh/authorized_keys:ro",
-            "--volume",
-            f"{FIXTURES}:/opt/replay/fixtures:ro",
-            "--volume",
-            f"{REPO / 'tests' / 'replay'}:/opt/replay/bin:ro",
-            "--volume",
-            f"{scratch}:/opt/replay/scratch:ro",
-            "--volume",
-            f"{share}:{share}",
-            IMAGE,
+    stand_in = tmp / "stand-in.json"
+    stand_in.write_text(
+        json.dumps(
+            {
+                "cpus": format_cpulist(os.sched_getaffinity(0)),
+                "mems": "0",
+                "ulimits_max": {
+                    "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+                    "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
+                },
+                "nvidia_smi": {
+                    "replayer": str(REPO / "tests" / "replay" / "nvidia-smi"),
+                    "recordings": {h: str(FIXTURES / f) for h, (_i, _g, f, _p) in HOSTS.items()},
+                },
+            }
         )
+    )
+    STAND_IN["REFDEPLOY_STAND_IN"] = str(stand_in)
+    for name, (ssh_port, _group, _fixture, _port) in HOSTS.items():
+        docker(
+            "run", "-d", "--name", name, "--hostname", name, "--network", "host",
+            "--volume", "/var/run/docker.sock:/var/run/docker.sock",
+            "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro",
+            "--volume", f"{FIXTURES}:/opt/replay/fixtures:ro",
+            "--volume", f"{REPO / 'tests' / 'replay'}:/opt/replay/bin:ro",
+            "--volume", f"{scratch}:/opt/replay/scratch:ro",
+            "--volume", f"{share}:{share}",
+            IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
+        )  # fmt: skip
     inv = tmp / "inventory"
     shutil.copytree(REPO / "inventory" / "production-example" / "group_vars", inv / "group_vars")
     ssh_args = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
-    groups: dict[str, dict[str, object]] = {}
-    for name, (ip, group, fixture) in HOSTS.items():
+    groups: dict[str, dict[str, Any]] = {}
+    for name, (ssh_port, group, fixture, _port) in HOSTS.items():
         replay = f"/opt/replay/fixtures/{fixture}"
-        groups.setdefault(group, {"hosts": {}})["hosts"][name] = {  # type: ignore[index]
-            "ansible_host": ip,
-            "serving_profile": str(profiles[group]),
-            "gpu_facts_replay_path": "/opt/replay/bin",
-            "gpu_facts_replay_dir": replay,
-            "gpu_facts_sys_root": f"{replay}/sys",
-            "gpu_facts_replay_host_dir": f"{replay}/host",
-            # No GPUs: render the serving container, do not start it (nor build the 9 GB CUDA image).
-            "serve_launch": False,
+        groups.setdefault(group, {"hosts": {}})["hosts"][name] = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": ssh_port,
+            "serving_profile": str(profiles[name]),
+            "preflight_replay_path": "/opt/replay/bin",
+            "preflight_replay_dir": replay,
+            "preflight_sys_root": f"{replay}/sys",
+            "preflight_replay_host_dir": f"{replay}/host",
             "runtime_systemctl": "/opt/replay/bin/systemctl",
             "probes_host_dir": str(share / "probe-runs"),
+            "bench_host_dir": str(share / "bench-runs"),
             "probes_io_runtime_s": 2,
             # The staged data sits on this machine's virtio disk, not a class NVMe drive: the gate is real,
             # with floors it clears with margin (measured while other tests ran: QD1 11k-24k IOPS, QD64
@@ -166,7 +189,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
             "probes_io_thresholds": {1: {"min_iops": 1000}, 64: {"min_iops": 5000}},
         }
     # The 3090 host also has the deploy raise the engine's memlock (the drop-ins and a restart).
-    groups["gpu_rtx3090"]["hosts"]["rdtest-gpu3090"]["pinned_ram_engine_memlock"] = "infinity"  # type: ignore[index]
+    groups["gpu_rtx3090"]["hosts"]["rdtest-gpu3090"]["pinned_ram_engine_memlock"] = "infinity"
     (inv / "hosts.yml").write_text(
         yaml.safe_dump(
             {
@@ -182,18 +205,21 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
             }
         )
     )
-    for name, (ip, _g, _f) in HOSTS.items():
+    for name, (ssh_port, _g, _f, _p) in HOSTS.items():
         deadline = time.monotonic() + 60
         while True:
             probe = subprocess.run(
-                ["ssh", "-i", str(key), *ssh_args.split(), f"root@{ip}", "true"], capture_output=True, text=True
-            )
+                ["ssh", "-i", str(key), "-p", str(ssh_port), *ssh_args.split(), "root@127.0.0.1", "hostname"],
+                capture_output=True, text=True,
+            )  # fmt: skip
             if probe.returncode == 0:
+                assert probe.stdout.strip() == name
                 break
-            assert time.monotonic() < deadline, f"{name}: sshd did not answer at {ip}: {probe.stderr}"
+            assert time.monotonic() < deadline, f"{name}: sshd did not answer on port {ssh_port}: {probe.stderr}"
             time.sleep(1)
     yield inv, scratch
     _remove()
+    STAND_IN.clear()
 
 
 @pytest.fixture(scope="module")
@@ -324,8 +350,8 @@ def test_a_bad_3090_host_is_refused_with_one_line_before_any_change(
         "deploy",
         f"INVENTORY={inv}",
         "HOST=rdtest-gpu3090",
-        f"ANSIBLE_ARGS=-e gpu_facts_replay_dir={inside} -e gpu_facts_sys_root={inside}/sys "
-        f"-e gpu_facts_replay_host_dir={inside}/host {extra}",
+        f"ANSIBLE_ARGS=-e preflight_replay_dir={inside} -e preflight_sys_root={inside}/sys "
+        f"-e preflight_replay_host_dir={inside}/host {extra}",
     )
     out = " ".join(r.output.split())
     assert r.rc != 0, out[-3000:]
@@ -354,39 +380,68 @@ def _changed_tasks(output: str) -> list[str]:
     return tasks
 
 
-def _newest_manifest(host: str) -> dict[str, Any]:
-    runs = sorted((REPO / "runs" / host).glob("*/manifest.json"))
-    assert runs, f"no manifest under runs/{host}"
-    return dict(json.loads(runs[-1].read_text()))
+def _newest(host: str, pattern: str) -> Path:
+    found = sorted((REPO / "runs" / host).glob(pattern))
+    assert found, f"no {pattern} under runs/{host}"
+    return found[-1]
 
 
-CONVERGE = [
-    ("rdtest-gpu3090", "rtx3090-3gpu", "served", "0-27", "0"),
-    ("rdtest-gpupro", "rtxpro6000-8gpu", "moe-gguf", None, "0-1"),
+def _flat(output: str) -> str:
+    """Ansible folds long messages over lines: whitespace runs made single spaces."""
+    return " ".join(output.split())
+
+
+# host, fixture, model dir, the plan's cpuset and memory nodes, the stand-in's kind of parallelism
+CHAIN = [
+    ("rdtest-gpu3090", "rtx3090-3gpu", "served", "0-27", "0", "pipeline_parallel_size"),
+    ("rdtest-gpupro", "rtxpro6000-8gpu", "moe-gguf", None, "0-1", "tensor_parallel_size"),
 ]
 
 
-@pytest.mark.parametrize(("host", "fixture", "model", "cpus", "mems"), CONVERGE, ids=[c[0] for c in CONVERGE])
-def test_a_gpu_host_converges_over_ssh_and_a_second_deploy_changes_nothing(
-    hosts: tuple[Path, Path], share: Path, host: str, fixture: str, model: str, cpus: str | None, mems: str
-) -> None:
+@pytest.mark.parametrize(("host", "fixture", "model", "cpus", "mems", "parallel"), CHAIN, ids=[c[0] for c in CHAIN])
+def test_a_gpu_host_runs_the_whole_chain_over_ssh(
+    hosts: tuple[Path, Path], share: Path, host: str, fixture: str, model: str, cpus: str | None, mems: str,
+    parallel: str,
+) -> None:  # fmt: skip
+    """deploy (the container started: the stand-in plays the class's), a second deploy that changes nothing,
+    status, bench, capture, probe-io and undeploy, all against the class's plan. Before this, no GPU chain ran
+    past the container start, and bench was refused on every GPU host (it compared the running argv with a
+    plan that had no --numa-bind*)."""
     inv = hosts[0]
+    name = _container(host)
     docker("exec", host, "rm", "-f", "/var/log/refdeploy-systemctl.log")
     first = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
-    assert first.rc == 0, first.output[-5000:]
-    out = " ".join(first.output.split())
-    spec_path = "/var/lib/refdeploy/rendered/refdeploy-vllm.json"
-    assert f"serve_launch is false: refdeploy-vllm is rendered to {spec_path} and not started on {host}" in out
-    manifest = _newest_manifest(host)
+    assert first.rc == 0, first.output[-6000:]
+    manifest = json.loads(_newest(host, "*/manifest.json").read_text())
+    running = inspect(name)
+    assert running is not None and running["State"]["Status"] == "running"
 
     second = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
     assert second.rc == 0, second.output[-5000:]
     assert _recap(second.output, host)["changed"] == 0, _changed_tasks(second.output)
+    assert inspect(name)["Id"] == running["Id"]  # type: ignore[index]
 
-    # The manifest: facts, NUMA plan, budget table, the data's drive, the slice, the rendered spec.
-    assert manifest["kind"] == "deploy-rendered" and manifest["verified"] is True, manifest["verification"]
+    # The manifest: the launched (stand-in) container verified, the class's plan beside it.
+    assert manifest["kind"] == "deploy" and manifest["verified"] is True, manifest["verification"]
+    plan = manifest["plan"]
+    stand_in = manifest["stand_in"]
+    assert stand_in and stand_in["module"] == "serving/standin.py"
+    assert running["Config"]["Labels"]["org.refdeploy.stand-in"] == "serving/standin.py"
+    assert plan["container_spec"]["image"].startswith("refdeploy/vllm:0.32.0-cuda-")
+    assert manifest["container_spec"]["image"] == running["Config"]["Image"] == plan["images"]["runtime_tag"]
+    assert "device_requests" in plan["container_spec"] and "device_requests" not in manifest["container_spec"]
+    assert stand_in["replaced"]["image"] == [plan["container_spec"]["image"], running["Config"]["Image"]]
+    # Two ranks of the class's kind, each on its own CPU, verified rank by rank.
+    argv = running["Config"]["Cmd"]
+    assert argv[argv.index("--" + parallel.replace("_", "-")) + 1] == "2"
+    ranks = manifest["placement"]["ranks"]
+    assert [(r["rank"], r["cpus_allowed"], r["ok"]) for r in ranks] == [(0, "0", True), (1, "1", True)]
+    titles = {r["title"] for r in ranks}
+    assert titles == ({"VLLM::Worker_PP0", "VLLM::Worker_PP1"} if "pipeline" in parallel
+                      else {"VLLM::Worker_TP0", "VLLM::Worker_TP1"})  # fmt: skip
+    # The class's plan: facts, NUMA plan, budget table, the data's drive, the slice.
     gpu = manifest["gpu"]
-    assert len(gpu["gpus"]) == len(manifest["container_spec"]["device_requests"][0]["device_ids"])
+    assert len(gpu["gpus"]) == len(plan["container_spec"]["device_requests"][0]["device_ids"])
     assert gpu["numa_plan"]["cpuset_mems"] == mems
     if cpus:
         assert gpu["numa_plan"]["cpuset_cpus"] == cpus
@@ -397,7 +452,7 @@ def test_a_gpu_host_converges_over_ssh_and_a_second_deploy_changes_nothing(
     assert gpu["data"][0]["smart"]["media_errors"] == 0
     assert gpu["slice"]["name"] == "refdeploy.slice" and gpu["slice"]["allowed_memory_nodes"] == mems
     assert manifest["host_facts"]["hostname"] == host
-    assert manifest["image"]["tag"].startswith("refdeploy/vllm:0.32.0-cuda-")
+    assert manifest["effective_config"]["mismatches"] == []
 
     # What the host roles wrote, and what they asked systemd to do (once, on the first run).
     daemon = json.loads(docker("exec", host, "cat", "/etc/docker/daemon.json"))
@@ -415,16 +470,82 @@ def test_a_gpu_host_converges_over_ssh_and_a_second_deploy_changes_nothing(
     )
     # Only the 3090 host's inventory asks the deploy to raise the engine's memlock.
     assert ("LimitMEMLOCK=infinity" in memlock) == (host == "rdtest-gpu3090"), memlock
-    # Units reloaded, then the engine restarted once (containerd too when its limit changed), on the first run.
     restarts = ["restart containerd.service"] if memlock else []
     assert calls == ["daemon-reload", *restarts, "restart docker.service"]
 
-    # The rendered spec is the reviewed golden one, but for what the test host changes: the model's
-    # path (staged under the test's directory) and the image tag (the golden uses a placeholder).
-    rendered = json.loads(docker("exec", host, "cat", "/var/lib/refdeploy/rendered/refdeploy-vllm.json"))
+    # The class's container spec is the reviewed golden one, but for what the test host changes: the model's
+    # path, the container's name and port, and the image tag (the golden uses a placeholder).
+    planned = plan["container_spec"]
     golden = json.loads((FIXTURES / fixture / "container-spec.golden.json").read_text())
-    rendered["image"] = golden["image"]
-    rendered["volumes"] = [v.replace(f"{share}/models/", "/srv/models/") for v in rendered["volumes"]]
-    rendered["labels"].pop("org.refdeploy.spec-sha256")
-    golden["labels"].pop("org.refdeploy.spec-sha256")
-    assert rendered == golden
+    planned["image"] = golden["image"]
+    planned["volumes"] = [v.replace(f"{share}/models/", "/srv/models/") for v in planned["volumes"]]
+    port = str(HOSTS[host][3])
+    assert planned["name"] == name and planned["published_ports"] == [f"0.0.0.0:{port}:8000"]
+    planned["name"], planned["published_ports"] = golden["name"], golden["published_ports"]
+    for spec in (planned, golden):
+        spec["labels"].pop("org.refdeploy.spec-sha256")
+        spec["labels"]["org.refdeploy.profile"] = golden["labels"]["org.refdeploy.profile"]
+    assert planned == golden
+
+    # status: the running container is the plan's (its digest), and the stand-in is named.
+    status = make("status", f"INVENTORY={inv}", f"HOST={host}")
+    assert status.rc == 0, status.output[-3000:]
+    out = _flat(status.output)
+    assert f"container {name}: running" in out and "health: 200" in out and "spec: matches the plan" in out
+    assert "STAND-IN: the CPU engine" in out
+
+    # bench: runs against the class's plan (refused before: the running argv carries --numa-bind*).
+    bench = make("bench", f"INVENTORY={inv}", f"HOST={host}", "WORKLOAD=smoke", "RUNS=1", timeout=900)
+    assert bench.rc == 0, bench.output[-5000:]
+    bench_dir = _newest(host, "*/bench/summary.json").parent
+    summary = json.loads((bench_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and all(r["valid"] for r in summary["runs"] if r["phase"] == "measured"), [
+        r["flags"] for r in summary["runs"]
+    ]
+    bm = summary["manifest"]
+    assert bm["stand_in"] and bm["server"]["spec_digest"] == running["Config"]["Labels"]["org.refdeploy.spec-sha256"]
+    # The tokenizer the server uses: the PRO 6000 class's lies beside its GGUF weights.
+    assert bm["tokenizer"] == ("/models/moe-gguf/tokenizer" if model == "moe-gguf" else "/models/served")
+    report = _flat((bench_dir / "report.txt").read_text())
+    assert "STAND-IN engine ran here" in report
+    # The sidecar's replayed nvidia-smi over the bench: GPU 1 of the 3090 host runs at Gen 1 x8 while busy.
+    assert ("FLAG GPU 1: PCIe link at Gen 1 x8" in report) == (host == "rdtest-gpu3090"), report[-3000:]
+
+    # capture: every rank's stacks and perf, the replayed nvidia-smi through the sidecar and the capture
+    # container, the largest served file's page cache.
+    capture = make("capture", f"INVENTORY={inv}", f"HOST={host}", "SECONDS=6", timeout=900)
+    assert capture.rc == 0, capture.output[-5000:]
+    bundle = _newest(host, "*/capture/bundle.json").parent
+    index = json.loads((bundle / "bundle.json").read_text())
+    workers = sorted(p["pid"] for p in index["processes"] if p["role"] == "worker")
+    assert len(workers) == 2
+    dumped = {d["pid"] for d in json.loads((bundle / "stacks" / "result.json").read_text())["dumps"]
+              if d["status"] == "successful"}  # fmt: skip
+    assert set(workers) <= dumped
+    perf = [json.loads(f.read_text()) for f in sorted((bundle / "kernel").glob("perf-*.result.json"))]
+    assert sorted(r["pid"] for r in perf) == workers, perf
+    assert index["parts"]["samplers"]["status"] == "successful", index["parts"]["samplers"]
+    gpu_samples = (bundle / "samplers" / "nvidia-smi.log").read_text().splitlines()
+    assert len(gpu_samples) >= len(gpu["gpus"]), "the replayed nvidia-smi stream did not reach the capture"
+    links = index["gpu_links"]
+    assert links["judged"] is True
+    if host == "rdtest-gpu3090":
+        # GPU 1's link is replayed at Gen 1 x8 while busy: below the class's Gen 4 x16.
+        assert [f.split(":")[0] for f in links["flags"]] == ["GPU 1"], links
+        assert "PCIe link at Gen 1 x8" in (bundle / "summary.txt").read_text()
+    else:
+        assert links["flags"] == [], links
+    state = json.loads((bundle / "host-state" / "after" / "host-state.json").read_text())
+    assert state["page_cache"]["status"] == "successful", state["page_cache"]
+    assert [f["path"] for f in state["page_cache"]["files"]] == [f"{share}/models/{model}/model.safetensors"]
+
+    # probe-io on the largest served file (the tiny model's weights), not a model.safetensors it may lack.
+    io = make("probe-io", f"INVENTORY={inv}", f"HOST={host}", timeout=600)
+    assert io.rc == 0, io.output[-4000:]
+    result = json.loads(_newest(host, "*/probe-io/result.json").read_text())
+    assert result["target"] == f"{share}/models/{model}/model.safetensors" and result["verdict"] == "PASS"
+
+    # undeploy: the class's containers go, the host's files stay.
+    gone = make("undeploy", f"INVENTORY={inv}", f"HOST={host}")
+    assert gone.rc == 0, gone.output[-3000:]
+    assert inspect(name) is None and inspect(f"{name}-samplers") is None
