@@ -1,0 +1,131 @@
+"""A multi-rank engine on this machine: profile cpu-tiny-tp2, vLLM's CPU build serving the tiny model with tensor
+parallel 2, one rank per CPU (VLLM_CPU_OMP_THREADS_BIND='0|1'). The per-rank code runs for real: the deploy
+verifies each rank's CPU binding and the manifest lists it; a capture under load takes stacks and perf of
+every worker and pidstat of every thread; two benches run and compare. The default deploy is restored last.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from probes import samplers
+from tests.integration.conftest import CONTAINER, RUNS, complete, inspect, latest_manifest, make
+
+pytestmark = pytest.mark.integration
+
+PROFILE = "cpu-tiny-tp2"
+PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[dict[str, Any]]:
+    r = make("deploy", f"PROFILE={PROFILE}")
+    assert r.rc == 0, r.output[-4000:]
+    _, manifest = latest_manifest()
+    try:
+        yield manifest
+    finally:
+        r = make("deploy")  # the default deploy, as the other tests expect
+        assert r.rc == 0, r.output[-3000:]
+
+
+def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(deployed: dict[str, Any]) -> None:
+    m = deployed
+    assert m["verified"] is True, [c for c in m["verification"] if not c["ok"]]
+    assert m["plan"]["profile"]["name"] == PROFILE
+    ranks = m["placement"]["ranks"]
+    assert [(r["rank"], r["title"], r["cpus_allowed"], r["expected_cpus"], r["ok"]) for r in ranks] == [
+        (0, "VLLM::Worker_TP0", "0", "0", True),
+        (1, "VLLM::Worker_TP1", "1", "1", True),
+    ]
+    assert m["effective_config"]["mismatches"] == []
+    tp = next(c for c in m["effective_config"]["checks"] if c["setting"] == "tensor_parallel_size")
+    assert (tp["requested"], tp["effective"], tp["status"]) == (2, 2, "ok")
+    # The same greedy text as one rank (the first request compiles a kernel with torch inductor: g++ is in the image).
+    out = complete("def main(", 16)
+    assert out["usage"]["completion_tokens"] == 16 and out["choices"][0]["text"]
+
+
+@pytest.fixture(scope="module")
+def capture(deployed: dict[str, Any]) -> Path:
+    """`make capture SECONDS=8` while requests flow: both ranks busy."""
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", make("capture", "SECONDS=8")), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(PROBE_RUNS.glob("*-capture/bundle/samplers/vmstat.log")):
+        assert t.is_alive(), result["r"].output[-4000:]
+        time.sleep(0.2)
+    stop = time.monotonic() + 6
+    while time.monotonic() < stop:
+        complete("import os", 128)
+    t.join(timeout=600)
+    r = result["r"]
+    assert r.rc == 0, r.output[-5000:]
+    m = re.search(r"bundle: (\S+?)/?['\"]?$", r.output, re.M)
+    assert m, r.output[-3000:]
+    return Path(m.group(1))
+
+
+def test_capture_takes_stacks_and_perf_of_every_rank(capture: Path) -> None:
+    index = json.loads((capture / "bundle.json").read_text())
+    workers = {p["pid"]: p["title"] for p in index["processes"] if p["role"] == "worker"}
+    assert sorted(workers.values()) == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]
+    stacks = json.loads((capture / "stacks" / "result.json").read_text())
+    assert stacks["status"] == "successful", stacks["reason"]
+    assert {d["pid"] for d in stacks["dumps"] if d["status"] == "successful"} >= set(workers)
+    assert any(f.startswith("dump-01-worker_TP1-") for f in (d["file"] for d in stacks["dumps"]) if f)
+    aggregate = (capture / "stacks" / "aggregate.txt").read_text()
+    assert "(worker_TP0)" in aggregate and "(worker_TP1)" in aggregate
+    assert index["parts"]["perf"]["status"] == "successful", index["parts"]["perf"]
+    perf = {
+        json.loads(f.read_text())["pid"]: json.loads(f.read_text())
+        for f in (capture / "kernel").glob("perf-*.result.json")
+    }
+    assert set(perf) == set(workers)
+    assert all(r["samples"] for r in perf.values()), {p: r["samples"] for p, r in perf.items()}
+    wchan = json.loads((capture / "kernel" / "wchan.json").read_text())
+    assert {k.split()[1].split("/")[0] for k in wchan["counts"]} >= {"worker_TP0", "worker_TP1"}
+
+
+def test_pidstat_covers_every_thread_of_both_ranks(capture: Path) -> None:
+    index = json.loads((capture / "bundle.json").read_text())
+    workers = {p["pid"] for p in index["processes"] if p["role"] == "worker"}
+    rows = samplers.parse_pidstat(samplers.read_log(capture / "samplers" / "pidstat.log"))
+    threads = {pid: {r.tid for r in rows if r.tgid == pid and r.tid is not None} for pid in workers}
+    assert all(len(t) > 1 for t in threads.values()), threads  # per thread, not only per process
+    busy = {r.tgid for r in rows if r.tid is None and r.tgid in workers and r.values.get("%CPU", 0) > 5}
+    assert busy == workers  # both ranks worked while the requests flowed
+
+
+def _bench() -> Path:
+    r = make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=2", timeout=900)
+    assert r.rc == 0, r.output[-4000:]
+    benches = sorted(RUNS.glob("*/bench/summary.json"))
+    return benches[-1].parent
+
+
+def test_two_benches_of_the_tp2_engine_compare(deployed: dict[str, Any]) -> None:
+    a, b = _bench(), _bench()
+    for d in (a, b):
+        s = json.loads((d / "summary.json").read_text())
+        assert s["status"] == "ok" and s["manifest"]["profile"]["name"] == PROFILE
+        measured = [r for r in s["runs"] if r["phase"] == "measured"]
+        assert measured and all(r["valid"] for r in measured), [r["flags"] for r in measured]
+        assert all(r["server"]["generation_tokens"] == r["output_tokens"] for r in measured)
+    r = make("compare", f"A={a}", f"B={b}")
+    assert r.rc == 0, r.output
+    assert "conditions equal on both sides" in r.output
+    assert len([ln for ln in r.output.splitlines() if "B-A" in ln]) == 10
+    assert inspect(CONTAINER)["Config"]["Labels"]["org.refdeploy.profile"] == PROFILE  # type: ignore[index]
+    # The inventory's profile is not what runs: bench says so, and benches nothing.
+    r = make("bench", "WORKLOAD=smoke")
+    assert r.rc != 0 and "runs profile cpu-tiny-tp2, not cpu-tiny" in " ".join(r.output.split())
