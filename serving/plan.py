@@ -204,6 +204,52 @@ def _launch_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return {**body, "labels": {**labels, SPEC_LABEL: digest}}, digest
 
 
+def _place_on_gpu_host(
+    profile: Profile,
+    host: str,
+    images: ImagePlan,
+    readings: Mapping[str, str],
+    gpu_class: Mapping[str, Any] | None,
+    data_disk: str | None,
+    engine_memlock: str | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[numa.RankExpectation], tuple[str, str], list[str]]:
+    """A GPU profile on a host (serving/gpu_plan.py): (container spec or None, the host's facts and decisions,
+    the ranks, the CPUs kept for the bench client and the probes, failures)."""
+    if not readings.get("hostname"):
+        return None, None, [], ("", ""), [f"{host} was not read: a GPU profile is planned from the host's readings"]
+    if gpu_class is None:
+        # A failure, not an error: `make images` builds a GPU profile's image on any host.
+        return (
+            None,
+            None,
+            [],
+            ("", ""),
+            [
+                f"profile {profile.name} is a GPU profile, and {host}'s inventory group sets no gpu_class: "
+                "give the host's group its class (see inventory/production-example/group_vars/*/class.yml)"
+            ],
+        )
+    gp = gpu_plan.plan_gpu_host(
+        profile,
+        gpu_plan.class_spec_from(gpu_class),
+        readings,
+        images.runtime_tag,
+        data_disk=data_disk,
+        engine_memlock=engine_memlock,
+    )
+    facts = {k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")}
+    placement = gp.placement
+    if placement is None:
+        return gp.container_spec, facts, [], ("", ""), gp.failures
+    return (
+        gp.container_spec,
+        facts,
+        numa.ranks_of(placement),
+        (placement.client_cpus, placement.probe_cpus),
+        gp.failures,
+    )
+
+
 def build_plan(
     profile: Profile,
     host: str,
@@ -226,42 +272,19 @@ def build_plan(
     if readings.get("served_files") is None:
         data_note = "the host was not read"
     gpu: dict[str, Any] | None = None
-    spec: dict[str, Any] | None
-    ranks: list[numa.RankExpectation] = []
     client_cpus = probe_cpus = ""
     gpu_access: GpuAccess | None = None
+    spec: dict[str, Any] | None
     if profile.gpu is None:
         spec = render_container_spec(profile, images.runtime_tag)
         ranks, rank_failures = cpu_ranks(profile.vllm, profile.env, spec.get("cpuset_mems"))
         failures += rank_failures
     else:
         gpu_access = gpu_access_for(profile.gpu.devices)
-        if not readings.get("hostname"):
-            spec = None
-            failures.append(f"{host} was not read: a GPU profile is planned from the host's readings")
-        elif gpu_class is None:
-            raise PlanError(
-                f"profile {profile.name} is a GPU profile, and {host}'s inventory group sets no gpu_class: "
-                "give the host's group its class (see inventory/production-example/group_vars/*/class.yml)"
-            )
-        else:
-            gp = gpu_plan.plan_gpu_host(
-                profile,
-                gpu_plan.class_spec_from(gpu_class),
-                readings,
-                images.runtime_tag,
-                data_disk=data_disk,
-                engine_memlock=engine_memlock,
-            )
-            failures += gp.failures
-            spec = gp.container_spec
-            gpu = {
-                k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")
-            }
-            placement = gp.placement
-            if placement is not None:
-                ranks = numa.ranks_of(placement)
-                client_cpus, probe_cpus = placement.client_cpus, placement.probe_cpus
+        spec, gpu, ranks, (client_cpus, probe_cpus), gpu_failures = _place_on_gpu_host(
+            profile, host, images, readings, gpu_class, data_disk, engine_memlock
+        )
+        failures += gpu_failures
     launch: Launch | None = None
     bench: BenchTargets | None = None
     argv = list(spec["command"]) if spec is not None else None

@@ -87,6 +87,20 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
 
 
+def test_a_render_only_deploy_writes_the_spec_and_starts_nothing() -> None:
+    before = inspect(CONTAINER)
+    r = make("deploy", "ANSIBLE_ARGS=-e serve_launch=false")
+    assert r.rc == 0, r.output[-4000:]
+    assert r.recap_changed == 0
+    after = inspect(CONTAINER)
+    assert before is not None and after is not None and after["Id"] == before["Id"]
+    _, m = latest_manifest()
+    assert m["kind"] == "deploy-rendered" and m["verified"] is True, m["verification"]
+    on_host = json.loads(Path("/var/lib/refdeploy/rendered/refdeploy-vllm.json").read_text())
+    assert on_host == m["container_spec"] == m["plan"]["launch"]["spec"]
+    assert on_host["labels"]["org.refdeploy.spec-sha256"] == after["Config"]["Labels"]["org.refdeploy.spec-sha256"]
+
+
 def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
     """A deploy right after the engine restarted (dockerd or the host brought it back) waits for it to answer
     instead of failing on /metrics, and keeps it. A test run started just after dockerd came up once failed that way.
