@@ -51,6 +51,11 @@ CLIENT_SAMPLERS_DIR = "/samplers"
 RESULT_FILE = "result.json"
 # An achieved arrival rate below this share of the requested one means the client, not the server, set the pace.
 MIN_ACHIEVED_RATE_RATIO = 0.98
+# A client TPOT median below this share of the server's own TPOT (its histogram) means the tokens reached the
+# client in bursts: its chunk times are not the server's token times (seed 000 §1: cross-check against the
+# server's token metrics). Seen here on 2 shared cores: a client TPOT of 0.0018 ms beside the server's 1.47 ms.
+MIN_CLIENT_OVER_SERVER_TPOT = 0.5
+BUFFERED_STREAM = "buffered stream"
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 
 
@@ -719,6 +724,15 @@ def summarize_run(
         hits = server["prefix_cache_hits"]
         if hits:
             flags.append(f"prefix-cache hits where none may be: {hits:g} tokens (the cache served part of the prefill)")
+        client_tpot = describe([_ms(o.tpot_s) for o in ok])["median"]
+        server_tpot = server["tpot"]["mean_ms"]
+        if client_tpot is not None and server_tpot and client_tpot < MIN_CLIENT_OVER_SERVER_TPOT * server_tpot:
+            flags.append(
+                f"{BUFFERED_STREAM}: the client's TPOT median {client_tpot:.3g} ms is under "
+                f"{MIN_CLIENT_OVER_SERVER_TPOT:.0%} of the server's {server_tpot:.3g} ms "
+                "(vllm:request_time_per_output_token_seconds): the tokens reached the client in bursts, so its chunk "
+                "intervals, TPOT and decode rate are not the server's"
+            )
         client_tokens = sum(o.output_tokens or 0 for o in obs)
         gen = server["generation_tokens"]
         if result is not None and gen is not None and gen != client_tokens:

@@ -170,7 +170,15 @@ def render_text(s: Mapping[str, Any]) -> str:
             + ", ".join(f"{_point_label(p)} {p['grouped_requests']}/{p['requests_ok']}" for p in s["points"])
         )
     else:
-        lines.append("streaming: one token per chunk in every request, so chunk intervals are token intervals (ITL)")
+        lines.append("streaming: one token per chunk in every request")
+    buffered = [r["id"] for r in s["runs"] if any(f.startswith(bench.BUFFERED_STREAM) for f in r["flags"])]
+    if buffered:
+        lines.append(
+            f"  but {len(buffered)} run(s) reached the client in bursts ({', '.join(buffered)}; flags below): their "
+            "chunk intervals are not token intervals; the server's TPOT is the token rate there"
+        )
+    elif not s["grouped_streaming"]:
+        lines.append("  and the client's TPOT agrees with the server's, so chunk intervals are token intervals (ITL)")
     lines += ["", "pooled over measured runs (median [min-max] n):"]
     itl = "chunk interval ms (not ITL)" if s["grouped_streaming"] else "ITL ms"
     header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl, "aggregate tok/s (per run)")

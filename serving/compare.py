@@ -57,6 +57,8 @@ class Side:
     started: tuple[float, ...]  # each bench's first run start, unix s
     # point -> figure -> per bench, one list of observations per measured run
     observations: dict[str, dict[str, list[list[list[float]]]]]
+    # measured runs left out because their bench flagged them invalid: "<bench dir> <run id>: <first flag>"
+    excluded: tuple[str, ...] = ()
 
 
 def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
@@ -70,11 +72,25 @@ def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
     raise InputError(f"{ref}: not a bench run (expected runs/<host>/<timestamp>/bench/ with manifest.json)")
 
 
-def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, list[list[float]]]]]:
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, list[list[float]]]], list[str]]:
+    """A bench's manifest, first start, the observations of its valid measured runs, and the runs it flagged.
+
+    A run is pooled only when its own bench judged it valid (serving.bench.summarize_run: no failed or short
+    requests, no prefix-cache hits, server and client tokens agree, the arrival rate sustained, the stream not
+    buffered): a comparison keeps the validity rules its benches keep.
+    """
     manifest = json.loads((d / "manifest.json").read_text())
     if manifest.get("kind") != "bench":
         raise InputError(f"{d}: manifest.json is not a bench manifest")
     obs: dict[str, dict[str, list[list[float]]]] = {}
+    excluded: list[str] = []
     first_start = math.inf
     for run in manifest["runs"]:
         run_dir = d / "runs" / run["id"]
@@ -87,6 +103,13 @@ def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, lis
             first_start = min(first_start, float(status["started_unix_s"]))
         if run["phase"] != "measured" or status.get("status") != "ok":
             continue
+        judged = bench.summarize_run(
+            run, status, result, _text(run_dir / "metrics-before.txt"), _text(run_dir / "metrics-after.txt"),
+            manifest["workload"],
+        )  # fmt: skip
+        if not judged["valid"]:
+            excluded.append(f"{d} {run['id']}: {judged['flags'][0] if judged['flags'] else 'invalid'}")
+            continue
         reqs = [o for o in bench.parse_requests(result) if o.success]
         figures = obs.setdefault(run["point"], {k: [] for k in FIGURES})
         ms = 1000.0
@@ -97,17 +120,18 @@ def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, lis
         duration = result.get("duration")
         if isinstance(duration, int | float) and duration > 0:
             figures["output_tok_s"].append([sum(o.output_tokens or 0 for o in reqs) / duration])
-    return manifest, first_start, obs
+    return manifest, first_start, obs, excluded
 
 
 def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
     if not refs:
         raise InputError(f"side {name}: give at least one bench run")
-    dirs, manifests, started = [], [], []
+    dirs, manifests, started, excluded = [], [], [], []
     observations: dict[str, dict[str, list[list[list[float]]]]] = {}
     for ref in refs:
         d = resolve_bench_dir(ref, runs_dir)
-        manifest, first, obs = _load_bench(d)
+        manifest, first, obs, left_out = _load_bench(d)
+        excluded += left_out
         dirs.append(d)
         manifests.append(manifest)
         started.append(first)
@@ -115,7 +139,7 @@ def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
             into = observations.setdefault(point, {k: [] for k in FIGURES})
             for k, runs in figures.items():
                 into[k].append(runs)
-    return Side(name, tuple(dirs), tuple(manifests), tuple(started), observations)
+    return Side(name, tuple(dirs), tuple(manifests), tuple(started), observations, tuple(excluded))
 
 
 def _declared(key: str, variables: Sequence[str]) -> bool:
@@ -219,7 +243,10 @@ def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, 
     declared = check_conditions(a, b, variables)
     points = [p for p in a.observations if p in b.observations]
     if not points:
-        raise CompareRefused("A and B have no operating point with successful measured runs on both sides")
+        raise CompareRefused(
+            "A and B have no operating point with valid measured runs on both sides"
+            + "".join(f"; {s.name} left out {x}" for s in (a, b) for x in s.excluded[:3])
+        )
     tested = len(points) * len(FIGURES)
     level = 1 - (1 - FAMILY_LEVEL) / tested
     result: dict[str, Any] = {
@@ -232,6 +259,7 @@ def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, 
         "family_level": FAMILY_LEVEL,
         "figures_tested": tested,
         "level_per_figure": level,
+        "excluded": {"A": list(a.excluded), "B": list(b.excluded)},
         "points": {},
     }
     if variables and not declared:
@@ -255,6 +283,9 @@ def render_text(r: Mapping[str, Any]) -> str:
         lines.append("conditions equal on both sides")
     if r.get("note"):
         lines.append(f"note: {r['note']}")
+    for side, left_out in (r.get("excluded") or {}).items():
+        for x in left_out:
+            lines.append(f"left out of {side} (its bench flagged it): {x}")
     lines.append(
         "effect = median(B) - median(A), CI from resampling benches (when a side has several), runs, requests;"
     )

@@ -129,7 +129,11 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
     assert s["prefix_cache"]["hits_in_measured_runs"] == 0
     assert s["output_length_mismatch"] == []
     measured = [r for r in s["runs"] if r["phase"] == "measured"]
-    assert len(measured) == 2 * int(MEASURED_RUNS) and all(r["valid"] for r in measured), [r["flags"] for r in measured]
+    assert len(measured) == 2 * int(MEASURED_RUNS), [r["id"] for r in measured]
+    # Every run valid, but for a stream that reached the client in one burst (2 shared cores): the bench flags
+    # it against the server's TPOT (the report says so), and compare leaves it out.
+    for r in measured:
+        assert r["valid"] or all(f.startswith("buffered stream:") for f in r["flags"]), r["flags"]
     for r in measured:
         assert r["server"]["generation_tokens"] == r["output_tokens"] == 8 * 32
         assert (d / "runs" / r["id"] / "result.json").is_file()
@@ -137,10 +141,14 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
     # The scaling experiment: aggregate throughput grows with concurrency, each request's decode rate does not.
     # Per request, c4 and c1 are close on this tiny model (a batch of 4 costs a step little more than 1; a CI
     # run measured 85.95 vs 85.26 tok/s), so "does not grow" means: no faster than the run-to-run spread allows.
+    # The per-request rate is the server's (its TPOT histogram): the client's own is lost when a stream arrives in
+    # one burst, which happens here on 2 shared cores at c1 and c4 alike (REFERENCE §11; one run measured a
+    # client decode median of 436,366 tok/s at c4, TPOT 0.0018 ms, while the server's TPOT was 1.47 ms).
     c1, c4 = point(s, "c1"), point(s, "c4")
     assert c4["output_tok_s"]["median"] > 1.3 * c1["output_tok_s"]["median"]
-    assert c4["decode_tok_s"]["median"] < (1 + SPREAD) * c1["decode_tok_s"]["median"]
-    assert c4["output_tok_s"]["median"] > 2 * c4["decode_tok_s"]["median"]  # aggregate is not a request's rate
+    server_c1, server_c4 = (1000 / p["server_tpot_mean_ms"]["median"] for p in (c1, c4))
+    assert server_c4 < (1 + SPREAD) * server_c1
+    assert c4["output_tok_s"]["median"] > 2 * server_c4  # aggregate is not a request's rate
     assert (d / "samplers" / "vmstat.log").stat().st_size > 0
 
 

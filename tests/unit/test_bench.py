@@ -195,6 +195,28 @@ def test_output_length_mismatch_is_flagged() -> None:
     assert not s["valid"]
 
 
+def _buffered(result: dict[str, Any]) -> dict[str, Any]:
+    """The run as the client saw it when a stream arrived in one burst: every token at the request's end."""
+    burst = copy.deepcopy(result)
+    for i, itls in enumerate(burst["itls"]):
+        burst["ttfts"][i] = burst["latencies"][i] - 1e-6 * len(itls)
+        burst["itls"][i] = [1e-6] * len(itls)
+    return burst
+
+
+def test_a_stream_that_reached_the_client_in_a_burst_is_flagged_against_the_servers_tpot() -> None:
+    result, status, before, after = fixture("c1-m1")
+    s = bench.summarize_run(RUN, status, _buffered(result), before, after, SMOKE.model_dump())
+    assert not s["valid"]
+    (flag,) = s["flags"]
+    assert flag.startswith("buffered stream: the client's TPOT median 0.001 ms is under 50% of the server's 9.1 ms")
+    assert "(vllm:request_time_per_output_token_seconds)" in flag
+    # The clean run's client TPOT is the server's to within a few percent: nothing flagged.
+    clean = bench.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
+    assert clean["flags"] == []
+    assert 0.9 < clean["tpot_ms"]["median"] / clean["server"]["tpot"]["mean_ms"] < 1.1
+
+
 def test_grouped_chunks_are_not_called_itl() -> None:
     result, status, before, after = fixture("c1-m1")
     grouped = copy.deepcopy(result)

@@ -49,6 +49,22 @@ def side(name: str, dirs: list[Path], runs_dir: Path) -> compare.Side:
     return compare.load_side(name, [str(d) for d in dirs], runs_dir)
 
 
+def test_a_run_its_bench_flagged_is_left_out_and_named(tmp_path: Path) -> None:
+    a = make_bench(tmp_path, "a", 1000)
+    b = make_bench(tmp_path, "b", 2000)
+    run = b / "runs" / "c1-m1" / "result.json"
+    result = json.loads(run.read_text())
+    result["output_lens"][0] = 5  # a short request: the bench flags the run
+    run.write_text(json.dumps(result))
+    r = compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), [])
+    assert r["excluded"]["A"] == []
+    (left_out,) = r["excluded"]["B"]
+    assert left_out.startswith(f"{b} c1-m1: output length mismatch")
+    c1 = r["points"]["c1"]["ttft_ms"]
+    assert (c1["n_runs_a"], c1["n_runs_b"]) == (2, 1)
+    assert f"left out of B (its bench flagged it): {b} c1-m1: output length mismatch" in compare.render_text(r)
+
+
 def test_same_deployment_shows_no_measurable_difference(tmp_path: Path) -> None:
     a = make_bench(tmp_path, "a", 1000)
     b = make_bench(tmp_path, "b", 2000)
