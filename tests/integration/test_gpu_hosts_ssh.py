@@ -75,7 +75,7 @@ def _runtime_image() -> str:
 def _stage_models(share: Path, image: str) -> None:
     """The tiny model (serving/tinymodel.py, from the CPU runtime image) at each class's model path: what the
     stand-in engine serves, and what the fio gate and the probes read. The PRO 6000 class keeps its tokenizer
-    beside the weights (--tokenizer /models/moe-gguf/tokenizer), as a GGUF model does."""
+    beside the weights (--tokenizer /models/moe-gguf/tokenizer)."""
     for model in ("served", "moe-gguf"):
         d = share / "models" / model
         d.mkdir(parents=True)
@@ -504,7 +504,7 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     ]
     bm = summary["manifest"]
     assert bm["stand_in"] and bm["server"]["spec_digest"] == running["Config"]["Labels"]["org.refdeploy.spec-sha256"]
-    # The tokenizer the server uses: the PRO 6000 class's lies beside its GGUF weights.
+    # The tokenizer the server uses: the PRO 6000 class's lies beside its weights, not in the model directory.
     assert bm["tokenizer"] == ("/models/moe-gguf/tokenizer" if model == "moe-gguf" else "/models/served")
     report = _flat((bench_dir / "report.txt").read_text())
     assert "STAND-IN engine ran here" in report
