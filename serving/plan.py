@@ -190,7 +190,8 @@ def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple
 
 
 def tokenizer_path(argv: Sequence[str], model: Model) -> str:
-    """The tokenizer the server uses: its --tokenizer (the PRO 6000 class keeps it beside the weights), else the model."""
+    """The tokenizer the server uses: its --tokenizer (the PRO 6000 class keeps it beside the weights), else the
+    model."""
     args = list(argv)
     for i, a in enumerate(args):
         if a == "--tokenizer" and i + 1 < len(args):
