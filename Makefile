@@ -49,7 +49,7 @@ undeploy: $(STAMP) ## Stop and remove the serving containers on HOST (images, mo
 	$(PLAYBOOK) ansible/undeploy.yml
 
 .PHONY: status
-status: $(STAMP) ## Show what runs on HOST and whether it matches the profile
+status: $(STAMP) ## Show what runs on HOST and whether it is the plan's container (the spec digest)
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/status.yml
 

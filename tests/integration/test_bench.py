@@ -86,7 +86,7 @@ def default_sequence(tmp_path_factory: pytest.TempPathFactory) -> DefaultSequenc
         assert b.rc == 0, b.output[-4000:]
         benches.append(bench_dir(b))
         if i < 3:
-            plain.append(plain_run(benches[-1], i, out / f"plain{i}"))
+            plain += [plain_run(benches[-1], 2 * i + k, out / f"plain{2 * i + k}") for k in range(2)]
     return DefaultSequence(benches, plain)
 
 
@@ -168,12 +168,18 @@ def plain_vllm_bench_serve(argv: list[str], image: str, out: Path) -> dict[str, 
     return result
 
 
+PLAIN_PROMPTS = 32
+
+
 def plain_run(d: Path, i: int, out: Path) -> dict[str, Any]:
-    """The c1 measured run of bench `d`, made by a plain `vllm bench serve` with its own seed and cache salt."""
+    """The c1 measured run of bench `d`, made by a plain `vllm bench serve` with its own seed and cache salt, and
+    32 prompts instead of 8: a plain run has no warm-up and no repeats, and with 8 its TPOT varied ±18% here
+    (1.24 to 1.79 ms over three runs), with 32 within ±6%."""
     manifest = json.loads((d / "manifest.json").read_text())
     run = next(r for r in json.loads((d / "plan.json").read_text())["runs"] if r["id"] == "c1-m1")
     argv = ["/out" if a.startswith("/bench/out/") else a for a in run["argv"]]
     argv[argv.index("--seed") + 1] = str(424242 + i)
+    argv[argv.index("--num-prompts") + 1] = str(PLAIN_PROMPTS)
     if "--extra-body" in argv:  # a salt no bench used: the random prompts of this tiny vocabulary share prefixes
         argv[argv.index("--extra-body") + 1] = json.dumps({"cache_salt": f"plain-{i}-{time.time_ns()}"})
     return plain_vllm_bench_serve(argv, manifest["runtime_image"], out)
@@ -185,14 +191,19 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(default_sequence: DefaultSeq
     REFERENCE §1's ±12%. What this catches is a method that measures something else (a wrong unit, a setting
     the client adds); the definitions themselves are checked exactly against vLLM's captured results in
     tests/unit/test_bench.py."""
-    plain = default_sequence.plain
     c1_runs = [
         r
         for b in default_sequence.benches
         for r in summary(b)["runs"]
         if r["point"] == "c1" and r["phase"] == "measured"
     ]
-    assert len(plain) == 3 and len(c1_runs) == 4 * int(MEASURED_RUNS)
+    assert len(default_sequence.plain) == 6 and len(c1_runs) == 4 * int(MEASURED_RUNS)
+    # Judged as the bench judges its own runs: a stream that reached the client in one burst measured the client,
+    # not the server (its TPOT is under half the server's), in a bench run and a plain run alike.
+    server_tpot = statistics.median(r["server"]["tpot"]["mean_ms"] for r in c1_runs)
+    c1_runs = [r for r in c1_runs if r["valid"]]
+    plain = [p for p in default_sequence.plain if p["median_tpot_ms"] >= 0.5 * server_tpot]
+    assert len(c1_runs) >= 6 and len(plain) >= 3, (len(c1_runs), [p["median_tpot_ms"] for p in default_sequence.plain])
     for label, bench_values, plain_values in (
         ("TPOT ms", [r["tpot_ms"]["median"] for r in c1_runs], [p["median_tpot_ms"] for p in plain]),
         ("output tok/s", [r["output_tok_s"] for r in c1_runs], [p["output_throughput"] for p in plain]),
@@ -201,7 +212,7 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(default_sequence: DefaultSeq
         assert low <= statistics.median(plain_values) <= high, (
             f"{label}: bench runs {bench_values}, plain runs {plain_values}"
         )
-    assert all(statistics.median(p["output_lens"]) == 32 for p in plain)
+    assert all(statistics.median(p["output_lens"]) == 32 and p["completed"] == PLAIN_PROMPTS for p in plain)
 
 
 def test_compare_same_deployment_no_measurable_difference(default_benches: list[Path]) -> None:
