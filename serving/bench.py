@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serving.errors import InputError
 from serving.limits import expand_cpulist
 from serving.numa import format_cpulist
+from serving.redact import redact
 
 if TYPE_CHECKING:
     from serving.plan import Plan
@@ -341,6 +342,8 @@ def plan_bench(
         "out": f"{CLIENT_DIR}/out",
         "samplers_dir": CLIENT_SAMPLERS_DIR if samplers_dir else None,
         "prefix_cache": workload.prefix_cache,
+        # The client reads the key from the key file among the volumes below (serving/bench_client.py).
+        "api_key": targets.api_key,
         "runs": runs,
     }
     argv = [
@@ -361,7 +364,7 @@ def plan_bench(
         "kind": "bench",
         "host": plan.host,
         "workload": workload.model_dump(mode="json"),
-        "profile": profile.model_dump(mode="json"),
+        "profile": redact(profile.model_dump(mode="json")),
         "runtime_image": image,
         "server": {
             "container": container,
@@ -381,6 +384,7 @@ def plan_bench(
             for r in runs
         ],
         "gpu_class": dict(gpu_class) if gpu_class else None,
+        "api": {"key": bool(targets.api_key), "loopback": plan.api.loopback},
     }
     # Per run: the timeout, the client's start-up and a margin for metrics snapshots.
     timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + 120)

@@ -37,6 +37,9 @@ HTTP_TIMEOUT_S = 10.0
 GAUGE_PERIOD_S = 0.5
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 _TERM_GRACE_S = 5.0
+# The server's API key, mounted read-only from the host's root-only key file when the deploy has one
+# (serving/redact.py API_KEY_MOUNT); `vllm bench serve` sends OPENAI_API_KEY as its bearer token.
+API_KEY_MOUNT = Path("/run/refdeploy/api-key")
 # First words of the samplers' header lines (vmstat, iostat, pidstat), kept so the window's lines can be parsed.
 HEADER_WORDS = (["procs"], ["r"], ["Device"], ["Device:"], ["#"], ["Linux"])
 
@@ -258,6 +261,14 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"bench client: bad plan {argv[0]}: {exc}", file=sys.stderr)
         return 2
+    if plan.get("api_key"):
+        try:
+            key = API_KEY_MOUNT.read_text().strip()
+        except OSError as exc:
+            print(f"bench client: the deploy has an API key; {API_KEY_MOUNT} cannot be read: {exc}", file=sys.stderr)
+            return 2
+        # In this process's environment only (root-only /proc/<pid>/environ), never in an argv or an artifact.
+        os.environ["OPENAI_API_KEY"] = key
     shutil.rmtree(Path(plan["out"]), ignore_errors=True)
     return run_plan(plan)
 

@@ -52,15 +52,19 @@ def cmd_plan(a: argparse.Namespace) -> int:
         base_image=a.base_image or None,
         stand_in=load_config(),
     )
-    json.dump(plan.model_dump(mode="json"), sys.stdout, indent=None if a.compact else 2, sort_keys=True)
+    from serving.redact import redact
+
+    json.dump(redact(plan.model_dump(mode="json")), sys.stdout, indent=None if a.compact else 2, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 
 
 def cmd_manifest(a: argparse.Namespace) -> int:
     from serving.manifest import build_manifest, build_rendered_manifest, failed_checks, new_run_dir
+    from serving.redact import redact
 
-    raw = json.loads(Path(a.raw).read_text() if a.raw else sys.stdin.read())
+    # Redacted on arrival: the raw readings (the full docker inspect), the plan and the manifest all come from it.
+    raw = redact(json.loads(Path(a.raw).read_text() if a.raw else sys.stdin.read()))
     run_dir = new_run_dir(Path(a.runs_dir), raw["host"])
     raw["run_id"] = run_dir.name
     (run_dir / "raw-readings.json").write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")

@@ -14,6 +14,10 @@ if [ -n "${REPLAY_PATH:-}" ]; then PATH="$REPLAY_PATH:$PATH"; fi
 SYS_ROOT=${SYS_ROOT:-/sys}
 echo "==hostname"; echo "$host"
 echo "==served_files"; find "${DATA_PATHS[@]}" -type f -printf '%s\t%p\n' 2>/dev/null || true
+# The API key file's owner, mode, size and type; never its contents.
+if [ -n "${API_KEY_FILE:-}" ]; then
+  echo "==api_key_file"; stat -c '%u %a %s %F' -- "$API_KEY_FILE" 2>/dev/null || echo missing
+fi
 [ "$mode" = gpu ] || exit 0
 if command -v nvidia-smi >/dev/null; then
   echo "==nvidia_smi_L"; nvidia-smi -L

@@ -28,12 +28,14 @@ SCHEMA_VERSION = 1
 
 
 def new_run_dir(runs_dir: Path, host: str) -> Path:
-    """runs/<host>/<UTC timestamp>/, created; a suffix keeps two runs in one second apart."""
+    """runs/<host>/<UTC timestamp>/, created private (0700: a run holds the host's readings); a suffix keeps two
+    runs in one second apart."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    (runs_dir.resolve() / host).mkdir(parents=True, exist_ok=True, mode=0o700)
     for n in range(100):
         path = runs_dir.resolve() / host / (stamp if n == 0 else f"{stamp}-{n}")
         try:
-            path.mkdir(parents=True)
+            path.mkdir(mode=0o700)
             return path
         except FileExistsError:
             continue

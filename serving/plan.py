@@ -27,6 +27,7 @@ from serving import gpu_plan, numa
 from serving.errors import InputError
 from serving.images import ImagePlan, plan_images
 from serving.profile import Model, Profile, VllmArgs
+from serving.redact import secret_env_names
 from serving.render import (
     PROFILE_LABEL,
     SPEC_LABEL,
@@ -34,6 +35,7 @@ from serving.render import (
     render_container_spec,
     render_sidecar_spec,
     spec_digest,
+    with_api_key,
 )
 
 SCHEMA_VERSION = 1
@@ -89,6 +91,22 @@ class BenchTargets(_Model):
     volumes: list[str]  # host:container:ro, as the serving container sees them
     image: str  # the runtime image the client's `vllm bench serve` comes from
     client_cpus: str  # "" for the host's CPUs outside the server's cpuset
+    # The client reads the API key from the key file among its volumes (serving/redact.py API_KEY_MOUNT).
+    api_key: bool = False
+
+
+class Api(_Model):
+    """Where the server's API answers and how it is protected."""
+
+    # The host address Docker publishes it on, and whether that address is loopback only.
+    host_ip: str
+    host_port: int
+    loopback: bool
+    # The root-only file on the managed host holding the API key (refdeploy_api_key_file); None: no key.
+    # The key itself is never in the plan: the serving container and the bench client read the file.
+    key_file: str | None
+    # Environment variables of the container whose values artifacts redact (serving/redact.py).
+    secret_env: list[str]
 
 
 class Plan(_Model):
@@ -104,6 +122,7 @@ class Plan(_Model):
     sidecar_spec: dict[str, Any] | None
     # The server's API on the host's loopback (or its own address): health checks and the bench client.
     base_url: str
+    api: Api
     served_dirs: list[str]
     probes: ProbeTargets
     bench: BenchTargets | None
@@ -184,6 +203,38 @@ def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple
     except numa.NumaError as e:
         return [], [f"VLLM_CPU_OMP_THREADS_BIND: {e}"]
     return [numa.RankExpectation(r, cpus, mems) for r, cpus in enumerate(lists)], []
+
+
+# --- the API -----------------------------------------------------------------------------------------------------
+
+
+def api_failures(profile: Profile, key_file: str | None, key_stat: str | None) -> list[str]:
+    """Why the API cannot be served as configured: an address beyond loopback without a key, or a key file that
+    is missing, empty or readable by anyone but root. `key_stat` is the host's `stat -c '%u %a %s %F'` of the
+    file ("missing" when it is not there)."""
+    ports = profile.ports
+    where = f"{ports.host_ip}:{ports.host_port}"
+    if key_file is None:
+        if ports.loopback:
+            return []
+        return [
+            f"profile {profile.name} publishes vLLM on {where}, beyond loopback, without an API key: put a key in a "
+            "root-only file on the host (install -m 0600 /dev/stdin /etc/refdeploy/api-key) and set the "
+            "inventory's refdeploy_api_key_file to it, or set ports.host_ip: 127.0.0.1"
+        ]
+    fix = f"install -m 0600 -o root -g root /dev/stdin {key_file} (the key on stdin)"
+    parts = (key_stat or "missing").strip().split(maxsplit=3)
+    if parts[0] == "missing" or len(parts) < 4:
+        return [f"the API key file {key_file} (refdeploy_api_key_file) is not on the host: {fix}"]
+    uid, mode, size, kind = parts
+    if kind not in ("regular file", "regular empty file"):
+        return [f"the API key file {key_file} is a {kind}, not a regular file: {fix}"]
+    if uid != "0" or int(mode, 8) & 0o077:
+        return [f"the API key file {key_file} must be root's and readable by root only (it is uid {uid}, mode "
+                f"{mode}): chown root:root {key_file}; chmod 0600 {key_file}"]  # fmt: skip
+    if int(size) == 0:
+        return [f"the API key file {key_file} is empty: {fix}"]
+    return []
 
 
 # --- the bench client and the probes -----------------------------------------------------------------------------
@@ -282,13 +333,16 @@ def build_plan(
     data_disk: str | None = None,
     engine_memlock: str | None = None,
     stand_in: Mapping[str, Any] | None = None,
+    api_key_file: str | None = None,
 ) -> Plan:
     """The plan of `profile` on `host`. `readings` are the host's (serving/host_readings.sh): `served_files`
     for every profile, the GPU host's facts for a GPU profile (see serving/gpu_plan.py); None plans from the
     profile alone (no host read: a GPU profile then cannot be placed, and says so). `stand_in` is the test
-    seam's configuration (serving/standin.py), None in production."""
+    seam's configuration (serving/standin.py), None in production. `api_key_file` is the root-only file on the
+    host holding the API key (the host reports its owner and mode as `api_key_file`), None for no key."""
     failures: list[str] = []
     readings = dict(readings or {})
+    failures += api_failures(profile, api_key_file, readings.get("api_key_file"))
     served_dirs = profile.served_dirs
     files = parse_served_files(readings.get("served_files", ""))
     data_file, data_bytes, data_note = largest_file(files, served_dirs)
@@ -313,6 +367,8 @@ def build_plan(
     bench: BenchTargets | None = None
     argv = list(spec["command"]) if spec is not None else None
     if spec is not None:
+        if api_key_file is not None:
+            spec = with_api_key(spec, api_key_file)
         spec, digest = _launch_spec(spec)
         launch = Launch(
             spec=spec,
@@ -332,6 +388,7 @@ def build_plan(
             served_name=profile.model.served_name,
             tokenizer=tokenizer_path(launch.spec["command"], launch.model),
             volumes=[v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"]],
+            api_key=api_key_file is not None,
             image=launch.images.runtime_tag,
             client_cpus=client_cpus,
         )
@@ -361,6 +418,13 @@ def build_plan(
         launch=launch,
         sidecar_spec=sidecar,
         base_url=_base_url(profile),
+        api=Api(
+            host_ip=profile.ports.host_ip,
+            host_port=profile.ports.host_port,
+            loopback=profile.ports.loopback,
+            key_file=api_key_file,
+            secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
+        ),
         served_dirs=served_dirs,
         probes=probes,
         bench=bench,
@@ -372,7 +436,8 @@ def build_plan(
 
 def _base_url(profile: Profile) -> str:
     ip = profile.ports.host_ip
-    return f"http://{'127.0.0.1' if ip in ('0.0.0.0', '') else ip}:{profile.ports.host_port}"
+    host = "127.0.0.1" if ip in ("0.0.0.0", "::") else (f"[{ip}]" if ":" in ip else ip)
+    return f"http://{host}:{profile.ports.host_port}"
 
 
 def plan_from_profile(
@@ -386,6 +451,7 @@ def plan_from_profile(
     data_disk: str | None = None,
     engine_memlock: str | None = None,
     stand_in: Mapping[str, Any] | None = None,
+    api_key_file: str | None = None,
 ) -> Plan:
     """build_plan with the profile's image plan."""
     images = plan_images(profile.image.distribution, profile.image.version, patches_dir, base_image=base_image)
@@ -398,6 +464,7 @@ def plan_from_profile(
         data_disk=data_disk,
         engine_memlock=engine_memlock,
         stand_in=stand_in,
+        api_key_file=api_key_file,
     )
 
 
@@ -480,5 +547,11 @@ def describe(plan: Plan) -> list[str]:
             )
         if plan.launch.stand_in:
             lines.append(f"  STAND-IN (test seam): {plan.launch.stand_in['what']}")
+    lines.append(
+        f"  API on {plan.api.host_ip}:{plan.api.host_port} ("
+        + ("loopback only" if plan.api.loopback else "beyond loopback")
+        + (f", API key from {plan.api.key_file}" if plan.api.key_file else ", no API key")
+        + ")"
+    )
     lines.append(f"  probes read: {plan.probes.data_file or '-'} ({plan.probes.data_file_note})")
     return lines

@@ -15,6 +15,13 @@ from serving.errors import InputError
 from serving.plan import parse_plan, running_state, verify_ranks
 
 
+def redact(document: Any) -> Any:
+    """The document with secret-looking values hidden, as every artifact is written (serving/redact.py)."""
+    from serving.redact import redact as _redact
+
+    return _redact(document)
+
+
 def running(container: Any, planned: Any, target_id: Any = None) -> dict[str, Any]:
     """Is the container under the planned name the planned one (serving.plan.running_state)?"""
     return running_state(container or None, planned or None, str(target_id) if target_id is not None else None)

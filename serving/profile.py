@@ -8,12 +8,13 @@ wrong types are errors: a misspelled setting must never be silently ignored.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 
 from serving.errors import InputError
 
@@ -22,10 +23,46 @@ PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 _MEMORY_RE = re.compile(r"^[0-9]+[bkmg]?$")
 _CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+# Paths on the host and in the container: absolute, and only characters that need no quoting anywhere (a shell,
+# docker's host:container:ro volume syntax, a systemd unit). A profile value is never put into a shell string,
+# and this keeps it so if one slips through.
+_PATH_RE = re.compile(r"^/[A-Za-z0-9._+@/-]*$")
+# Docker's own rule for container names.
+_CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIZE_FACTOR = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
 class ProfileError(InputError):
     """A profile that cannot be used; the message names the file and the field."""
+
+
+def check_path(v: str) -> str:
+    """An absolute path made of plain characters, without '..' or '//' (raises ValueError)."""
+    if not _PATH_RE.match(v) or "/../" in f"{v}/" or "//" in v or v.endswith("/.") or "/./" in v:
+        raise ValueError(
+            f"expected an absolute path of letters, digits and . _ + @ - / (no '..', no shell characters), got {v!r}"
+        )
+    return v.rstrip("/") or "/"
+
+
+def check_cpulist(v: str) -> str:
+    """A cpu list like '0-3,8' whose ranges are ascending and do not overlap (raises ValueError)."""
+    if not _CPULIST_RE.match(v):
+        raise ValueError(f"expected a cpu list like '0-3,8', got {v!r}")
+    last = -1
+    for part in v.split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a or a <= last:
+            raise ValueError(f"expected ascending, non-overlapping cpu ranges like '0-3,8', got {v!r}")
+        last = b
+    return v
+
+
+def size_bytes(v: str) -> int:
+    """Docker memory notation (8g, 512m, 1024) in bytes."""
+    return int(v[:-1]) * _SIZE_FACTOR[v[-1]] if v[-1] in _SIZE_FACTOR else int(v)
 
 
 class _Strict(BaseModel):
@@ -44,9 +81,18 @@ class Model(_Strict):
     host_path: str
     # Where it appears inside the container.
     container_path: str = "/models/model"
-    # "tiny": make the deterministic tiny model there when absent; "none": it must exist.
+    # "tiny": make the deterministic tiny model there when absent (never into a directory it did not make:
+    # serving/tinymodel.py); "none": it must exist.
     generate: Literal["tiny", "none"] = "none"
-    served_name: str
+    served_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+    @field_validator("host_path", "container_path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        v = check_path(v)
+        if v == "/":
+            raise ValueError("expected a directory below /, got '/'")
+        return v
 
 
 class VllmArgs(_Strict):
@@ -56,32 +102,33 @@ class VllmArgs(_Strict):
     else goes into extra_args verbatim and is recorded as such.
     """
 
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
+    max_model_len: PositiveInt | None = None
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
     enforce_eager: bool | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
-    block_size: int | None = None
-    seed: int | None = None
-    tensor_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
+    block_size: PositiveInt | None = None
+    seed: NonNegativeInt | None = None
+    tensor_parallel_size: PositiveInt | None = None
+    pipeline_parallel_size: PositiveInt | None = None
     distributed_executor_backend: Literal["mp", "ray", "uni", "external_launcher"] | None = None
-    gpu_memory_utilization: float | None = None
-    kv_offloading_size: float | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    kv_offloading_size: float | None = Field(default=None, gt=0)
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     compilation_config: dict[str, Any] | None = None
     extra_args: list[str] = Field(default_factory=list)
 
 
 class Ulimit(_Strict):
-    soft: int
-    hard: int
+    # -1: unlimited.
+    soft: int = Field(ge=-1)
+    hard: int = Field(ge=-1)
 
 
 class Container(_Strict):
-    name: str = "refdeploy-vllm"
+    name: str = Field(default="refdeploy-vllm", pattern=_CONTAINER_NAME_RE.pattern)
     cpuset_cpus: str | None = None
     cpuset_mems: str | None = None
     # Docker memory notation: 8g, 512m.
@@ -93,22 +140,48 @@ class Container(_Strict):
     @field_validator("cpuset_cpus", "cpuset_mems")
     @classmethod
     def _cpulist(cls, v: str | None) -> str | None:
-        if v is not None and not _CPULIST_RE.match(v):
-            raise ValueError(f"expected a cpu list like '0-3,8', got {v!r}")
-        return v
+        return check_cpulist(v) if v is not None else None
 
     @field_validator("memory", "shm_size")
     @classmethod
     def _size(cls, v: str | None) -> str | None:
         if v is not None and not _MEMORY_RE.match(v):
             raise ValueError(f"expected a size like '8g' or '512m', got {v!r}")
+        if v is not None and size_bytes(v) <= 0:
+            raise ValueError(f"expected a size above 0, like '8g', got {v!r}")
+        return v
+
+    @field_validator("ulimits")
+    @classmethod
+    def _ulimits(cls, v: dict[str, Ulimit]) -> dict[str, Ulimit]:
+        for name, u in v.items():
+            if not re.match(r"^[a-z]+$", name):
+                raise ValueError(f"expected ulimit names like nofile or memlock, got {name!r}")
+            if u.hard != -1 and (u.soft == -1 or u.soft > u.hard):
+                raise ValueError(f"{name}: the soft limit {u.soft} is above the hard limit {u.hard}")
         return v
 
 
 class Ports(_Strict):
+    # The host address Docker publishes vLLM on: loopback unless a profile names another address, and an
+    # address beyond loopback only with an API key (refdeploy_api_key_file; the plan refuses it otherwise).
     host_ip: str = "127.0.0.1"
     host_port: int = Field(default=8000, ge=1, le=65535)
     container_port: int = Field(default=8000, ge=1, le=65535)
+
+    @field_validator("host_ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_address(v))
+        except ValueError:
+            raise ValueError(
+                f"expected an IP address (127.0.0.1 for this host only, 0.0.0.0 for every interface), got {v!r}"
+            ) from None
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.ip_address(self.host_ip).is_loopback
 
 
 SamplerName = Literal["vmstat", "iostat", "pidstat", "nvidia-smi"]
@@ -124,6 +197,11 @@ class Probes(_Strict):
     # Host directory for the sidecar's logs: <dir>/<container name>/.
     sidecar_host_dir: str = "/var/lib/refdeploy/samplers"
 
+    @field_validator("sidecar_host_dir")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return check_path(v)
+
 
 class Gpu(_Strict):
     """The GPUs a GPU profile serves on, and what is kept off their CPUs (serving/numa.py)."""
@@ -131,12 +209,17 @@ class Gpu(_Strict):
     # The inventory's hardware class this profile is for; the host is checked against it before launch.
     hardware_class: str
     # GPU indices (nvidia-smi, CUDA_DEVICE_ORDER=PCI_BUS_ID) in rank order.
-    devices: list[int] = Field(min_length=1)
+    devices: list[NonNegativeInt] = Field(min_length=1)
     # CPUs on the GPUs' last NUMA node kept for the benchmark client and for the probes.
     reserve_client_cpus: int = Field(default=2, ge=0)
     reserve_probe_cpus: int = Field(default=2, ge=0)
     # The data files serving reads besides the weights (an mmap'd table); mounted read-only.
     data_paths: list[str] = Field(default_factory=list)
+
+    @field_validator("data_paths")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        return [check_path(p) for p in v]
 
 
 class HostMemory(_Strict):
@@ -168,6 +251,19 @@ class Profile(_Strict):
     # GPU profiles only: the GPUs and the host-memory budget. The CPU profile has neither.
     gpu: Gpu | None = None
     host_memory: HostMemory | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not _ENV_NAME_RE.match(name):
+                raise ValueError(f"expected environment variable names like VLLM_CPU_KVCACHE_SPACE, got {name!r}")
+            if name in ("VLLM_API_KEY", "OPENAI_API_KEY"):
+                raise ValueError(
+                    f"{name} cannot be set in a profile: put the key in a root-only file on the host and set the "
+                    "inventory's refdeploy_api_key_file to it"
+                )
+        return v
 
     @property
     def served_dirs(self) -> list[str]:

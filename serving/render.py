@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from serving.profile import Profile
+from serving.redact import API_KEY_MOUNT
 
 # Order in which known vLLM arguments appear on the command line (stable argv).
 _ARG_ORDER = (
@@ -128,6 +129,26 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         spec["memory_swap"] = c.memory
     spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
     return spec
+
+
+# The serving container's entrypoint when an API key is configured: it reads the key from the root-only file
+# mounted at API_KEY_MOUNT into VLLM_API_KEY and execs the vLLM argv it is given. The key is in no spec, no
+# `docker inspect`, no argv and no process title; a missing or empty file stops the container (exit 78) rather
+# than start an API without its key. The script is a constant: no profile value is ever put into it.
+API_KEY_ENTRYPOINT_SCRIPT = (
+    f'k=$(cat {API_KEY_MOUNT}) && [ -n "$k" ] || '
+    f'{{ echo "refdeploy: no API key in {API_KEY_MOUNT}" >&2; exit 78; }}; '
+    'VLLM_API_KEY=$k exec "$@"'
+)
+
+
+def with_api_key(spec: dict[str, Any], key_file: str) -> dict[str, Any]:
+    """The spec with the key file mounted read-only and the entrypoint that hands it to vLLM."""
+    return {
+        **spec,
+        "entrypoint": ["/bin/sh", "-c", API_KEY_ENTRYPOINT_SCRIPT, "refdeploy-api-key"],
+        "volumes": [*spec["volumes"], f"{key_file}:{API_KEY_MOUNT}:ro"],
+    }
 
 
 def gpu_access_description(gpu_access: dict[str, Any] | None) -> str:

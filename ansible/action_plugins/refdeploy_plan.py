@@ -25,7 +25,9 @@ from serving.errors import InputError
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("profile", "gpu_class", "patches_dir", "base_image", "data_disk", "engine_memlock"))
+    _VALID_ARGS = frozenset(
+        ("profile", "gpu_class", "patches_dir", "base_image", "data_disk", "engine_memlock", "api_key_file")
+    )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving import gpu_facts, standin
@@ -39,8 +41,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         try:
             profile = load_profile(str(args["profile"]))
             mode = "gpu" if profile.gpu is not None else "cpu"
+            key_file = str(args.get("api_key_file") or "") or None
+            if key_file is not None:
+                key_file = _api_key_path(key_file)
             script = resources.files("serving").joinpath("host_readings.sh").read_text()
-            argv = ["env", "QUERY_GPU_FIELDS=" + ",".join(gpu_facts.QUERY_GPU_FIELDS), "bash", "-c", script,
+            argv = ["env", "QUERY_GPU_FIELDS=" + ",".join(gpu_facts.QUERY_GPU_FIELDS), f"API_KEY_FILE={key_file or ''}",
+                    "bash", "-c", script,
                     "host-readings", mode, host, *profile.served_dirs]  # fmt: skip
             read = self._execute_module(
                 module_name="ansible.legacy.command", module_args={"argv": argv}, task_vars=task_vars
@@ -59,12 +65,25 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 data_disk=str(args.get("data_disk") or "") or None,
                 engine_memlock=str(args.get("engine_memlock") or "") or None,
                 stand_in=standin.load_config(),
+                api_key_file=key_file,
             )
         except InputError as e:
             return {**result, "failed": True, "msg": str(e)}
         data = plan.model_dump(mode="json")
         result.update(changed=False, ansible_facts={"refdeploy_plan": data, "refdeploy_plan_summary": describe(plan)})
+        if plan.api.secret_env:
+            # The launch spec carries them to Docker; -v output must not (serving/redact.py).
+            result["_ansible_no_log"] = True
         return result
+
+
+def _api_key_path(value: str) -> str:
+    from serving.profile import check_path
+
+    try:
+        return check_path(value)
+    except ValueError as e:
+        raise InputError(f"refdeploy_api_key_file: {e}") from None
 
 
 def _path(value: Any) -> Any:

@@ -85,3 +85,41 @@ def test_served_dirs_are_the_model_then_a_gpu_profiles_data_paths() -> None:
     gpu = load_profile("rtx3090-pp3")
     with_data = gpu.model_copy(update={"gpu": gpu.gpu.model_copy(update={"data_paths": ["/srv/table"]})})  # type: ignore[union-attr]
     assert with_data.served_dirs == ["/srv/models/served", "/srv/table"]
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value", "says"),
+    [
+        ("model", "container_path", "/models/$(touch /tmp/x)", "expected an absolute path"),
+        ("model", "host_path", "models/tiny", "expected an absolute path"),
+        ("model", "host_path", "/var/lib/../etc", "no '..'"),
+        ("model", "host_path", "/", "a directory below /"),
+        ("container", "name", "refdeploy vllm", "String should match pattern"),
+        ("container", "cpuset_cpus", "3-1", "ascending, non-overlapping"),
+        ("container", "cpuset_cpus", "0-3,2", "ascending, non-overlapping"),
+        ("container", "memory", "0g", "a size above 0"),
+        ("ports", "host_ip", "localhost", "expected an IP address"),
+        ("vllm", "max_num_seqs", 0, "greater than 0"),
+        ("vllm", "tensor_parallel_size", -2, "greater than 0"),
+        ("vllm", "gpu_memory_utilization", 1.5, "less than or equal to 1"),
+        ("env", "VLLM_API_KEY", "k", "refdeploy_api_key_file"),
+        ("env", "BAD-NAME", "1", "environment variable names"),
+    ],
+)
+def test_a_field_that_cannot_be_used_is_refused_with_its_name(
+    section: str, field: str, value: object, says: str
+) -> None:
+    data = _cpu_tiny()
+    data.setdefault(section, {})[field] = value
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "p.yaml")
+    line = str(err.value)
+    assert line.startswith(f"p.yaml: {section}") and says in line, line
+    assert "\n" not in line
+
+
+def test_ulimit_soft_above_hard_is_refused() -> None:
+    data = _cpu_tiny()
+    data["container"]["ulimits"] = {"nofile": {"soft": 70000, "hard": 65536}}
+    with pytest.raises(ProfileError, match="soft limit 70000 is above the hard limit 65536"):
+        parse_profile(data, "p.yaml")
