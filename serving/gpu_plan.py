@@ -150,12 +150,21 @@ def _memlock(limits_text: str) -> tuple[int | None, int | None]:
     return (None if soft == limits.UNLIMITED else soft), (None if hard == limits.UNLIMITED else hard)
 
 
+def systemd_memlock(value: str) -> str:
+    """pinned_ram_engine_memlock as systemd's LimitMEMLOCK takes it: `infinity` (also for unlimited and -1, which
+    systemd refuses) or a size in bytes."""
+    soft, _hard = _planned_memlock(value)
+    return "infinity" if soft is None else str(soft)
+
+
 def _planned_memlock(value: str) -> tuple[int | None, int | None]:
     if value.strip().lower() in ("infinity", "unlimited", "-1"):
         return None, None
     try:
         n = int(value)
     except ValueError:
+        n = -1
+    if n < 1:
         raise GpuPlanError(f"pinned_ram_engine_memlock {value!r}: expected infinity or a size in bytes") from None
     return n, n
 

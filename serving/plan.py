@@ -123,6 +123,8 @@ class Plan(_Model):
     # The server's API on the host's loopback (or its own address): health checks and the bench client.
     base_url: str
     api: Api
+    # What the deploy does about the model (model_state): generate, generated, staged, absent, refused, unknown.
+    model_action: str
     served_dirs: list[str]
     probes: ProbeTargets
     bench: BenchTargets | None
@@ -180,6 +182,38 @@ def model_format_failures(model: Model, files: Sequence[tuple[int, str]], versio
                 f"load (it has no {kind} loader): stage the model as safetensors, or pin a vLLM that reads {kind}"
             ]
     return []
+
+
+# The tiny-model generator's marker (serving/tinymodel.py MARKER; a unit test keeps the two equal). Not
+# imported: tinymodel.py sets thread variables in os.environ when imported, meant for the image it runs in.
+TINYMODEL_MARKER = ".refdeploy-tinymodel"
+
+
+def model_state(profile: Profile, files: Sequence[tuple[int, str]]) -> tuple[str, list[str]]:
+    """What the deploy does about the model: "generate" (the tiny model, into a new or empty directory),
+    "generated" (the generator's own, complete), "staged" (generate: none, files there), "absent" (generate: none,
+    nothing there; the serve role says what to do), and why a directory cannot be generated into."""
+    model = profile.model
+    root = model.host_path.rstrip("/") + "/"
+    names = {p[len(root) :] for _s, p in files if p.startswith(root)}
+    if model.generate != "tiny":
+        return ("staged" if names else "absent"), []
+    if not names:
+        return "generate", []
+    if TINYMODEL_MARKER in names and "SHA256SUMS" in names:
+        return "generated", []
+    shown = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+    if TINYMODEL_MARKER in names:
+        return "refused", [
+            f"model.host_path {model.host_path} holds an incomplete generated model ({shown}): remove it "
+            f"(rm -r {model.host_path}) and deploy again"
+        ]
+    return "refused", [
+        f"model.host_path {model.host_path} of profile {profile.name} holds files the tiny-model generator did not "
+        f"make ({shown}), and the deploy will not write over them: point model.host_path at an empty or new "
+        f"directory, or set model.generate: none to serve what is there (a tiny model of an earlier refdeploy "
+        f"has no {TINYMODEL_MARKER}: rm -r {model.host_path}, then deploy again)"
+    ]
 
 
 # --- where each rank runs --------------------------------------------------------------------------------------
@@ -311,6 +345,8 @@ def _place_on_gpu_host(
         engine_memlock=engine_memlock,
     )
     facts = {k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")}
+    # What the pinned_ram role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
+    facts["engine_memlock"] = gpu_plan.systemd_memlock(engine_memlock) if engine_memlock else ""
     placement = gp.placement
     if placement is None:
         return gp.container_spec, facts, [], ("", ""), gp.failures
@@ -347,6 +383,10 @@ def build_plan(
     files = parse_served_files(readings.get("served_files", ""))
     data_file, data_bytes, data_note = largest_file(files, served_dirs)
     failures += model_format_failures(profile.model, files, profile.image.version)
+    model_action, model_failures = model_state(profile, files)
+    if readings.get("served_files") is None:
+        model_action = "unknown"  # planned without reading the host
+    failures += model_failures
     if readings.get("served_files") is None:
         data_note = "the host was not read"
     gpu: dict[str, Any] | None = None
@@ -425,6 +465,7 @@ def build_plan(
             key_file=api_key_file,
             secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
         ),
+        model_action=model_action,
         served_dirs=served_dirs,
         probes=probes,
         bench=bench,

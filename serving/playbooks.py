@@ -90,6 +90,20 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     return {"argv": argv}
 
 
+def _depths(value: Any) -> list[int]:
+    """probes_io_depths as queue depths: a list, or one depth or "1,64" (what `-e probes_io_depths=64` gives)."""
+    if value in (None, "", []):
+        return [1, 64]
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    try:
+        depths = [int(str(d).strip()) for d in items]
+    except ValueError:
+        raise InputError(
+            f"probes_io_depths: expected queue depths like [1, 64] (or -e probes_io_depths=1,64), got {value!r}"
+        ) from None
+    return depths
+
+
 def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """fio's `docker run` argv: the largest served file unless the inventory names a target."""
     from serving.probe_plan import parse_thresholds, render_probe_io_argv
@@ -109,7 +123,7 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             dirs,
             str(settings["out"]),
             int(settings.get("runtime_s") or 10),
-            [int(d) for d in settings.get("depths") or [1, 64]],
+            _depths(settings.get("depths")),
             parse_thresholds(settings.get("thresholds") or {}),
             cpus=p.probes.cpus,
         )
@@ -124,8 +138,11 @@ def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
     try:
         workload = load_workload(str(settings["workload"]))
-        if int(settings.get("runs") or 0):
-            workload = workload.model_copy(update={"runs": int(settings["runs"])})
+        runs = settings.get("runs")
+        if runs not in (None, ""):
+            if not str(runs).strip().isdigit() or int(runs) < 1:
+                raise InputError(f"RUNS={runs}: expected a whole number of measured runs, 1 or more")
+            workload = workload.model_copy(update={"runs": int(runs)})
         return plan_bench(
             workload,
             parse_plan(plan),

@@ -8,6 +8,7 @@ no network, no other mounts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -91,7 +92,15 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
             raise ProbePlanError(f"probes_io_thresholds: {depth!r} is not a queue depth") from None
         if not isinstance(limits, dict) or set(limits) - allowed:
             raise ProbePlanError(f"probes_io_thresholds.{depth}: expected keys among {sorted(allowed)}, got {limits!r}")
-        out[d] = IoThresholds(**{k: float(v) for k, v in limits.items()})
+        values: dict[str, float] = {}
+        for k, v in limits.items():
+            try:
+                values[k] = float(v)
+            except (TypeError, ValueError):
+                values[k] = math.nan
+            if isinstance(v, bool) or not math.isfinite(values[k]) or values[k] < 0:
+                raise ProbePlanError(f"probes_io_thresholds.{depth}.{k}: expected a number of 0 or more, got {v!r}")
+        out[d] = IoThresholds(**values)
     return out
 
 

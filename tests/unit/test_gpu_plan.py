@@ -275,3 +275,15 @@ def test_a_planned_engine_memlock_replaces_the_low_one_dockerd_runs_with() -> No
     assert planned.failures == []
     with pytest.raises(gpu_plan.GpuPlanError, match="expected infinity or a size in bytes"):
         gpu_plan.plan_gpu_host(load_profile(profile), _class(profile), low, IMAGE, engine_memlock="lots")
+
+
+@pytest.mark.parametrize(("given", "written"), [("unlimited", "infinity"), ("-1", "infinity"),
+                                                ("infinity", "infinity"), ("68719476736", "68719476736")])  # fmt: skip
+def test_the_engine_memlock_is_written_as_systemd_accepts_it(given: str, written: str) -> None:
+    assert gpu_plan.systemd_memlock(given) == written
+
+
+@pytest.mark.parametrize("given", ["0", "64G", "lots", "-5"])
+def test_a_memlock_systemd_would_refuse_is_refused_before_any_change(given: str) -> None:
+    with pytest.raises(gpu_plan.GpuPlanError, match="expected infinity or a size in bytes"):
+        gpu_plan.systemd_memlock(given)

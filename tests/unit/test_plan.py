@@ -5,6 +5,7 @@ of tests/fixtures/gpu-hosts, as the SSH test hosts replay them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from serving.render import SPEC_LABEL, render_vllm_argv
 from tests.unit.test_gpu_plan import HOSTS, INVENTORY, _readings
 
 SERVED = (
+    "90\t/var/lib/refdeploy/models/tiny-llama/.refdeploy-tinymodel\n"
+    "400\t/var/lib/refdeploy/models/tiny-llama/SHA256SUMS\n"
     "4096\t/var/lib/refdeploy/models/tiny-llama/config.json\n"
     "17825792\t/var/lib/refdeploy/models/tiny-llama/model.safetensors\n"
 )
@@ -273,3 +276,34 @@ def test_the_stand_in_gives_the_probes_the_replayed_nvidia_smi() -> None:
     assert "REFDEPLOY_REPLAY_DIR=/opt/replay/nvidia-smi" in argv
     assert seam.sidecar_spec is not None and "device_requests" not in seam.sidecar_spec
     assert seam.sidecar_spec["env"]["REFDEPLOY_GPU_ACCESS"] == "a replayed nvidia-smi (test stand-in)"
+
+
+def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> None:
+    from serving import tinymodel
+    from serving.plan import TINYMODEL_MARKER
+
+    assert TINYMODEL_MARKER == tinymodel.MARKER
+    assert _cpu(served="").model_action == "generate"
+    assert _cpu().model_action == "generated" and _cpu().ok
+    d = "/var/lib/refdeploy/models/tiny-llama"
+    real = f"4096\t{d}/config.json\n9\t{d}/x.safetensors\n"
+    plan = _cpu(served=real)
+    assert plan.model_action == "refused" and not plan.ok
+    [line] = plan.failures
+    assert "holds files the tiny-model generator did not make (config.json, x.safetensors)" in line
+    assert "set model.generate: none" in line
+    # A sibling directory's files are not the model's.
+    assert _cpu(served="5\t/var/lib/refdeploy/models/tiny-llama-2/config.json\n").model_action == "generate"
+
+
+def test_the_generator_itself_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    from serving import tinymodel
+
+    foreign = tmp_path / "real-model"
+    foreign.mkdir()
+    (foreign / "config.json").write_text("{}")
+    assert tinymodel.main([str(foreign)]) == 3
+    assert sorted(p.name for p in foreign.iterdir()) == ["config.json"]
+    tinymodel.claim(tmp_path / "new")
+    tinymodel.claim(tmp_path / "new")  # its own: accepted again
+    assert (tmp_path / "new" / tinymodel.MARKER).is_file()
