@@ -109,7 +109,9 @@ def effective_config(
     if config_line is None:
         raise EffectiveConfigError(
             "the engine's start-up config line ('Initializing a V1 LLM engine ... with config:') "
-            "is not in the container log"
+            "is not in the container log, and no copy was kept when it was verified (log rotation drops it from a "
+            "long-running engine; copies are kept since this version): replace the container to verify it afresh "
+            "(docker rm -f the serving container, then make deploy)"
         )
     version, line_values = parse_config_line(config_line)
     cache_info = info_labels(metrics_text, CACHE_INFO_METRIC)

@@ -30,8 +30,10 @@ from serving.profile import Model, Profile, VllmArgs
 from serving.redact import secret_env_names
 from serving.render import (
     PROFILE_LABEL,
+    RUNTIME_GID,
     SPEC_LABEL,
     STAND_IN_LABEL,
+    api_key_copy,
     render_container_spec,
     render_sidecar_spec,
     spec_digest,
@@ -103,8 +105,11 @@ class Api(_Model):
     host_port: int
     loopback: bool
     # The root-only file on the managed host holding the API key (refdeploy_api_key_file); None: no key.
-    # The key itself is never in the plan: the serving container and the bench client read the file.
+    # The key itself is never in the plan: the serve role copies the file to key_copy (root:RUNTIME_GID, 0440,
+    # in a root-only directory), which the serving container and the bench client mount and read.
     key_file: str | None
+    key_copy: str | None = None
+    key_gid: int | None = None
     # Environment variables of the container whose values artifacts redact (serving/redact.py).
     secret_env: list[str]
 
@@ -408,7 +413,7 @@ def build_plan(
     argv = list(spec["command"]) if spec is not None else None
     if spec is not None:
         if api_key_file is not None:
-            spec = with_api_key(spec, api_key_file)
+            spec = with_api_key(spec)
         spec, digest = _launch_spec(spec)
         launch = Launch(
             spec=spec,
@@ -463,6 +468,8 @@ def build_plan(
             host_port=profile.ports.host_port,
             loopback=profile.ports.loopback,
             key_file=api_key_file,
+            key_copy=api_key_copy(profile.container.name) if api_key_file else None,
+            key_gid=RUNTIME_GID if api_key_file else None,
             secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
         ),
         model_action=model_action,

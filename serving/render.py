@@ -142,12 +142,25 @@ API_KEY_ENTRYPOINT_SCRIPT = (
 )
 
 
-def with_api_key(spec: dict[str, Any], key_file: str) -> dict[str, Any]:
-    """The spec with the key file mounted read-only and the entrypoint that hands it to vLLM."""
+# The runtime image's user (images/vllm/Dockerfile USER; a unit test keeps the two equal). The engine and the
+# bench client run as it, so they read the key from a copy the serve role makes of the root-only key file:
+# root:RUNTIME_GID, 0440, in a directory only root can enter (SECRETS_DIR, 0700).
+RUNTIME_UID = 10001
+RUNTIME_GID = 10001
+SECRETS_DIR = "/var/lib/refdeploy/secrets"
+
+
+def api_key_copy(container_name: str) -> str:
+    """Where the serve role puts the copy of the key the containers read."""
+    return f"{SECRETS_DIR}/{container_name}.api-key"
+
+
+def with_api_key(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the key's copy mounted read-only and the entrypoint that hands it to vLLM."""
     return {
         **spec,
         "entrypoint": ["/bin/sh", "-c", API_KEY_ENTRYPOINT_SCRIPT, "refdeploy-api-key"],
-        "volumes": [*spec["volumes"], f"{key_file}:{API_KEY_MOUNT}:ro"],
+        "volumes": [*spec["volumes"], f"{api_key_copy(spec['name'])}:{API_KEY_MOUNT}:ro"],
     }
 
 

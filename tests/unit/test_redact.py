@@ -53,10 +53,13 @@ def test_a_key_reaches_the_container_by_a_mounted_file_and_never_the_spec() -> N
     )  # fmt: skip
     assert plan.ok and plan.launch is not None and plan.bench is not None
     spec = plan.launch.spec
-    assert "/etc/refdeploy/api-key:/run/refdeploy/api-key:ro" in spec["volumes"]
+    assert "/var/lib/refdeploy/secrets/refdeploy-vllm.api-key:/run/refdeploy/api-key:ro" in spec["volumes"]
     assert spec["entrypoint"][:2] == ["/bin/sh", "-c"] and "VLLM_API_KEY" in spec["entrypoint"][2]
     assert spec["command"][:2] == ["vllm", "serve"] and "VLLM_API_KEY" not in spec["env"]
-    assert plan.bench.api_key and "/etc/refdeploy/api-key:/run/refdeploy/api-key:ro" in plan.bench.volumes
+    assert (
+        plan.bench.api_key
+        and "/var/lib/refdeploy/secrets/refdeploy-vllm.api-key:/run/refdeploy/api-key:ro" in plan.bench.volumes
+    )
     assert plan.api.key_file == "/etc/refdeploy/api-key" and plan.api.loopback
     # A key changes the container: the digest differs from the keyless plan's.
     keyless = plan_from_profile(load_profile("cpu-tiny"), "localhost", {})
@@ -67,3 +70,12 @@ def test_a_key_reaches_the_container_by_a_mounted_file_and_never_the_spec() -> N
 @pytest.mark.parametrize("name", ["rtx3090-pp3", "rtxpro6000-tp8", "cpu-tiny", "cpu-tiny-tp2"])
 def test_every_shipped_profile_publishes_on_loopback_only(name: str) -> None:
     assert load_profile(name).ports.loopback
+
+
+def test_the_key_copy_is_readable_by_the_runtime_images_user() -> None:
+    from pathlib import Path
+
+    from serving.render import RUNTIME_GID, RUNTIME_UID
+
+    dockerfile = (Path(__file__).resolve().parents[2] / "images/vllm/Dockerfile").read_text()
+    assert f"USER {RUNTIME_UID}:{RUNTIME_GID}" in dockerfile

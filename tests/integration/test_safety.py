@@ -1,0 +1,227 @@
+"""Safe by default, on the embedded default: every bad input is one line before any change, the generator never
+writes over data, a check that fails after a replacement brings the previous container back, the API key reaches
+vLLM and the bench client and no artifact, and the effective-config check survives log rotation.
+
+Tests run in file order and share one deployment of cpu-tiny, made by the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.conftest import BASE_URL, CONTAINER, REPO, complete, docker, host_state, inspect, make
+
+pytestmark = pytest.mark.integration
+
+STATE = Path("/var/lib/refdeploy")
+
+
+def _profile(tmp_path: Path, name: str, edit: Any) -> Path:
+    data = yaml.safe_load((REPO / "serving/profiles/cpu-tiny.yaml").read_text())
+    edit(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _tree_sums(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+def _ours() -> dict[str, str]:
+    """The project's containers (ID, name, state, start time, restarts) and tagged images."""
+    state = host_state()
+    keep = [line for line in state["containers"].splitlines() if " /refdeploy-" in line]
+    return {"containers": "\n".join(keep), "images": state["images"]}
+
+
+def _refused(before: dict[str, str], *args: str) -> str:
+    """`make ARGS` fails, says why in its task's message, and leaves containers and images as they were."""
+    r = make(*args)
+    assert r.rc != 0, r.output[-3000:]
+    assert _ours() == before
+    return " ".join(r.output.split())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def deployed() -> None:
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+
+
+def test_the_generator_refuses_a_directory_holding_a_real_model(tmp_path: Path) -> None:
+    real = tmp_path / "real-model"
+    (real / "sub").mkdir(parents=True)
+    (real / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}\n')
+    (real / "model.safetensors").write_bytes(os.urandom(4096))
+    (real / "sub" / "notes.txt").write_text("keep\n")
+    (real / "sub").chmod(0o700)
+    sums = _tree_sums(real)
+
+    def edit(d: dict[str, Any]) -> None:
+        d["model"]["host_path"] = str(real)
+
+    out = _refused(_ours(), "deploy", f"PROFILE={_profile(tmp_path, 'onto-real', edit)}")
+    assert f"model.host_path {real} of profile cpu-tiny holds files the tiny-model generator did not make" in out
+    assert "set model.generate: none to serve what is there" in out
+    assert _tree_sums(real) == sums
+    assert (real / "sub").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        (("model", "container_path"), "/models/$(touch /tmp/refdeploy-injected)", "model.container_path: "),
+        (("ports", "host_ip"), "localhost", "ports.host_ip: "),
+        (("container", "memory"), "0g", "container.memory: "),
+    ],
+)
+def test_a_profile_value_that_cannot_be_used_is_one_line(tmp_path: Path, field: tuple[str, str], value: str,
+                                                         says: str) -> None:  # fmt: skip
+    def edit(d: dict[str, Any]) -> None:
+        d[field[0]][field[1]] = value
+
+    model = _tree_sums(STATE / "models" / "tiny-llama")
+    out = _refused(_ours(), "deploy", f"PROFILE={_profile(tmp_path, 'bad', edit)}")
+    assert says in out and repr(value) in out
+    assert not Path("/tmp/refdeploy-injected").exists()
+    assert _tree_sums(STATE / "models" / "tiny-llama") == model
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("bench", "RUNS=0"), "RUNS=0: expected a whole number of measured runs, 1 or more"),
+        # Refused by the role's argument spec (Ansible's own message), which now runs for tasks_from: io.
+        (("probe-io", "ANSIBLE_ARGS=-e probes_io_depths=sixty"), "'probes_io_depths'' is of type str and we were"),
+        (("probe-io", """ANSIBLE_ARGS=-e '{"probes_io_thresholds": {"64": {"min_iops": "fast"}}}'"""),
+         "probes_io_thresholds.64.min_iops: expected a number of 0 or more, got 'fast'"),
+        (("probe-io", """ANSIBLE_ARGS=-e '{"probes_io_thresholds": {"1": {"max_ms": -2}}}'"""),
+         "probes_io_thresholds.1.max_ms: expected a number of 0 or more, got -2"),
+        (("probe-io", "ANSIBLE_ARGS=-e probes_io_runtime_s=long"), "probes_io_runtime_s"),
+    ],
+)  # fmt: skip
+def test_a_setting_that_cannot_be_used_is_one_line(args: tuple[str, ...], says: str) -> None:
+    out = _refused(_ours(), *args)
+    assert says in out
+    assert "Traceback" not in out
+
+
+def test_a_depth_given_on_the_command_line_is_that_depth() -> None:
+    # -e probes_io_depths=64 is the string "64": it once ran fio at QD6 and QD4.
+    r = make("probe-io", "ANSIBLE_ARGS=-e probes_io_depths=64 -e probes_io_runtime_s=2")
+    assert r.rc == 0, r.output[-3000:]
+    run = sorted((REPO / "runs" / "localhost").glob("*/probe-io/result.json"))[-1]
+    result = json.loads(run.read_text())
+    assert result["depths"] == [64] and len(result["runs"]) == 1
+
+
+def test_a_failed_manifest_write_after_a_replacement_brings_the_previous_container_back(tmp_path: Path) -> None:
+    good = inspect(CONTAINER)
+    assert good is not None
+    not_a_dir = tmp_path / "runs-is-a-file"
+    not_a_dir.write_text("")
+    path = _profile(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+    r = make("deploy", f"PROFILE={path}", f"ANSIBLE_ARGS=-e manifest_runs_dir={not_a_dir}")
+    out = " ".join(r.output.split())
+    assert r.rc != 0
+    assert "a check after the launch failed on localhost" in out
+    assert f"The previous container (image {good['Config']['Image']}) was restarted as {CONTAINER}" in out
+    back = inspect(CONTAINER)
+    assert back is not None and back["Id"] == good["Id"] and back["State"]["Status"] == "running"
+    assert inspect(f"{CONTAINER}-previous") is None
+    failed = inspect(f"{CONTAINER}-failed")
+    assert failed is not None and failed["State"]["Status"] == "exited"
+    assert "--max-num-seqs" in failed["Config"]["Cmd"] and "4" in failed["Config"]["Cmd"]
+    assert complete("x", 4)["usage"]["completion_tokens"] == 4
+    docker("rm", f"{CONTAINER}-failed")
+
+
+def test_the_effective_config_check_survives_log_rotation() -> None:
+    log = docker("inspect", "--format", "{{.LogPath}}", CONTAINER).strip()
+    os.truncate(log, 0)  # what json-file rotation does to the start-up lines of a long-running engine
+    assert "Starting vLLM server" not in docker("logs", CONTAINER)
+    before = _ours()
+    r = make("deploy")
+    assert r.rc == 0, r.output[-3000:]
+    assert r.recap_changed == 0
+    assert _ours() == before
+
+
+def _post(body: dict[str, Any], key: str | None) -> int:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(f"{BASE_URL}/v1/completions", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_an_api_key_reaches_vllm_and_the_bench_and_no_artifact(tmp_path: Path) -> None:
+    key = secrets.token_hex(24)
+    token = "hf_" + secrets.token_hex(12)
+    key_file = STATE / "test-api-key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    path = _profile(tmp_path, "keyed", lambda d: d["env"].update(HF_TOKEN=token))
+    args = (f"PROFILE={path}", f"ANSIBLE_ARGS=-e refdeploy_api_key_file={key_file}")
+    try:
+        deploy = make("deploy", *args)
+        assert deploy.rc == 0, deploy.output[-4000:]
+        body = {"model": "tiny-llama", "prompt": "x", "max_tokens": 2}
+        assert _post(body, None) == 401
+        assert _post(body, "wrong") == 401
+        assert _post(body, key) == 200
+        bench = make("bench", "WORKLOAD=smoke", *args)
+        assert bench.rc == 0, bench.output[-4000:]
+        plan = make("plan", *args)
+        assert plan.rc == 0
+        c = inspect(CONTAINER)
+        assert c is not None and f"HF_TOKEN={token}" in c["Config"]["Env"]  # Docker has it; the artifacts do not
+        # The copy the engine reads: root:10001 0440 in a directory only root enters; the one other place it is.
+        copy = STATE / "secrets" / f"{CONTAINER}.api-key"
+        assert copy.read_text().strip() == key
+        assert (copy.stat().st_mode & 0o777, copy.stat().st_gid, copy.parent.stat().st_mode & 0o777) == (
+            0o440,
+            10001,
+            0o700,
+        )
+        assert key not in docker("top", CONTAINER, "-eo", "pid,args")  # no process title holds it
+        where = [str(REPO / "runs"), str(STATE)]
+        for secret in (key, token):
+            found = subprocess.run(["grep", "-rlF", "--exclude=test-api-key", "--exclude-dir=secrets", secret, *where],
+                                   capture_output=True, text=True)  # fmt: skip
+            assert found.stdout == "", f"{secret[:6]}... found in {found.stdout}"
+            for out in (deploy.output, bench.output, plan.output):
+                assert secret not in out
+            assert key not in json.dumps(c) and key not in docker("logs", CONTAINER)
+    finally:
+        key_file.unlink()
+        assert make("deploy").rc == 0
+    assert not (STATE / "secrets" / f"{CONTAINER}.api-key").exists()
+
+
+def test_a_key_file_others_can_read_is_refused_before_any_change() -> None:
+    key_file = STATE / "test-api-key-open"
+    key_file.write_text(secrets.token_hex(8))
+    key_file.chmod(0o644)
+    try:
+        out = _refused(_ours(), "deploy", f"ANSIBLE_ARGS=-e refdeploy_api_key_file={key_file}")
+        assert f"the API key file {key_file} must be root's and readable by root only" in out
+        assert "(it is uid 0, mode 644)" in out
+    finally:
+        key_file.unlink()
