@@ -11,7 +11,9 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -225,3 +227,51 @@ def test_a_key_file_others_can_read_is_refused_before_any_change() -> None:
         assert "(it is uid 0, mode 644)" in out
     finally:
         key_file.unlink()
+
+
+def test_a_second_operation_while_one_runs_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    lock = STATE / "lock"
+    path = _profile(tmp_path, "seqs6", lambda d: d["vllm"].update(max_num_seqs=6))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    first = subprocess.Popen(["make", "--no-print-directory", "-C", str(REPO), "deploy", f"PROFILE={path}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    try:
+        for _ in range(120):
+            if (lock / "holder.json").is_file():
+                break
+            time.sleep(0.5)
+        held = json.loads((lock / "holder.json").read_text())
+        assert held["operation"] == "deploy"
+        for op in ("deploy", "bench"):
+            r = make(op)
+            out = " ".join(r.output.split())
+            assert r.rc != 0
+            assert (
+                f"make {op} on localhost is refused, nothing was changed: the host is held by make deploy from" in out
+            )
+            assert f"(pid {held['pid']}), since {held['started_utc']}" in out
+    finally:
+        rest, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, rest[-3000:]
+    assert not lock.exists()  # released by the run that held it
+
+
+def test_a_lock_left_by_a_dead_run_of_this_controller_is_taken_over_and_another_is_refused() -> None:
+    lock = STATE / "lock"
+    lock.mkdir(mode=0o700)
+    try:
+        dead = {"operation": "capture", "controller": socket.gethostname(), "pid": 2**22 + 17,
+                "started_utc": "2026-12-01T00:00:00Z"}  # fmt: skip
+        (lock / "holder.json").write_text(json.dumps(dead))
+        r = make("status")  # status takes no lock: it reads only
+        assert r.rc == 0
+        r = make("deploy")
+        assert r.rc == 0, r.output[-3000:]
+        assert f"taken over from a run of this controller that is gone: pid {dead['pid']}" in r.output
+        assert not lock.exists()
+        lock.mkdir(mode=0o700)
+        (lock / "holder.json").write_text(json.dumps({**dead, "controller": "elsewhere"}))
+        out = _refused(_ours(), "deploy")
+        assert "held by make capture from elsewhere" in out and f"rm -r {lock}" in out
+    finally:
+        subprocess.run(["rm", "-rf", str(lock)], check=True)
