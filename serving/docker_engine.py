@@ -148,6 +148,7 @@ def engine_plan(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> dic
             + " ".join(stop),
         )
     command = " ".join(start)
+    plan["start_error"] = f"`{command}` did not succeed on {host} within {timeout_s} s: see {plan['log']}"
     plan["socket_timeout_error"] = (
         f"dockerd did not create {socket} on {host} within {timeout_s} s of `{command}`: see {plan['log']}"
     )

@@ -77,7 +77,7 @@ def test_a_bare_host_without_systemd_gets_docker_io_and_the_supervisor() -> None
     assert "pid file /run/refdeploy-dockerd.pid, log /var/log/refdeploy-dockerd.log" in plan["said"]
     assert plan["said"].endswith("stop it with: " + stop)
     # Each wait's expiry names the command and the log.
-    for key in ("socket_timeout_error", "answer_timeout_error"):
+    for key in ("start_error", "socket_timeout_error", "answer_timeout_error"):
         assert "`start-stop-daemon --start" in plan[key] and plan[key].endswith("see /var/log/refdeploy-dockerd.log")
     assert plan["socket_timeout_error"].startswith("dockerd did not create /var/run/docker.sock on h1 within 60 s")
 
@@ -95,6 +95,8 @@ def test_a_systemd_host_starts_docker_service() -> None:
     assert plan["log"] == "journalctl -u docker"
     assert "as docker.service (PID 1 is systemd)" in plan["said"]
     assert plan["said"].endswith("stop it with: systemctl stop docker docker.socket")
+    # docker.service has TimeoutStartSec=0 (no bound of its own): the role bounds the start, and says so.
+    assert plan["start_error"] == "`systemctl start docker` did not succeed on h1 within 60 s: see journalctl -u docker"
     assert "`systemctl start docker`" in plan["answer_timeout_error"]
     assert plan["answer_timeout_error"].endswith("see journalctl -u docker")
 
