@@ -104,7 +104,8 @@ compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only
 venv: $(STAMP) ## Create the project virtualenv (.venv) from requirements.lock
 
 $(STAMP): requirements.lock pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found: install Python 3.11 or set PYTHON=" >&2; exit 2; }
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found: apt-get install python3 (Debian 12's is 3.11), or set PYTHON=" >&2; exit 2; }
+	@$(PYTHON) -I serving/prereqs.py venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
@@ -121,10 +122,12 @@ lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Fast tests only (no Docker, no vLLM)
+	@$(BIN)/python -I serving/prereqs.py unit
 	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
 
 .PHONY: test
 test: lint $(STAMP) ## Lint, unit tests, and the integration tests against a real deploy on this machine
+	@$(BIN)/python -I serving/prereqs.py test
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: clean

@@ -156,3 +156,17 @@ def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         )
     except InputError as e:
         return {"error": str(e)}
+
+
+def docker_unreachable(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Docker did not answer: may this run install and start it (serving/docker_engine.py)?"""
+    from serving.docker_engine import unreachable
+
+    return unreachable(settings)
+
+
+def docker_engine(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What the docker_engine role installs, and how it starts dockerd (serving/docker_engine.py)."""
+    from serving.docker_engine import engine_plan
+
+    return engine_plan(readings, settings)

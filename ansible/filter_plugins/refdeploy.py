@@ -7,6 +7,8 @@
   plan      | refdeploy_probe_io_argv(settings)              the fio container of make probe-io
   plan      | refdeploy_bench_plan(settings)                 the bench client's plan and manifest
   document  | refdeploy_redact                               secret-looking values hidden (serving/redact.py)
+  settings  | refdeploy_docker_unreachable                   Docker did not answer: may this run set it up?
+  readings  | refdeploy_docker_engine(settings)              what to install, how to start dockerd
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -18,7 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-NAMES = ("running", "effective", "ranks", "capture_argv", "probe_io_argv", "bench_plan", "redact")
+NAMES = (
+    "running",
+    "effective",
+    "ranks",
+    "capture_argv",
+    "probe_io_argv",
+    "bench_plan",
+    "docker_unreachable",
+    "docker_engine",
+    "redact",
+)
 
 
 def _lazy(name: str) -> Callable[..., Any]:

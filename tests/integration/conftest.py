@@ -99,6 +99,6 @@ def docker_engine() -> None:
     proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(
-            "the integration tests need a running Docker Engine (start dockerd, or run `make test-unit` "
-            f"for the fast set): {proc.stderr.strip()}"
+            "the integration tests need a running Docker Engine (`make deploy` installs and starts it on this "
+            f"machine), or run `make test-unit` for the fast set: {proc.stderr.strip()}"
         )

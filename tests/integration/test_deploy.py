@@ -195,8 +195,20 @@ def test_serving_port_taken_fails_before_any_change(tmp_path: Path) -> None:
 
 
 def test_docker_not_running_fails_with_what_to_do() -> None:
+    """The local inventory installs and starts only the engine at the default socket (tests/integration/
+    test_bare_host.py runs that path); another endpoint that does not answer stops the deploy, as does any
+    endpoint on an inventory that leaves preflight_install_docker off."""
     before = host_state()
     r = make("deploy", "ANSIBLE_ARGS=-e preflight_docker_host=unix:///tmp/refdeploy-no-docker.sock")
+    _unchanged_after(r.rc, before)
+    out = " ".join(r.output.split())
+    assert "Docker Engine is not reachable at unix:///tmp/refdeploy-no-docker.sock on localhost: the deploy " in out
+    assert "installs and starts only the engine at unix:///var/run/docker.sock" in out
+    assert "Nothing was changed." in out
+    r = make(
+        "deploy",
+        "ANSIBLE_ARGS=-e preflight_docker_host=unix:///tmp/refdeploy-no-docker.sock -e preflight_install_docker=false",
+    )
     _unchanged_after(r.rc, before)
     assert "Docker Engine is not reachable at unix:///tmp/refdeploy-no-docker.sock on localhost" in r.output
     assert "preflight_install_docker=true" in r.output
