@@ -73,8 +73,9 @@ class GpuHostPlan:
 
 
 def parse_readings_blob(text: str) -> dict[str, str]:
-    """The gpu_facts role's one-command output: "==name" lines open sections; "==missing TOOL" notes a tool
-    the host lacks (its readings are then empty)."""
+    """The host's one-command output (serving/host_readings.sh): "==name" lines open sections; "==missing TOOL"
+    notes a tool the host lacks (its readings are then empty), "==timeout COMMAND" one that did not answer in
+    time (collected under "timeout")."""
     out: dict[str, list[str]] = {}
     current: str | None = None
     for line in text.splitlines():
@@ -82,6 +83,10 @@ def parse_readings_blob(text: str) -> dict[str, str]:
             current = line[2:].strip()
             if current.startswith("missing "):
                 out.setdefault("missing", []).append(current.removeprefix("missing ").strip())
+                current = None
+                continue
+            if current.startswith("timeout "):
+                out.setdefault("timeout", []).append(current.removeprefix("timeout ").strip())
                 current = None
                 continue
             out.setdefault(current, [])

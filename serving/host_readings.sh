@@ -11,18 +11,27 @@ mode=$1 host=$2
 shift 2
 DATA_PATHS=("$@")
 if [ -n "${REPLAY_PATH:-}" ]; then PATH="$REPLAY_PATH:$PATH"; fi
+# Every command that can hang (a wedged driver, a dead NFS mount, a dockerd that does not answer) is bounded;
+# one that runs out says so as "==timeout COMMAND", and the plan names it.
+READ_TIMEOUT_S=${READ_TIMEOUT_S:-30}
+bounded() {
+  local rc=0
+  timeout "$READ_TIMEOUT_S" "$@" || rc=$?
+  if [ "$rc" -eq 124 ]; then echo "==timeout $* (after ${READ_TIMEOUT_S} s)"; fi
+  return "$rc"
+}
 SYS_ROOT=${SYS_ROOT:-/sys}
 echo "==hostname"; echo "$host"
-echo "==served_files"; find "${DATA_PATHS[@]}" -type f -printf '%s\t%p\n' 2>/dev/null || true
+echo "==served_files"; bounded find "${DATA_PATHS[@]}" -type f -printf '%s\t%p\n' 2>/dev/null || true
 # The API key file's owner, mode, size and type; never its contents.
 if [ -n "${API_KEY_FILE:-}" ]; then
   echo "==api_key_file"; stat -c '%u %a %s %F' -- "$API_KEY_FILE" 2>/dev/null || echo missing
 fi
 [ "$mode" = gpu ] || exit 0
 if command -v nvidia-smi >/dev/null; then
-  echo "==nvidia_smi_L"; nvidia-smi -L
-  echo "==query_gpu"; nvidia-smi --query-gpu="$QUERY_GPU_FIELDS" --format=csv,noheader,nounits
-  echo "==topo"; nvidia-smi topo -m
+  echo "==nvidia_smi_L"; bounded nvidia-smi -L
+  echo "==query_gpu"; bounded nvidia-smi --query-gpu="$QUERY_GPU_FIELDS" --format=csv,noheader,nounits
+  echo "==topo"; bounded nvidia-smi topo -m
 else
   echo "==missing nvidia-smi"
 fi
@@ -37,7 +46,7 @@ from_replay() { [ -n "${HOST_REPLAY:-}" ] && [ -r "$HOST_REPLAY/$1" ] && cat "$H
 echo "==meminfo"; from_replay meminfo.txt || cat /proc/meminfo
 echo "==cgroup_fs"; from_replay cgroup-fs.txt || stat -fc %T /sys/fs/cgroup
 echo "==docker_runtimes"
-from_replay docker-runtimes.json || docker info --format '{{json .Runtimes}}' 2>&1 || true
+from_replay docker-runtimes.json || bounded docker info --format '{{json .Runtimes}}' 2>&1 || true
 echo "==dockerd_limits"
 if ! from_replay dockerd-limits.txt; then
   pid=$(pidof dockerd | cut -d' ' -f1)
@@ -45,12 +54,12 @@ if ! from_replay dockerd-limits.txt; then
 fi
 # The data the server reads: which drive holds it, and that drive's SMART health.
 echo "==data_paths"; printf '%s\n' "${DATA_PATHS[@]}"
-blocks=$(lsblk -J -o NAME,PKNAME,TYPE,TRAN,MODEL || true)
+blocks=$(bounded lsblk -J -o NAME,PKNAME,TYPE,TRAN,MODEL || true)
 echo "==lsblk"; printf '%s\n' "$blocks"
-for p in "${DATA_PATHS[@]}"; do echo "==findmnt:$p"; findmnt -J -o SOURCE,TARGET --target "$p" || true; done
+for p in "${DATA_PATHS[@]}"; do echo "==findmnt:$p"; bounded findmnt -J -o SOURCE,TARGET --target "$p" || true; done
 if command -v nvme >/dev/null; then
   for d in $(grep -oE '"name": ?"nvme[0-9]+n[0-9]+"' <<<"$blocks" | grep -oE 'nvme[0-9]+n[0-9]+' | sort -u); do
-    echo "==smart:$d"; nvme smart-log -o json "/dev/$d" || true
+    echo "==smart:$d"; bounded nvme smart-log -o json "/dev/$d" || true
   done
 else
   echo "==missing nvme"

@@ -384,6 +384,11 @@ def build_plan(
     failures: list[str] = []
     readings = dict(readings or {})
     failures += api_failures(profile, api_key_file, readings.get("api_key_file"))
+    failures += [
+        f"reading {host} for the plan: {what} did not answer; find out why on the host, then run again"
+        for what in (readings.get("timeout") or "").splitlines()
+        if what.strip()
+    ]
     served_dirs = profile.served_dirs
     files = parse_served_files(readings.get("served_files", ""))
     data_file, data_bytes, data_note = largest_file(files, served_dirs)

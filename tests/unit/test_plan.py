@@ -307,3 +307,17 @@ def test_the_generator_itself_refuses_a_directory_it_did_not_make(tmp_path: Path
     tinymodel.claim(tmp_path / "new")
     tinymodel.claim(tmp_path / "new")  # its own: accepted again
     assert (tmp_path / "new" / tinymodel.MARKER).is_file()
+
+
+def test_a_host_command_that_timed_out_is_named_in_the_plan() -> None:
+    from serving.gpu_plan import parse_readings_blob
+
+    readings = parse_readings_blob(
+        f"==hostname\nlocalhost\n==served_files\n{SERVED}==timeout nvidia-smi -L (after 30 s)\n"
+    )
+    assert readings["timeout"] == "nvidia-smi -L (after 30 s)\n"
+    plan = plan_from_profile(load_profile("cpu-tiny"), "localhost", readings)
+    assert plan.failures == [
+        "reading localhost for the plan: nvidia-smi -L (after 30 s) did not answer; "
+        "find out why on the host, then run again"
+    ]
