@@ -6,6 +6,7 @@
   plan      | refdeploy_capture_argv(settings)               the probe container of make capture / make probe
   plan      | refdeploy_probe_io_argv(settings)              the fio container of make probe-io
   plan      | refdeploy_bench_plan(settings)                 the bench client's plan and manifest
+  before    | refdeploy_serving_change(after, name)          did the serving container die or change in a window?
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-NAMES = ("running", "effective", "ranks", "capture_argv", "probe_io_argv", "bench_plan")
+NAMES = ("running", "effective", "ranks", "capture_argv", "probe_io_argv", "bench_plan", "serving_change")
 
 
 def _lazy(name: str) -> Callable[..., Any]:
