@@ -105,7 +105,7 @@ def summary(bundle_index: Mapping[str, Any]) -> str:
     cs = bundle_index["cut_short"]
     lines = [f"CAPTURE CUT SHORT (probe container exit {cs['exit_code']}): {cs['why']}", f"  {cs['meaning']}"]
     change = bundle_index.get("serving_change")
-    if change:
+    if change and change.get("line") != cs["why"]:
         lines.append(f"  {change['line']}")
     window = bundle_index.get("window") or {}
     if window.get("start_wall"):
