@@ -47,8 +47,10 @@ def serving_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
             what.append(f"replaced: container {b['id'][:12]} -> {a['id'][:12]}")
         if b["restart_count"] != a["restart_count"]:
             what.append(f"restarts {b['restart_count']} -> {a['restart_count']}")
-        if b["started_at"] != a["started_at"] or b["pid"] != a["pid"]:
+        if b["started_at"] != a["started_at"]:
             what.append(f"started {b['started_at']} (pid {b['pid']}) -> {a['started_at']} (pid {a['pid']})")
+        elif b["pid"] != a["pid"] and a["status"] == "running":
+            what.append(f"pid {b['pid']} -> {a['pid']}")
         if b["status"] != a["status"] or a["status"] != "running":
             what.append(f"state {b['status']} -> {a['status']}")
         if a["oom_killed"]:

@@ -45,8 +45,12 @@ def test_a_replaced_or_vanished_or_dead_container_is_a_change() -> None:
     assert serving_change(_container(), None)["line"].startswith(
         "the serving container died or was replaced in the window: present -> absent"
     )
-    dead = serving_change(_container(), _container(status="exited", pid=0))
-    assert "state running -> exited" in dead["line"]
+    exited = _container()
+    exited["State"].update(Status="exited", Pid=0, ExitCode=137)
+    dead = serving_change(_container(), exited)
+    assert dead["line"].startswith(
+        "the serving container died or was replaced in the window: state running -> exited ("
+    )
     still_restarting = serving_change(_container(status="restarting"), _container(status="restarting"))
     assert still_restarting["changed"] is True
 
