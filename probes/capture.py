@@ -28,11 +28,13 @@ dumps spread over the window; then `/metrics` and host state after. The bundle:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from probes import hoststate, kernel, metrics, procs, report, samplers, stacks
+from probes import cutshort, hoststate, kernel, metrics, procs, report, samplers, stacks
 
 SCHEMA_VERSION = 1
 PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate", "record")
@@ -54,6 +56,8 @@ LATENCY_SERIES = {
     "e2e mean": "vllm:e2e_request_latency_seconds",
 }
 IGNORED_DEVICES = ("loop", "ram", "zram", "sr")
+# Exit status of a capture that broke (an exception outside any part); 1 is a part that failed, 2 bad input.
+EXIT_CAPTURE_ERROR = 4
 
 Status = Literal["successful", "failed", "skipped"]
 
@@ -319,6 +323,16 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
 
     start = samplers.stamp()
     t0 = start[0]
+    # Written when the window opens: a capture cut short (vLLM died, so did this) is indexed from it (cutshort).
+    started = {
+        "schema_version": SCHEMA_VERSION,
+        "host": cfg.host,
+        "container": cfg.container,
+        "requested_parts": list(cfg.parts),
+        "processes": [asdict(p) for p in found],
+        "window": {"start_wall": start[1], "start_mono_s": t0, "seconds_planned": cfg.seconds},
+    }
+    (cfg.out / cutshort.STARTED).write_text(json.dumps(started, indent=2) + "\n")
     sdir = cfg.out / "samplers"
     sset = None
     if "samplers" in cfg.parts:
@@ -581,6 +595,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CaptureInputError, report.ReportInputError) as e:
         print(f"capture: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a broken capture is not a finding: one line, its own status; the files stay
+        with contextlib.suppress(OSError):
+            (args.out / "capture-error.txt").write_text("".join(traceback.format_exception(e)))
+        print(
+            f"capture: the capture broke ({type(e).__name__}: {e}); what it had written is kept, the traceback in "
+            "capture-error.txt. Capture again; if it breaks again, report it with that file",
+            file=sys.stderr,
+        )
+        return EXIT_CAPTURE_ERROR
     print((args.out / "summary.txt").read_text(), end="")
     return exit_code(bundle)
 

@@ -3,13 +3,17 @@
 Reads a file the serving stack reads (model weights, an mmap'd table) with fio at QD1 and QD64, O_DIRECT,
 libaio. QD1 is what a single thread faulting pages in one at a time sees; QD64 is what the drive can do. On
 the reference NVMe that is ~4.5k IOPS against ~36k IOPS; a drive with a 970 ms max latency stalls every
-reader behind it. fio runs with `--readonly`, the target's sha256, size and mtime are compared before and
-after, and a run that changed the target fails.
+reader behind it. fio runs with `--readonly` and `--invalidate=0` (O_DIRECT needs no cold cache, and dropping the
+served file's cached pages would take from vLLM what the RAM budget keeps for it). The target's identity (device,
+inode, size, mtime, ctime and a sha256 of a few fixed 64 KiB ranges read with O_DIRECT) is compared before and
+after, and a run that changed the target fails: the file is never read whole, so the page cache is left as it was.
 
   python -m probes.io --target FILE --data-dir DIR --out DIR [--depth 1 --depth 64] [--runtime 10]
                       [--min-iops 1:1000] [--max-p999-ms 64:50] [--max-ms 64:200]
 
-Exit status: 0 PASS, 1 FAIL, 2 bad input (one line on stderr), 3 skipped (fio or O_DIRECT unavailable).
+Exit status: 0 PASS, 1 FAIL (a finding: the probe ran and the storage missed a limit, or the target changed),
+2 bad input (one line on stderr), 3 skipped (fio or O_DIRECT unavailable), 4 the probe itself broke (one line on
+stderr, the traceback in OUT/probe-error.txt): no verdict, whatever the storage is like.
 Artifacts, per depth in OUT/qd{N}/: command.txt, stdout.json, stderr.txt, exit_code.txt, result.json;
 OUT/result.json for the whole probe.
 """
@@ -29,6 +33,7 @@ import stat
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -36,6 +41,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
+# The whole probe's result: 2 since the target's identity is sampled (TargetState), not a whole-file sha256.
+RESULT_SCHEMA_VERSION = 2
 BLOCK_SIZE_BYTES = 4096
 FIO_NOT_INSTALLED = "fio is not installed: apt-get install fio"
 # fio's iodepth_level buckets (fio 3.33): "16" covers depths 16..31, ">=64" everything from 64 up.
@@ -43,6 +50,11 @@ _DEPTH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # Seconds fio gets to exit after SIGTERM before SIGKILL; and beyond --runtime before SIGTERM.
 _TERM_GRACE_S = 5.0
 _DEFAULT_TIMEOUT_MARGIN_S = 60.0
+# The target's identity reads these many fixed ranges of this size: first, last and evenly between (O_DIRECT).
+IDENTITY_RANGES = 8
+IDENTITY_RANGE_BYTES = 64 * 1024
+# Exit status of a probe that broke (an exception in the probe, not a finding about the storage).
+EXIT_PROBE_ERROR = 4
 
 Status = Literal["successful", "failed", "skipped"]
 Verdict = Literal["PASS", "FAIL"]
@@ -89,10 +101,18 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class TargetState:
-    sha256: str
+    """Who the target is, without reading it whole: a change of content through the file system moves mtime and
+    ctime (ctime cannot be set back), a replaced file has another inode, and the sampled hash catches the rest
+    that falls in its ranges."""
+
+    sampled_sha256: str
     size_bytes: int
     mtime_ns: int
     device_major_minor: str
+    inode: int
+    ctime_ns: int
+    # [offset, length] of each range hashed, in order (identity_ranges).
+    sampled_ranges: list[list[int]]
 
 
 @dataclass(frozen=True)
@@ -169,6 +189,7 @@ def build_fio_argv(
         "--time_based",
         f"--runtime={runtime_s}",
         "--randrepeat=1",
+        "--invalidate=0",
         f"--randseed={seed}",
         "--group_reporting",
         "--output-format=json",
@@ -395,11 +416,75 @@ def run_bounded(argv: list[str], timeout_s: float, grace_s: float = _TERM_GRACE_
         raise
 
 
+def identity_ranges(
+    size_bytes: int, ranges: int = IDENTITY_RANGES, length: int = IDENTITY_RANGE_BYTES
+) -> list[tuple[int, int]]:
+    """The fixed ranges hashed for the target's identity: `ranges` starts spread evenly from 0 to the last
+    `length` bytes, aligned down to 4 KiB (O_DIRECT), clipped to the file, overlaps merged. Fixed by the size alone,
+    so before and after read the same bytes."""
+    if size_bytes <= 0:
+        return []
+    last = max(0, size_bytes - length) // BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES
+    starts = sorted({(last * i // max(1, ranges - 1)) // BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES for i in range(ranges)})
+    out: list[tuple[int, int]] = []
+    for start in starts:
+        end = size_bytes if start == last else min(size_bytes, start + length)
+        if out and start <= out[-1][0] + out[-1][1]:
+            out[-1] = (out[-1][0], end - out[-1][0])
+        else:
+            out.append((start, end - start))
+    return out
+
+
+def _read_direct(fd: int, offset: int, length: int) -> bytes:
+    """`length` bytes at `offset` with O_DIRECT: an aligned buffer, whole blocks, the tail past EOF cut off."""
+    padded = -(-length // BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES
+    buf = mmap.mmap(-1, padded)  # page-aligned, as O_DIRECT needs
+    try:
+        got = 0
+        while got < length:
+            view = memoryview(buf)[got:]
+            n = os.preadv(fd, [view], offset + got)
+            view.release()
+            if n == 0:
+                break
+            got += n
+        return bytes(buf[: min(got, length)])
+    finally:
+        buf.close()
+
+
 def target_state(path: Path) -> TargetState:
-    with path.open("rb") as f:
-        st = os.fstat(f.fileno())
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    return TargetState(digest, st.st_size, st.st_mtime_ns, f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    """The target's identity from its metadata and IDENTITY_RANGES ranges read with O_DIRECT: the page cache is
+    neither filled nor emptied (a whole-file hash pulled every byte of the served file through it, twice a run).
+    O_DIRECT was checked before this is called (`_direct_io_problem`)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    try:
+        st = os.fstat(fd)
+        ranges = identity_ranges(st.st_size)
+        digest = hashlib.sha256()
+        for offset, length in ranges:
+            digest.update(_read_direct(fd, offset, length))
+    finally:
+        os.close(fd)
+    return TargetState(
+        sampled_sha256=digest.hexdigest(),
+        size_bytes=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        device_major_minor=f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}",
+        inode=st.st_ino,
+        ctime_ns=st.st_ctime_ns,
+        sampled_ranges=[[o, n] for o, n in ranges],
+    )
+
+
+def describe_change(before: TargetState, after: TargetState) -> str:
+    """What differs between two identities, by name (the summary line a FAIL carries)."""
+    names = ("device_major_minor", "inode", "size_bytes", "mtime_ns", "ctime_ns", "sampled_sha256")
+    changed = [
+        f"{n} {getattr(before, n)} -> {getattr(after, n)}" for n in names if getattr(before, n) != getattr(after, n)
+    ]
+    return ", ".join(changed) or "no field differs"
 
 
 def _direct_io_problem(path: Path) -> str | None:
@@ -569,7 +654,7 @@ def run_io_probe(
 
     def finish(**kw: Any) -> IoProbeResult:
         fields: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": RESULT_SCHEMA_VERSION,
             "target": str(target),
             "target_resolved": str(resolved),
             "data_dirs": [str(d) for d in data_dirs],
@@ -638,7 +723,7 @@ def run_io_probe(
         failures.append(f"could not read the target after the probe: {e}")
     unchanged = before is not None and after is not None and before == after
     if before is not None and after is not None and not unchanged:
-        failures.append(f"the target changed during the probe (before {before}, after {after})")
+        failures.append(f"the target changed during the probe: {describe_change(before, after)}")
 
     failures += [r.reason for r in runs if r.status == "failed" and r.reason]
     reasons = failures + [reason for r in runs if r.status == "successful" for reason in r.reasons]
@@ -669,7 +754,7 @@ def format_summary(result: IoProbeResult) -> str:
         state = "unchanged" if result.target_unchanged else "CHANGED"
         lines.append(
             f"target: {b.size_bytes / (1 << 20):,.1f} MiB on device {b.device_major_minor}, "
-            f"sha256 {b.sha256[:16]}..., {state} after the probe"
+            f"inode {b.inode}, sampled sha256 {b.sampled_sha256[:16]}..., {state} after the probe"
         )
     cols = ["depth", "IOPS", "MiB/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "at depth %", "verdict"]
     rows: list[list[str]] = []
@@ -730,6 +815,24 @@ def _thresholds(a: argparse.Namespace) -> dict[int, Thresholds]:
     return {d: Thresholds(**kw) for d, kw in fields.items()}
 
 
+def probe_error(prog: str, out_dir: Path, error: BaseException) -> int:
+    """A probe that broke: the traceback goes to OUT/probe-error.txt (where it can be written), one line with what
+    to do to stderr, and EXIT_PROBE_ERROR, which no verdict uses."""
+    where = out_dir / "probe-error.txt"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        where.write_text("".join(traceback.format_exception(error)))
+        kept = f"traceback in {where}"
+    except OSError:
+        kept = "traceback not kept: the output directory is not writable"
+    print(
+        f"{prog}: the probe broke ({type(error).__name__}: {error}); no verdict on the storage. "
+        f"Rerun it; if it breaks again, report it with the {kept}",
+        file=sys.stderr,
+    )
+    return EXIT_PROBE_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m probes.io", description="fio 4 KiB random-read probe (QD1 and QD64), read-only")
     p.add_argument("--target", required=True, type=Path, help="a model weight or data file the serving stack reads")
@@ -759,6 +862,8 @@ def main(argv: list[str] | None = None) -> int:
     except ProbeInputError as e:
         print(f"{p.prog}: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a broken probe is not a finding about the storage: one line, its own exit status
+        return probe_error(p.prog, a.out, e)
     sys.stdout.write(format_summary(result))
     if result.status == "skipped":
         return 3

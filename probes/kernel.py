@@ -34,6 +34,8 @@ from probes import procs
 
 SCHEMA_VERSION = 1
 REPORT_MAX_BYTES = 512 * 1024
+# perf report of one recording; beyond this it is killed and the part fails, saying so.
+PERF_REPORT_TIMEOUT_S = 120.0
 PERF_NOT_INSTALLED = "perf not found: install linux-perf (it is in the probe image)"
 Status = Literal["successful", "failed", "skipped"]
 
@@ -100,7 +102,7 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
     try:
         cp = subprocess.run(rec, capture_output=True, text=True, timeout=seconds + 30, check=False)
     except subprocess.TimeoutExpired:
-        res.status, res.reason = "failed", f"perf record ran past {seconds + 30} s"
+        res.status, res.reason = "failed", f"perf record -p {pid} ran past {seconds + 30} s and was killed"
         return _write(res, out_dir)
     (out_dir / f"perf-{pid}.record.stderr.txt").write_text(cp.stderr)
     res.files.append(f"perf-{pid}.record.stderr.txt")
@@ -110,7 +112,11 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
         res.reason = reason
         return _write(res, out_dir)
     res.files.append(data.name)
-    cp2 = subprocess.run(rep, capture_output=True, text=True, timeout=120, check=False)
+    try:
+        cp2 = subprocess.run(rep, capture_output=True, text=True, timeout=PERF_REPORT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        res.status, res.reason = "failed", f"perf report -i {data.name} ran past {PERF_REPORT_TIMEOUT_S:g} s"
+        return _write(res, out_dir)
     report = cp2.stdout
     if len(report.encode()) > REPORT_MAX_BYTES:
         report = report.encode()[:REPORT_MAX_BYTES].decode(errors="ignore") + "\n[truncated by probes.kernel]\n"

@@ -118,12 +118,27 @@ def _run(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
     return cp.returncode, cp.stdout, cp.stderr
 
 
+def _denied(err: str) -> bool:
+    return "Permission denied" in err or "Operation not permitted" in err
+
+
+def dump_argv(pid: int) -> list[str]:
+    """py-spy dump without pausing the target (`--nonblocking`): a blocking dump stops every thread of the process
+    while py-spy reads its stacks, and a rank stopped that way stalls every other rank at the next collective. The
+    price is that a stack read while it changes can be torn: py-spy then fails, and the dump is retried once."""
+    return ["py-spy", "dump", "--pid", str(pid), "--json", "--nonblocking"]
+
+
 def dump_once(p: procs.VllmProcess, index: int, out_dir: Path) -> tuple[DumpResult, list[dict[str, Any]]]:
-    argv = ["py-spy", "dump", "--pid", str(p.pid), "--json"]
+    argv = dump_argv(p.pid)
     mono = time.monotonic()
     if shutil.which("py-spy") is None:
         return DumpResult(p.pid, p.role, index, mono, "skipped", PY_SPY_NOT_INSTALLED, argv, None), []
     rc, out, err = _run(argv, DUMP_TIMEOUT_S)
+    if rc not in (0, None) and not _denied(err):  # a torn read without pausing: once more
+        rc, out, err = _run(argv, DUMP_TIMEOUT_S)
+    if rc is None:
+        err = f"py-spy dump --pid {p.pid} did not finish within {DUMP_TIMEOUT_S:g} s and was killed\n{err}"
     name = f"dump-{index:02d}-{p.name}-{p.pid}"
     (out_dir / f"{name}.json").write_text(out)
     if err:
@@ -134,7 +149,7 @@ def dump_once(p: procs.VllmProcess, index: int, out_dir: Path) -> tuple[DumpResu
         return DumpResult(p.pid, p.role, index, mono, "failed", f"unparseable output: {e}", argv, f"{name}.json"), []
     if rc != 0:
         why = err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
-        if "Permission denied" in err or "Operation not permitted" in err:
+        if _denied(err):
             why += " (py-spy needs CAP_SYS_PTRACE: --cap-add SYS_PTRACE)"
         return DumpResult(p.pid, p.role, index, mono, "failed", why, argv, f"{name}.json"), []
     return DumpResult(p.pid, p.role, index, mono, "successful", None, argv, f"{name}.json", len(threads)), threads

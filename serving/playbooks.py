@@ -61,7 +61,7 @@ def _pcie_min(gpu_class: Mapping[str, Any] | None) -> tuple[int, int] | None:
 
 def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container's `docker run` argv of a capture (or one part), from the plan's probe targets."""
-    from serving.probe_plan import probe_parts, render_capture_argv
+    from serving.probe_plan import capture_timeout_s, probe_parts, render_capture_argv
 
     p = parse_plan(plan)
     try:
@@ -87,7 +87,8 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         )
     except InputError as e:
         return {"error": str(e)}
-    return {"argv": argv}
+    timeout_s = capture_timeout_s(float(settings["seconds"]), int(settings.get("record_seconds") or 0))
+    return {"argv": argv, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1]}
 
 
 def _depths(value: Any) -> list[int]:
@@ -106,7 +107,7 @@ def _depths(value: Any) -> list[int]:
 
 def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """fio's `docker run` argv: the largest served file unless the inventory names a target."""
-    from serving.probe_plan import parse_thresholds, render_probe_io_argv
+    from serving.probe_plan import parse_thresholds, probe_io_timeout_s, render_probe_io_argv
 
     p = parse_plan(plan)
     target = str(settings.get("target") or "") or p.probes.data_file
@@ -116,20 +117,23 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             "error": f"nothing to read on {p.host}: {p.probes.data_file_note}; stage the model, or set "
             "probes_io_target to a file the server reads"
         }
+    runtime_s = int(settings.get("runtime_s") or 10)
     try:
+        depths = _depths(settings.get("depths"))
         argv = render_probe_io_argv(
             p.images.probes_tag,
             target,
             dirs,
             str(settings["out"]),
-            int(settings.get("runtime_s") or 10),
-            _depths(settings.get("depths")),
+            runtime_s,
+            depths,
             parse_thresholds(settings.get("thresholds") or {}),
             cpus=p.probes.cpus,
         )
     except InputError as e:
         return {"error": str(e)}
-    return {"argv": argv, "target": target}
+    timeout_s = probe_io_timeout_s(runtime_s, len(depths))
+    return {"argv": argv, "target": target, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1]}
 
 
 def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,3 +174,10 @@ def docker_engine(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> d
     from serving.docker_engine import engine_plan
 
     return engine_plan(readings, settings)
+
+
+def serving_change(before: Any, after: Any, name: Any = "") -> dict[str, Any]:
+    """The serving container before and after a window (serving.continuity)."""
+    from serving.continuity import serving_change as change
+
+    return change(before or None, after or None, str(name or ""))

@@ -209,3 +209,20 @@ def probe_parts(probe: str) -> list[str]:
     if probe not in CAPTURE_PARTS:
         raise ProbePlanError(f"unknown PROBE={probe!r}: choose from io, {', '.join(CAPTURE_PARTS)} (or make capture)")
     return [probe]
+
+
+# Seconds the probe container gets beyond its own work before timeout(1) stops it: start-up, the host state
+# before and after, perf report, the bundle's files.
+CAPTURE_MARGIN_S = 300
+# probes.io bounds each fio run at runtime + 60 s; the container gets that per depth and this for the rest.
+PROBE_IO_MARGIN_S = 60
+
+
+def capture_timeout_s(seconds: float, record_seconds: int = 0) -> int:
+    """The bound on the capture's `docker run` (timeout(1); the container is removed after it whatever happens)."""
+    return int(seconds) + max(0, record_seconds) + CAPTURE_MARGIN_S
+
+
+def probe_io_timeout_s(runtime_s: int, depths: int) -> int:
+    """The bound on the fio container's `docker run`: every depth's own bound (runtime + 60 s) and a margin."""
+    return depths * (runtime_s + 60) + PROBE_IO_MARGIN_S

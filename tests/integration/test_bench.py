@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import CONTAINER, REPO, RUNS, MakeResult, docker, make
+from tests.integration.conftest import CONTAINER, REPO, RUNS, MakeResult, docker, inspect, make
 
 pytestmark = pytest.mark.integration
 
@@ -277,6 +277,7 @@ def test_server_dying_mid_run_fails_the_bench_and_keeps_partial_data() -> None:
             time.sleep(0.2)
         else:
             pytest.fail("the bench never reached its second measured run")
+        killed = inspect(CONTAINER)
         docker("kill", CONTAINER)
         output, _ = proc.communicate(timeout=300)
     finally:
@@ -299,4 +300,11 @@ def test_server_dying_mid_run_fails_the_bench_and_keeps_partial_data() -> None:
     assert by_id["c1-m2"]["status"] == "failed"
     assert by_id["c4-m3"]["status"] == "not run"  # nothing waited on the dead server
     assert "FAILED" in (d / "report.txt").read_text()
+    # The bench states the death: the serving container before and after, by ID, restart count and state.
+    assert killed is not None
+    assert "refdeploy-vllm died or was replaced in the window" in flat and killed["Id"][:12] in flat
+    change = json.loads((d / "serving-container.json").read_text())
+    assert change["changed"] is True and change["before"]["id"] == killed["Id"]
+    assert change["before"]["restart_count"] == killed["RestartCount"]
+    assert change["after"]["status"] != "running" or change["after"]["pid"] != killed["State"]["Pid"]
     assert elapsed < 400

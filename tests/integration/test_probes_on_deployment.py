@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -41,6 +43,11 @@ def _snapshot():  # type: ignore[no-untyped-def]
     return snapshot_from_text(text, time.monotonic(), time.time())
 
 
+def _cached_pages(path: Path) -> int:
+    out = subprocess.run(["fincore", "--noheadings", "--output", "PAGES", str(path)], capture_output=True, text=True)
+    return int(out.stdout.split()[0])
+
+
 def _complete(max_tokens: int) -> None:
     assert complete("import os", max_tokens)["usage"]["completion_tokens"] == max_tokens
 
@@ -62,8 +69,15 @@ def test_metrics_delta_counts_exactly_the_requests_sent() -> None:
 
 def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> None:
     digest = hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
+    # Cold, but for what vLLM has mapped: the probe must neither fill the cache (a whole-file hash did, twice a
+    # run) nor empty it (fio's default invalidate=1 did).
+    fd = os.open(WEIGHTS, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    cached = _cached_pages(WEIGHTS)
     r = make("probe-io", "ANSIBLE_ARGS=-e probes_io_runtime_s=3")
     assert r.rc == 0, r.output[-4000:]
+    assert _cached_pages(WEIGHTS) == cached < WEIGHTS.stat().st_size // 4096
     assert hashlib.sha256(WEIGHTS.read_bytes()).hexdigest() == digest
     assert "PASS" in r.output
     (fetched,) = [line for line in r.output.splitlines() if "fetched to: " in line]

@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ def test_argv_is_the_read_only_4k_random_read_command() -> None:
         "--time_based",
         "--runtime=10",
         "--randrepeat=1",
+        "--invalidate=0",
         "--randseed=1234",
         "--group_reporting",
         "--output-format=json",
@@ -111,9 +113,10 @@ def test_argv_refuses_nonsense(iodepth: int, runtime_s: int, size_bytes: int | N
         build_fio_argv(Path("/d/w"), iodepth, runtime_s, size_bytes, 1)
 
 
-@pytest.mark.parametrize("name", ["randread-qd1.json", "randread-qd64.json"])
+@pytest.mark.parametrize("name", ["randread-qd1.json", "randread-qd64.json", "randread-qd1-invalidate0.json"])
 def test_the_fixtures_were_made_by_the_argv_the_probe_builds(name: str) -> None:
-    """fio echoes every valued job option in its JSON; the fixtures' options are exactly the probe's."""
+    """fio echoes every valued job option in its JSON; the fixtures' options are exactly the probe's (the two
+    older ones were recorded before --invalidate=0, and differ by that alone: fixtures README)."""
     data = json.loads(_text(name))
     options = data["jobs"][0]["job options"]
     depth = int(options["iodepth"])
@@ -122,6 +125,8 @@ def test_the_fixtures_were_made_by_the_argv_the_probe_builds(name: str) -> None:
     # --output-format is a command-line option, not a job option; --readonly, --time_based and
     # --group_reporting carry no value, so fio does not echo them.
     valued.pop("output-format")
+    if "invalidate0" not in name:
+        assert valued.pop("invalidate") == "0"
     assert options == valued
 
 
@@ -535,7 +540,9 @@ def test_real_run_reads_at_both_depths_and_leaves_the_target_unchanged(
     assert result.verdict == "PASS"
     assert result.target_unchanged is True
     assert result.target_before is not None and result.target_after is not None
-    assert result.target_before.sha256 == result.target_after.sha256 == sha_before == _sha256(weights)
+    assert result.target_before == result.target_after
+    assert sha_before == _sha256(weights)
+    assert result.target_before.inode == st_before.st_ino
     assert result.target_before.size_bytes == 16 << 20
     assert (st_before.st_mtime_ns, st_before.st_size) == (st_after.st_mtime_ns, st_after.st_size)
     assert result.fio_version is not None and result.fio_version.startswith("fio-")
@@ -659,7 +666,8 @@ def test_a_target_that_changed_fails_the_probe(
     assert result.status == "failed" and result.verdict == "FAIL"
     assert result.reason is not None and result.reason.startswith("the target changed during the probe")
     assert result.target_before is not None and result.target_after is not None
-    assert result.target_before.sha256 != result.target_after.sha256
+    assert result.target_before.sampled_sha256 != result.target_after.sampled_sha256
+    assert "sampled_sha256" in result.reason and "mtime_ns" in result.reason
     assert "CHANGED after the probe" in format_summary(result)
 
 
@@ -673,7 +681,7 @@ def test_summary_of_fixture_runs_reads_as_a_table() -> None:
                 1, r.requested_iodepth, "successful", None, "/o", [], 0, False, 3.0, r, None, "FAIL", reasons
             )
         )
-    state = probe.TargetState("ab" * 32, 64 << 20, 0, "254:0")
+    state = probe.TargetState("ab" * 32, 64 << 20, 0, "254:0", 12, 0, [[0, 65536]])
     result = IoProbeResult(
         schema_version=1,
         status="successful",
@@ -699,7 +707,9 @@ def test_summary_of_fixture_runs_reads_as_a_table() -> None:
         runs=runs,
     )
     lines = format_summary(result).splitlines()
-    assert lines[1] == "target: 64.0 MiB on device 254:0, sha256 abababababababab..., unchanged after the probe"
+    assert lines[1] == (
+        "target: 64.0 MiB on device 254:0, inode 12, sampled sha256 abababababababab..., unchanged after the probe"
+    )
     assert lines[2] == "depth    IOPS  MiB/s  p50 ms  p99 ms  p99.9 ms  max ms  at depth %  verdict"
     assert lines[3].split() == ["QD1", "13,339", "52.1", "0.031", "0.322", "3.228", "27.939", "100.0", "(1)", "FAIL"]
     assert lines[4].split() == ["QD64", "1,999", "7.8", "0.056", "6.062", "10.813", "29.954", "0.0", "(>=64)", "FAIL"]
@@ -710,3 +720,68 @@ def test_summary_of_fixture_runs_reads_as_a_table() -> None:
         "  - QD64: max completion latency 29.954 ms is above the maximum 25 ms",
     ]
     assert lines[-1] == "result: FAIL (run successful; artifacts in /o)"
+
+
+# --- the target's identity ----------------------------------------------------------------------------------
+
+
+def test_identity_ranges_are_fixed_aligned_and_cover_both_ends() -> None:
+    ranges = probe.identity_ranges(64 << 20)
+    assert len(ranges) == probe.IDENTITY_RANGES
+    assert ranges[0] == (0, 64 << 10) and ranges[-1] == ((64 << 20) - (64 << 10), 64 << 10)
+    assert all(o % 4096 == 0 for o, _ in ranges)
+    assert ranges == probe.identity_ranges(64 << 20)  # the size alone decides: before and after read the same
+    # A small file is read once, whole: the ranges overlap and merge.
+    assert probe.identity_ranges(100_000) == [(0, 100_000)]
+    assert probe.identity_ranges(0) == []
+    # An unaligned end: the last range still reaches the last byte.
+    (o, n), *_ = probe.identity_ranges(5_000_123)[-1:]
+    assert o % 4096 == 0 and o + n == 5_000_123
+
+
+def test_identity_reads_a_few_ranges_and_leaves_the_page_cache_alone(tmp_path: Path) -> None:
+    target = tmp_path / "w.bin"
+    with target.open("wb") as f:
+        f.write(os.urandom(32 << 20))
+        f.flush()
+        os.fsync(f.fileno())  # clean pages, so that DONTNEED drops them
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    _skip_without_o_direct(target)
+    cached = _resident_pages(target)
+    before = probe.target_state(target)
+    assert _resident_pages(target) == cached < 100  # O_DIRECT: nothing pulled into the cache
+    assert before.sampled_ranges == [[o, n] for o, n in probe.identity_ranges(32 << 20)]
+    assert before == probe.target_state(target)
+    with target.open("r+b") as f:  # a write inside a range: the hash moves, and mtime with it
+        f.seek(before.sampled_ranges[3][0] + 10)
+        f.write(b"x")
+    after = probe.target_state(target)
+    assert after.sampled_sha256 != before.sampled_sha256
+    assert "sampled_sha256" in probe.describe_change(before, after)
+    os.utime(target, ns=(before.mtime_ns, before.mtime_ns))  # mtime set back: ctime still says so
+    again = probe.target_state(target)
+    assert again.mtime_ns == before.mtime_ns and again.ctime_ns != before.ctime_ns
+
+
+def _resident_pages(path: Path) -> int:
+    fincore = shutil.which("fincore")
+    if fincore is None:
+        pytest.skip("fincore (util-linux) is not installed")
+    out = subprocess.run([fincore, "--noheadings", "--output", "PAGES", str(path)], capture_output=True, text=True)
+    return int(out.stdout.split()[0])
+
+
+def test_a_probe_that_breaks_exits_4_with_one_line_never_a_verdict(
+    tmp_path: Path, data_dir: Path, weights: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise KeyError("jobs")
+
+    monkeypatch.setattr(probe, "run_io_probe", broken)
+    out = tmp_path / "out"
+    rc = probe.main(["--target", str(weights), "--data-dir", str(data_dir), "--out", str(out)])
+    assert rc == probe.EXIT_PROBE_ERROR == 4
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "the probe broke (KeyError: 'jobs'); no verdict on the storage. Rerun it" in err
+    assert "Traceback" in (out / "probe-error.txt").read_text()

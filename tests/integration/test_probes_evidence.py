@@ -1,0 +1,92 @@
+"""Evidence is kept: a capture whose vLLM is killed mid-window, against the real CPU deployment.
+
+The capture's container shares vLLM's PID namespace, so killing vLLM's main process kills the capture too (exit
+137). What it had written must still land in runs/, with the death stated (container ID, restart count and state
+before and after), `make` must exit non-zero, and no probe container may be left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import BASE_URL, REPO, docker, inspect, make
+
+pytestmark = pytest.mark.integration
+
+PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def deployed() -> None:
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+
+
+def _healthy(timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{BASE_URL}/health", timeout=5) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(1)
+    return False
+
+
+def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had() -> None:
+    before = inspect("refdeploy-vllm")
+    assert before is not None and before["State"]["Running"]
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", make("capture", "SECONDS=20")), daemon=True)
+    t.start()
+    # The window is open once the samplers write; a few seconds in, vLLM's main process dies (as in a crash).
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(PROBE_RUNS.glob("*-capture/bundle/samplers/vmstat.log")):
+        assert t.is_alive(), result["r"].output[-4000:]
+        time.sleep(0.2)
+    time.sleep(4)
+    os.kill(before["State"]["Pid"], signal.SIGKILL)
+    t.join(timeout=300)
+    r = result["r"]
+
+    assert r.rc != 0
+    assert "died or was replaced in the window" in r.output
+    assert f"restarts {before['RestartCount']} -> " in r.output
+    assert before["Id"][:12] in r.output
+    bundle_line = next(line for line in r.output.splitlines() if "What the capture had is kept in " in line)
+    bundle = Path(bundle_line.split("What the capture had is kept in ", 1)[1].split("/;", 1)[0])
+    assert bundle.is_relative_to(REPO / "runs" / "localhost") and bundle.name == "capture"
+
+    change = json.loads((bundle / "serving-container.json").read_text())
+    assert change["changed"] is True
+    assert change["before"]["id"] == before["Id"] and change["before"]["pid"] == before["State"]["Pid"]
+    assert change["after"]["pid"] != before["State"]["Pid"] or change["after"]["status"] != "running"
+    index = json.loads((bundle / "bundle.json").read_text())
+    assert index["complete"] is False and index["cut_short"]["exit_code"] == 137
+    assert index["requested_parts"] == ["samplers", "metrics", "stacks", "wchan", "perf", "hoststate"]
+    # What it had written before it died is there: the samplers' lines, the scrapes, the host state before.
+    assert samplers_lines(bundle / "samplers" / "vmstat.log") >= 2
+    assert list((bundle / "metrics" / "scrapes").glob("*.prom"))
+    assert (bundle / "host-state" / "before").is_dir()
+    assert "CAPTURE CUT SHORT (probe container exit 137)" in (bundle / "summary.txt").read_text()
+
+    names = docker("ps", "-a", "--format", "{{.Names}}").split()
+    assert not [n for n in names if n.startswith("refdeploy-probe")]
+    assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
+    # Docker's restart policy brings vLLM back; the next test finds it serving.
+    assert _healthy(120), "vLLM did not come back after the kill"
+
+
+def samplers_lines(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
