@@ -14,6 +14,7 @@ fails the task. Every host command is an argv (the command module): no value is 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -49,9 +50,20 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         pid = os.getppid()
         holder_file = f"{path}/holder.json"
 
+        # Reads use modules that run in check mode too (stat, slurp); the command module skips there.
         def read_holder() -> dict[str, Any] | None:
-            got = self._argv(["cat", holder_file], task_vars)
-            return hostlock.parse_holder(str(got.get("stdout", ""))) if got.get("rc") == 0 else None
+            got = self._execute_module(
+                module_name="ansible.legacy.slurp", module_args={"src": holder_file}, task_vars=task_vars
+            )
+            if got.get("failed") or "content" not in got:
+                return None
+            return hostlock.parse_holder(base64.b64decode(str(got["content"])).decode(errors="replace"))
+
+        def exists() -> bool:
+            got = self._execute_module(
+                module_name="ansible.legacy.stat", module_args={"path": path}, task_vars=task_vars
+            )
+            return bool((got.get("stat") or {}).get("exists"))
 
         if state == "released":
             held = read_holder()
@@ -60,9 +72,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             self._argv(["rm", "-rf", "--", path], task_vars)
             return {**result, "changed": False, "msg": f"released {path}"}
 
-        exists = self._argv(["test", "-e", path], task_vars).get("rc") == 0
         took_over = None
-        if exists:
+        if exists():
             held = read_holder()
             if hostlock.is_ours(held, controller, pid):
                 return {**result, "changed": False, "msg": "already held by this run"}

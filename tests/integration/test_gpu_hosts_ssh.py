@@ -480,7 +480,7 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     planned["image"] = golden["image"]
     planned["volumes"] = [v.replace(f"{share}/models/", "/srv/models/") for v in planned["volumes"]]
     port = str(HOSTS[host][3])
-    assert planned["name"] == name and planned["published_ports"] == [f"0.0.0.0:{port}:8000"]
+    assert planned["name"] == name and planned["published_ports"] == [f"127.0.0.1:{port}:8000"]
     planned["name"], planned["published_ports"] = golden["name"], golden["published_ports"]
     for spec in (planned, golden):
         spec["labels"].pop("org.refdeploy.spec-sha256")
