@@ -31,6 +31,7 @@ from serving.redact import secret_env_names
 from serving.render import (
     PROFILE_LABEL,
     RUNTIME_GID,
+    RUNTIME_UID,
     SPEC_LABEL,
     STAND_IN_LABEL,
     api_key_copy,
@@ -95,6 +96,8 @@ class BenchTargets(_Model):
     client_cpus: str  # "" for the host's CPUs outside the server's cpuset
     # The client reads the API key from the key file among its volumes (serving/redact.py API_KEY_MOUNT).
     api_key: bool = False
+    # The runtime image's user, which the client runs as: its output directory on the host is that user's.
+    runtime_uid: int = RUNTIME_UID
 
 
 class Api(_Model):
