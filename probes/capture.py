@@ -264,6 +264,41 @@ def cgroup_notes(cg: Mapping[str, Any]) -> list[str]:
     return out
 
 
+# perf is said to have sampled "the window" when its span opens within this of the window's opening.
+PERF_LAG_NOTE_S = 1.0
+
+
+def _perf_name(pid: int, found: Sequence[procs.VllmProcess]) -> str:
+    return next((f"{p.name} pid {p.pid}" for p in found if p.pid == pid), f"pid {pid}")
+
+
+def perf_events(
+    perf_res: Sequence[kernel.PerfResult], found: Sequence[procs.VllmProcess], t0: float, t1: float
+) -> list[dict[str, Any]]:
+    """One event per perf record, at the time it began sampling: the timeline shows what its samples cover."""
+    out = []
+    for r in sorted(perf_res, key=lambda r: r.recorded_mono_s or [t1]):
+        if r.recorded_mono_s:
+            a, b = (x - t0 for x in r.recorded_mono_s)
+            out.append({"t_s": round(a, 3), "label": f"perf record {_perf_name(r.pid, found)}: {a:.1f} to {b:.1f} s"})
+    return out
+
+
+def perf_lag_notes(
+    perf_res: Sequence[kernel.PerfResult], found: Sequence[procs.VllmProcess], t0: float, t1: float
+) -> list[str]:
+    """A note for each perf record that did not sample the window's start: its samples say nothing of that part."""
+    notes = []
+    for r in perf_res:
+        if r.recorded_mono_s and r.recorded_mono_s[0] - t0 > PERF_LAG_NOTE_S:
+            a, b = (x - t0 for x in r.recorded_mono_s)
+            notes.append(
+                f"perf record {_perf_name(r.pid, found)} sampled {a:.1f} to {b:.1f} s of the {t1 - t0:.1f} s window "
+                "(it started late: the host was busy); its samples cover only that span"
+            )
+    return notes
+
+
 def _thread(target: Callable[[], None], name: str, crashed: dict[str, str]) -> threading.Thread:
     """Run a part in a thread; an exception is recorded against the part, never lost."""
 
@@ -358,12 +393,6 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         # Every worker rank (each its own process), else the engine core: a slow rank shows beside the others.
         perf_targets = kernel.perf_targets(found)
         perf_s = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
-        events.append(
-            {
-                "t_s": 0.0,
-                "label": f"perf record {', '.join(f'{p.name} pid {p.pid}' for p in perf_targets)} for {perf_s} s",
-            }
-        )
         for target in perf_targets:
 
             def perf(pid: int = target.pid) -> None:
@@ -461,6 +490,8 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
         kernel.write_wchan(wchan_res[0], cfg.out / "kernel")
         parts["wchan"] = PartStatus(wchan_res[0].status, wchan_res[0].reason, ["kernel/wchan.txt", "kernel/wchan.json"])
     if "perf" in cfg.parts:
+        events.extend(perf_events(perf_res, found, t0, end[0]))
+        notes.extend(perf_lag_notes(perf_res, found, t0, end[0]))
         perf_crashed = {k: v for k, v in crashed.items() if k.startswith("perf-")}
         for k in perf_crashed:
             crashed.pop(k)
@@ -528,7 +559,7 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
             "seconds": round(t1 - t0, 3),
         },
         "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue")},
-        "events": events,
+        "events": sorted(events, key=lambda e: e["t_s"]),
         "summary": summary,
         "notes": notes,
         "artifacts": artifacts,

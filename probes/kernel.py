@@ -49,6 +49,9 @@ class PerfResult:
     report_command: list[str]
     samples: int | None = None
     files: list[str] = field(default_factory=list)
+    # The span perf sampled, on the samplers' clock (time.monotonic): it ends when its `sleep N` does, so it began
+    # N s before that, or at the launch if later. On a saturated host it can open seconds after the window does.
+    recorded_mono_s: list[float] | None = None
     schema_version: int = SCHEMA_VERSION
 
 
@@ -99,11 +102,15 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
     if shutil.which("perf") is None:
         res.reason = PERF_NOT_INSTALLED
         return _write(res, out_dir)
+    began = time.monotonic()
     try:
         cp = subprocess.run(rec, capture_output=True, text=True, timeout=seconds + 30, check=False)
     except subprocess.TimeoutExpired:
         res.status, res.reason = "failed", f"perf record -p {pid} ran past {seconds + 30} s and was killed"
         return _write(res, out_dir)
+    finally:
+        ended = time.monotonic()
+        res.recorded_mono_s = [round(max(began, ended - seconds), 6), round(ended, 6)]
     (out_dir / f"perf-{pid}.record.stderr.txt").write_text(cp.stderr)
     res.files.append(f"perf-{pid}.record.stderr.txt")
     if cp.returncode != 0 or not data.exists():

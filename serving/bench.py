@@ -394,7 +394,16 @@ def plan_bench(
 # --- conditions: what must match between two runs that are compared --------------------------------------------
 
 # Fields that name or describe a run without changing its conditions.
-_NOT_CONDITIONS = ("profile.name", "profile.description", "workload.description", "workload.name", "gpu_class")
+# Not conditions: names and descriptions, and the number of measured runs (the sample's size, which the
+# comparison's intervals account for; five runs against three compare the same workload).
+_NOT_CONDITIONS = (
+    "profile.name",
+    "profile.description",
+    "workload.description",
+    "workload.name",
+    "workload.runs",
+    "gpu_class",
+)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 BASE_URL = "http://127.0.0.1:8000"
 CONTAINER = "refdeploy-vllm"
 RUNS = REPO / "runs" / "localhost"
+# Where a capture or probe writes on the host while it runs (its scratch copy, fetched and removed after).
+PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
+# The capture's window is open once its samplers write.
+WINDOW_OPEN = "*-capture/bundle/samplers/vmstat.log"
 
 
 @dataclass
@@ -47,6 +52,32 @@ def make(*args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> 
         env=env,
     )
     return MakeResult(proc.returncode, proc.stdout, time.monotonic() - start)
+
+
+class BackgroundMake:
+    """`make ARGS` in a thread, so a test can act while it runs (send load, kill vLLM) and then read its result."""
+
+    def __init__(self, *args: str) -> None:
+        self._result: list[MakeResult] = []
+        self._thread = threading.Thread(target=lambda: self._result.append(make(*args)), daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 300) -> None:
+        """Until `count` files match PROBE_RUNS/pattern; fails with the make's output if it ended first."""
+        deadline = time.monotonic() + timeout
+        while len(list(PROBE_RUNS.glob(pattern))) < count:
+            assert self.running, self._result[0].output[-4000:] if self._result else "make ended without a result"
+            assert time.monotonic() < deadline, f"no {count} x {PROBE_RUNS}/{pattern} after {timeout:g} s"
+            time.sleep(0.2)
+
+    def result(self, timeout: float = 600) -> MakeResult:
+        self._thread.join(timeout)
+        assert self._result, f"make still running after {timeout:g} s"
+        return self._result[0]
 
 
 def complete(prompt: str, max_tokens: int, timeout: int = 120) -> dict[str, Any]:

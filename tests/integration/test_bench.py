@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 
 WORKLOAD = "smoke"
 MEASURED_RUNS = "3"
+SEQS1_RUNS = "5"
 # Run-to-run spread of decode tok/s on this machine (REFERENCE §1): a plain run may land this far outside the
 # bench's own runs and still agree with them.
 SPREAD = 0.12
@@ -58,8 +59,8 @@ def point(s: dict[str, Any], pid: str) -> dict[str, Any]:
     return next(p for p in s["points"] if p["point"] == pid)
 
 
-def bench(*extra: str) -> MakeResult:
-    return make("bench", f"WORKLOAD={WORKLOAD}", f"RUNS={MEASURED_RUNS}", *extra, timeout=900)
+def bench(*extra: str, runs: str = MEASURED_RUNS) -> MakeResult:
+    return make("bench", f"WORKLOAD={WORKLOAD}", f"RUNS={runs}", *extra, timeout=900)
 
 
 @dataclass
@@ -109,7 +110,9 @@ def seqs1_bench(default_benches: list[Path], seqs1_profile: Path) -> Iterator[Pa
     try:
         r = make("deploy", f"PROFILE={seqs1_profile}")
         assert r.rc == 0, r.output[-3000:]
-        b = bench(f"PROFILE={seqs1_profile}")
+        # Five runs, not three: at c=4 behind max_num_seqs=1 about one run in four reaches the client in one burst
+        # on these 2 cores (its bench flags it, compare leaves it out), and a CI run once lost all three.
+        b = bench(f"PROFILE={seqs1_profile}", runs=SEQS1_RUNS)
         assert b.rc == 0, b.output[-4000:]
         yield bench_dir(b)
     finally:
@@ -232,7 +235,8 @@ def test_compare_max_num_seqs_1_vs_8_at_concurrency_4(default_benches: list[Path
     r = make("compare", f"A={a}", f"B={seqs1_bench}", "VARIABLE=max_num_seqs")
     assert r.rc == 0, r.output
     assert "profile.vllm.max_num_seqs (A 8, B 1)" in r.output
-    c4 = r.output.split("c4:", 1)[1]
+    assert "\nc4:\n" in r.output, r.output  # a point with no valid run on a side is not compared
+    c4 = r.output.split("\nc4:\n", 1)[1]
     ttft = next(ln for ln in c4.splitlines() if ln.strip().startswith("TTFT"))
     agg = next(ln for ln in c4.splitlines() if ln.strip().startswith("aggregate output"))
     assert ttft.endswith("B higher (worse)"), r.output

@@ -18,12 +18,11 @@ import pytest
 
 from probes import samplers
 from probes.report import PANEL_COLOURS
-from tests.integration.conftest import REPO, complete, docker, inspect, make
+from tests.integration.conftest import PROBE_RUNS, REPO, WINDOW_OPEN, BackgroundMake, complete, docker, inspect, make
 from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
 
 pytestmark = pytest.mark.integration
 
-PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12
 # About 1 s per request here (~1.7 ms a token): the running gauge, sampled each second, sees them. With 64
@@ -89,14 +88,8 @@ def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed:
 @pytest.fixture(scope="module")
 def capture(deployed: None) -> Iterator[tuple[Path, Any]]:
     """`make capture SECONDS=20` with REQUESTS requests sent once the window has opened."""
-    result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.setdefault("r", make("capture", "SECONDS=20")), daemon=True)
-    t.start()
-    # The window opens when the samplers start: their logs appear in the run's scratch directory.
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not list(PROBE_RUNS.glob("*-capture/bundle/samplers/vmstat.log")):
-        assert t.is_alive(), result["r"].output[-4000:]
-        time.sleep(0.2)
+    run = BackgroundMake("capture", "SECONDS=20")
+    run.wait_for(WINDOW_OPEN)
     time.sleep(1)
 
     # Spread over about 10 s of the 20 s window, so the per-second latency series has points to draw.
@@ -110,8 +103,7 @@ def capture(deployed: None) -> Iterator[tuple[Path, Any]]:
         s.start()
     for s in senders:
         s.join()
-    t.join(timeout=600)
-    r = result["r"]
+    r = run.result()
     assert r.rc == 0, r.output[-5000:]
     yield _bundle_dir(r.output), r
 

@@ -10,19 +10,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.integration.conftest import BASE_URL, REPO, docker, inspect, make
+from tests.integration.conftest import BASE_URL, PROBE_RUNS, REPO, WINDOW_OPEN, BackgroundMake, docker, inspect, make
 
 pytestmark = pytest.mark.integration
-
-PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,18 +43,12 @@ def _healthy(timeout_s: float) -> bool:
 def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had() -> None:
     before = inspect("refdeploy-vllm")
     assert before is not None and before["State"]["Running"]
-    result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.setdefault("r", make("capture", "SECONDS=20")), daemon=True)
-    t.start()
+    run = BackgroundMake("capture", "SECONDS=20")
     # The window is open once the samplers write; a few seconds in, vLLM's main process dies (as in a crash).
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(PROBE_RUNS.glob("*-capture/bundle/samplers/vmstat.log")):
-        assert t.is_alive(), result["r"].output[-4000:]
-        time.sleep(0.2)
+    run.wait_for(WINDOW_OPEN, timeout=120)
     time.sleep(4)
     os.kill(before["State"]["Pid"], signal.SIGKILL)
-    t.join(timeout=300)
-    r = result["r"]
+    r = run.result(timeout=300)
 
     assert r.rc != 0
     assert "died or was replaced in the window" in r.output

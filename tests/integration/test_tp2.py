@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,12 +15,22 @@ from typing import Any
 import pytest
 
 from probes import samplers
-from tests.integration.conftest import CONTAINER, RUNS, complete, inspect, latest_manifest, make
+from tests.integration.conftest import (
+    CONTAINER,
+    PROBE_RUNS,
+    RUNS,
+    WINDOW_OPEN,
+    BackgroundMake,
+    complete,
+    inspect,
+    latest_manifest,
+    make,
+)
 
 pytestmark = pytest.mark.integration
 
 PROFILE = "cpu-tiny-tp2"
-PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
+PERF_ENDED = "*-capture/bundle/kernel/perf-*.record.stderr.txt"
 
 
 @pytest.fixture(scope="module")
@@ -56,22 +64,15 @@ def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(deployed: dict[
 
 @pytest.fixture(scope="module")
 def capture(deployed: dict[str, Any]) -> Path:
-    """`make capture SECONDS=8` while requests flow: both ranks busy."""
-    result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.setdefault("r", make("capture", "SECONDS=8")), daemon=True)
-    t.start()
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not list(PROBE_RUNS.glob("*-capture/bundle/samplers/vmstat.log")):
-        assert t.is_alive(), result["r"].output[-4000:]
-        time.sleep(0.2)
-    # 16 s from the window's opening: with both ranks busy on both CPUs the capture's own start-up is slow (its
-    # perf once began 6 s into the window, after a 6 s burst of requests had ended, and found both ranks idle),
-    # and load past the window slows what the capture does after it (seconds per request sent).
-    stop = time.monotonic() + 16
-    while t.is_alive() and time.monotonic() < stop:
+    """`make capture SECONDS=8` while requests flow: both ranks busy while perf samples them."""
+    run = BackgroundMake("capture", "SECONDS=8")
+    run.wait_for(WINDOW_OPEN)
+    # Load until both ranks' perf records have ended (the file each writes then), not for a fixed time: with both
+    # ranks busy on both CPUs the capture's own start-up is slow (a CI run's perf began 6 s into the window, after a
+    # 16 s burst had ended, and found both ranks idle); load past it slows what the capture does after the window.
+    while run.running and len(list(PROBE_RUNS.glob(PERF_ENDED))) < 2:
         complete("import os", 128)
-    t.join(timeout=600)
-    r = result["r"]
+    r = run.result()
     assert r.rc == 0, r.output[-5000:]
     m = re.search(r"bundle: (\S+?)/?['\"]?$", r.output, re.M)
     assert m, r.output[-3000:]
@@ -94,6 +95,7 @@ def test_capture_takes_stacks_and_perf_of_every_rank(capture: Path) -> None:
         for f in (capture / "kernel").glob("perf-*.result.json")
     }
     assert set(perf) == set(workers)
+    assert all(r["recorded_mono_s"] for r in perf.values())  # the span each sampled, placed on the timeline
     assert all(r["samples"] for r in perf.values()), {p: r["samples"] for p, r in perf.items()}
     wchan = json.loads((capture / "kernel" / "wchan.json").read_text())
     assert {k.split()[1].split("/")[0] for k in wchan["counts"]} >= {"worker_TP0", "worker_TP1"}

@@ -154,6 +154,7 @@ def test_conditions_see_a_profile_setting_and_ignore_names() -> None:
     a = bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1")["manifest"]
     b = bench.plan_bench(SMOKE, serving_plan(max_num_seqs=1), "/o", "0-1", "0-1")["manifest"]
     b["profile"]["name"] = "renamed"
+    b["workload"]["runs"] = a["workload"]["runs"] + 2  # a bigger sample of the same workload
     ca, cb = bench.conditions(a), bench.conditions(b)
     assert [k for k in ca if ca[k] != cb.get(k)] == ["profile.vllm.max_num_seqs"]
 

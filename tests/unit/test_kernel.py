@@ -1,0 +1,56 @@
+"""probes.kernel's perf record against a real busy process, and how the capture words a perf that began late."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from probes import capture, kernel
+from probes.procs import VllmProcess
+
+BUSY = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed here (serving/prereqs.py test)")
+def test_perf_records_the_span_it_sampled_on_the_samplers_clock(tmp_path: Path) -> None:
+    busy = subprocess.Popen([sys.executable, "-c", BUSY])
+    try:
+        before = time.monotonic()
+        res = kernel.perf_capture(busy.pid, 2, tmp_path)
+        after = time.monotonic()
+    finally:
+        busy.kill()
+        busy.wait()
+    if res.status == "skipped":  # a kernel that refuses perf_event_open here: it must say so
+        assert res.reason and "perf_event_paranoid" in res.reason
+        return
+    assert res.status == "successful" and res.samples, res.reason
+    assert res.recorded_mono_s is not None
+    a, b = res.recorded_mono_s
+    assert before <= a < b <= after
+    assert b - a == pytest.approx(2, abs=0.5)
+
+
+def _proc(pid: int, rank: str) -> VllmProcess:
+    return VllmProcess(pid=pid, role="worker", title=f"VLLM::Worker_{rank}", comm="VLLM::Worker")
+
+
+def test_a_perf_that_began_late_is_placed_where_it_sampled_and_noted() -> None:
+    found = [_proc(131, "TP0"), _proc(132, "TP1")]
+    on_time = kernel.PerfResult(131, "successful", None, [], [], samples=10, recorded_mono_s=[100.2, 108.2])
+    late = kernel.PerfResult(132, "successful", None, [], [], samples=0, recorded_mono_s=[106.0, 114.0])
+    events = capture.perf_events([late, on_time], found, 100.0, 122.5)
+    assert events == [
+        {"t_s": 0.2, "label": "perf record worker_TP0 pid 131: 0.2 to 8.2 s"},
+        {"t_s": 6.0, "label": "perf record worker_TP1 pid 132: 6.0 to 14.0 s"},
+    ]
+    notes = capture.perf_lag_notes([on_time, late], found, 100.0, 122.5)
+    assert notes == [
+        "perf record worker_TP1 pid 132 sampled 6.0 to 14.0 s of the 22.5 s window (it started late: the host was "
+        "busy); its samples cover only that span"
+    ]
