@@ -2,7 +2,7 @@
 starts dockerd under start-stop-daemon (pid file, log), and serves; a second deploy changes nothing and
 leaves dockerd alone; make's own set-up (python3.11-venv) runs there with real apt.
 
-The host is a container (images/barehost, stage `bare`: the project's debootstrap base with sshd, no
+The host is a container (images/testhost, stage `bare`: the project's debootstrap base with sshd, no
 docker.io, no python3-venv) on a bridge network, reached over real SSH on a port published on this
 machine's loopback, so its serving port 8000 is its own. Why SSH rather than make run inside it: the
 controller side is then the operator's (this checkout, its virtualenv, the Makefile), and the host side is
@@ -17,7 +17,7 @@ init script on a bare machine, so the host has the same limits.
 
 TEST SEAM, the seeded image store: before the deploy, the host's /var/lib/docker (a volume) is filled from
 this machine's engine, `docker save <runtime> <probes> | docker load`, by a dockerd of the same Debian
-package running on that volume in a separate container (images/barehost stage `seed`), which is then removed.
+package running on that volume in a separate container (images/testhost stage `seed`), which is then removed.
 The bare host itself never had docker.io: the deploy installs it, and its images role finds the
 content-addressed tags and builds nothing (the cold build, 7 minutes here, is tested in test_deploy.py).
 """
@@ -116,7 +116,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for target, tag in (("bare", IMAGE), ("seed", SEED_IMAGE)):
         build = subprocess.run(
             ["docker", "build", "--quiet", "--target", target, "--tag", tag,
-             "--build-arg", f"BASE_IMAGE={images['base_tag']}", str(REPO / "images" / "barehost")],
+             "--build-arg", f"BASE_IMAGE={images['base_tag']}", str(REPO / "images" / "testhost")],
             capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"},
         )  # fmt: skip
         assert build.returncode == 0, build.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The two GPU classes' hosts, reached over real SSH, and the whole chain on them: deploy, a second deploy,
 status, bench, capture, probe-io, undeploy.
 
-The hosts are containers running sshd (images/testhost), each its own filesystem, processes and hostname, with
+The hosts are containers running sshd (images/testhost, stage `gpu`), each its own filesystem, processes and hostname, with
 the Docker CLI talking to this machine's engine; they share this machine's network namespace, each sshd on
 its own port, so that the port a host's serving container publishes is on that host's loopback, as on a real
 host. What a container cannot be is REPLAYED from tests/fixtures/gpu-hosts (nvidia-smi,
@@ -123,7 +123,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
     image = _runtime_image()
     base = json.loads(docker("image", "inspect", image))[0]["Config"]["Labels"]["org.opencontainers.image.base.name"]
     build = subprocess.run(
-        ["docker", "build", "--quiet", "--tag", IMAGE, "--build-arg", f"BASE_IMAGE={base}",
+        ["docker", "build", "--quiet", "--target", "gpu", "--tag", IMAGE, "--build-arg", f"BASE_IMAGE={base}",
          str(REPO / "images" / "testhost")],
         capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"},
     )  # fmt: skip
