@@ -109,10 +109,11 @@ class Api(_Model):
     loopback: bool
     # The root-only file on the managed host holding the API key (refdeploy_api_key_file); None: no key.
     # The key itself is never in the plan: the serve role copies the file to key_copy (root:RUNTIME_GID, 0440,
-    # in a root-only directory), which the serving container and the bench client mount and read.
+    # in a root-only directory), which the serving container and the bench client mount and read; with no key,
+    # the serve role removes a copy left there by an earlier deploy.
     key_file: str | None
-    key_copy: str | None = None
-    key_gid: int | None = None
+    key_copy: str
+    key_gid: int = RUNTIME_GID
     # Environment variables of the container whose values artifacts redact (serving/redact.py).
     secret_env: list[str]
 
@@ -476,8 +477,7 @@ def build_plan(
             host_port=profile.ports.host_port,
             loopback=profile.ports.loopback,
             key_file=api_key_file,
-            key_copy=api_key_copy(profile.container.name) if api_key_file else None,
-            key_gid=RUNTIME_GID if api_key_file else None,
+            key_copy=api_key_copy(profile.container.name),
             secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
         ),
         model_action=model_action,
