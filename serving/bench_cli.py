@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ def cmd_bench_report(a: argparse.Namespace) -> int:
 
 def cmd_compare(a: argparse.Namespace) -> int:
     from serving.compare import compare, load_side, render_text
+    from serving.manifest import new_run_dir
 
     runs_dir = Path(a.runs_dir)
     side_a = load_side("A", [x for x in a.a.split(",") if x], runs_dir)
@@ -40,8 +40,11 @@ def cmd_compare(a: argparse.Namespace) -> int:
     variables = [v for arg in a.variable or [] for v in arg.split(",") if v]
     result: dict[str, Any] = compare(side_a, side_b, variables, iterations=a.iterations)
     text = render_text(result)
-    out = Path(a.out) if a.out else runs_dir / "compare" / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out.mkdir(parents=True, exist_ok=True)
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+    else:  # two compares in one second get two directories
+        out = new_run_dir(runs_dir, "compare")
     (out / "compare.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     (out / "compare.txt").write_text(text)
     sys.stdout.write(text)

@@ -1,0 +1,32 @@
+"""Action plugin refdeploy_run_dir: create this run's directory on the controller (serving/manifest.py).
+
+  - name: Create the run directory
+    refdeploy_run_dir:
+      runs_dir: "{{ bench_runs_dir }}"
+    register: _run          # _run.path: runs/<host>/<id>, _run.run_id: <id>
+
+The one way a playbook gets a run directory: runs/<inventory host>/<UTC timestamp>, created 0700 (a run holds
+the host's readings), with a suffix (-1, -2...) when another run took that second. It is created in check mode
+too: it is the controller's record of the run, not a change to the host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("runs_dir",))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        from serving.manifest import new_run_dir
+
+        task_vars = task_vars or {}
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        path = new_run_dir(Path(str(self._task.args["runs_dir"])), str(task_vars["inventory_hostname"]))
+        result.update(changed=False, path=str(path), run_id=path.name)
+        return result
