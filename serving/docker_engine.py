@@ -157,3 +157,78 @@ def engine_plan(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> dic
         f"see {plan['log']}"
     )
     return plan
+
+
+# --- restarting the engine on new settings (the runtime role) ----------------------------------------------
+
+# What dockerd before Docker Engine 23 says to `--validate`: it cannot check a daemon.json without starting.
+NO_VALIDATE = "unknown flag: --validate"
+
+
+def _names(containers: Any) -> list[str]:
+    out = []
+    for c in containers or []:
+        names = c.get("Names") or [c.get("Id", "?")[:12]]
+        out.append(str(names[0]).lstrip("/"))
+    return sorted(out)
+
+
+def restart_plan(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the runtime role restarts dockerd to apply its settings, and whether it may: {"error": line}
+    before anything is written when dockerd refuses the new daemon.json, or when the restart would stop running
+    containers the inventory did not say may stop.
+
+    readings: host; changed (the files whose new content differs: daemon.json, the memlock drop-ins);
+    live_restore (the running engine's LiveRestoreEnabled: it decides what its own shutdown does, whatever the
+    new file says); running (docker_host_info's containers: the running ones); validate (rc and stderr of
+    `dockerd --validate --config-file <the new daemon.json>`, None when daemon.json does not change).
+    settings: allow_stop (runtime_restart_stops_containers).
+    """
+    host = str(readings["host"])
+    changed = [str(p) for p in readings.get("changed") or []]
+    plan: dict[str, Any] = {"restart": bool(changed), "changed": changed, "stops": [], "error": None}
+    validate = readings.get("validate")
+    if validate is None:
+        plan["validated"] = "daemon.json unchanged"
+    elif int(validate.get("rc", 1)) == 0:
+        plan["validated"] = "dockerd --validate: the new daemon.json is valid"
+    elif NO_VALIDATE in str(validate.get("stderr") or ""):
+        plan["validated"] = (
+            "not validated by dockerd: this one has no --validate (Docker Engine 23 added it); the file is JSON "
+            "and keeps the keys dockerd runs with, and the previous one is restored if dockerd does not come back"
+        )
+    else:
+        said = (str(validate.get("stderr") or "").strip().splitlines() or ["no reason given"])[-1]
+        plan["error"] = (
+            f"dockerd --validate refuses the daemon.json this deploy would write on {host} ({said}): fix "
+            "runtime_daemon_settings or the host's daemon.json and deploy again. Nothing was changed."
+        )
+        return plan
+    if not changed:
+        plan["said"] = f"Docker Engine settings on {host} are as planned: no restart"
+        return plan
+    running = _names(readings.get("running"))
+    what = ", ".join(changed)
+    if readings.get("live_restore"):
+        plan["said"] = (
+            f"Docker Engine on {host} restarts to apply {what}; live-restore is on, so its {len(running)} running "
+            "container(s) keep running"
+        )
+        return plan
+    plan["stops"] = running
+    if running and not _flag(settings.get("allow_stop")):
+        shown = ", ".join(running[:8]) + (f" and {len(running) - 8} more" if len(running) > 8 else "")
+        plan["error"] = (
+            f"restarting Docker Engine on {host} to apply {what} would stop its {len(running)} running "
+            f"container(s) ({shown}): live-restore is off in the running engine. Stop them, or enable "
+            "live-restore first (`systemctl reload docker` takes it from daemon.json), or accept it with "
+            "runtime_restart_stops_containers=true, and deploy again. Nothing was changed."
+        )
+        return plan
+    plan["said"] = f"Docker Engine on {host} restarts to apply {what}" + (
+        f"; it stops its {len(running)} running container(s) ({', '.join(running)}): "
+        "runtime_restart_stops_containers is true"
+        if running
+        else "; no container runs"
+    )
+    return plan

@@ -275,7 +275,7 @@ def plan_gpu_host(
     data_disk: str | None = None,
     engine_memlock: str | None = None,
 ) -> GpuHostPlan:
-    """engine_memlock: the LimitMEMLOCK the deploy will give the engine (pinned_ram role), instead of the
+    """engine_memlock: the LimitMEMLOCK the deploy will give the engine (runtime role), instead of the
     limit dockerd runs with now; "infinity" or a size in bytes."""
     missing = [k for k in REQUIRED_READINGS if k not in readings]
     if missing:

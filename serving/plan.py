@@ -354,7 +354,7 @@ def _place_on_gpu_host(
         engine_memlock=engine_memlock,
     )
     facts = {k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")}
-    # What the pinned_ram role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
+    # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
     facts["engine_memlock"] = gpu_plan.systemd_memlock(engine_memlock) if engine_memlock else ""
     placement = gp.placement
     if placement is None:

@@ -176,6 +176,13 @@ def docker_engine(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> d
     return engine_plan(readings, settings)
 
 
+def engine_restart(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether the runtime role restarts dockerd on its new settings, and whether it may (serving/docker_engine.py)."""
+    from serving.docker_engine import restart_plan
+
+    return restart_plan(readings, settings)
+
+
 def serving_change(before: Any, after: Any, name: Any = "") -> dict[str, Any]:
     """The serving container before and after a window (serving.continuity)."""
     from serving.continuity import serving_change as change

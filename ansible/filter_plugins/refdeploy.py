@@ -10,6 +10,7 @@
   settings  | refdeploy_docker_unreachable                   Docker did not answer: may this run set it up?
   readings  | refdeploy_docker_engine(settings)              what to install, how to start dockerd
   before    | refdeploy_serving_change(after, name)          did the serving container die or change in a window?
+  readings  | refdeploy_engine_restart(settings)             restart dockerd on new settings? may it stop containers?
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -32,6 +33,7 @@ NAMES = (
     "docker_engine",
     "redact",
     "serving_change",
+    "engine_restart",
 )
 
 

@@ -1,10 +1,10 @@
 """The two GPU classes' hosts, reached over real SSH, and the whole chain on them: deploy, a second deploy,
 status, bench, capture, probe-io, undeploy.
 
-The hosts are containers running sshd (images/testhost, stage `gpu`), each its own filesystem, processes and hostname, with
-the Docker CLI talking to this machine's engine; they share this machine's network namespace, each sshd on
-its own port, so that the port a host's serving container publishes is on that host's loopback, as on a real
-host. What a container cannot be is REPLAYED from tests/fixtures/gpu-hosts (nvidia-smi,
+The hosts are containers running sshd (images/testhost, stage `gpu`), each its own filesystem, processes and
+hostname, with the Docker CLI talking to this machine's engine; they share this machine's network namespace,
+each sshd on its own port, so that the port a host's serving container publishes is on that host's loopback,
+as on a real host. What a container cannot be is REPLAYED from tests/fixtures/gpu-hosts (nvidia-smi,
 lsblk, findmnt and nvme through tests/replay/, the sysfs tree, and the host-level readings in <class>/host/,
 see HOST-READINGS.md); systemctl is a stand-in that records its calls (no systemd in a container, and the
 engine it would restart runs these tests).
@@ -180,6 +180,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
             "preflight_sys_root": f"{replay}/sys",
             "preflight_replay_host_dir": f"{replay}/host",
             "runtime_systemctl": "/opt/replay/bin/systemctl",
+            # The hosts share this machine's engine (live-restore off, the other tests' containers running),
+            # which the stand-in systemctl never restarts: the restart is accepted here, and refused in
+            # test_an_engine_restart_that_would_stop_containers_is_refused_before_any_change.
+            "runtime_restart_stops_containers": True,
             "probes_host_dir": str(share / "probe-runs"),
             "bench_host_dir": str(share / "bench-runs"),
             "probes_io_runtime_s": 2,
@@ -362,6 +366,54 @@ def test_a_bad_3090_host_is_refused_with_one_line_before_any_change(
     assert message.count(line) == 1, message
     assert host_state() == before
     assert _host_files("rdtest-gpu3090") == files_before
+
+
+def test_an_engine_restart_that_would_stop_containers_is_refused_before_any_change(
+    hosts: tuple[Path, Path],
+) -> None:
+    """The engine these hosts reach runs with live-restore off and runs containers (this test host's own): a
+    deploy that must restart it, without runtime_restart_stops_containers, stops before writing anything."""
+    inv, _ = hosts
+    before, files_before = host_state(), _host_files("rdtest-gpu3090")
+    r = make(
+        "deploy", f"INVENTORY={inv}", "HOST=rdtest-gpu3090", "ANSIBLE_ARGS=-e runtime_restart_stops_containers=false"
+    )
+    out = _flat(r.output)
+    assert r.rc != 0, out[-3000:]
+    assert "restarting Docker Engine on rdtest-gpu3090 to apply /etc/docker/daemon.json, " in out, out[-3000:]
+    assert "running container(s) (" in out and "rdtest-gpu3090" in out.split("running container(s) (", 1)[1]
+    assert "runtime_restart_stops_containers=true, and deploy again. Nothing was changed." in out
+    assert host_state() == before
+    assert _host_files("rdtest-gpu3090") == files_before
+
+
+def test_a_dockerd_that_does_not_come_back_gets_its_previous_settings_back(hosts: tuple[Path, Path]) -> None:
+    """The restart fails (the stand-in fails `restart docker.service` once, as a unit that does not start does):
+    daemon.json and the memlock drop-ins are as before the deploy, the engine is restarted on them, and the
+    deploy says so and starts no container."""
+    inv, _ = hosts
+    host = "rdtest-gpu3090"
+    docker("exec", host, "rm", "-f", "/var/log/refdeploy-systemctl.log")
+    docker("exec", host, "bash", "-c", "echo 'restart docker.service' >/var/log/refdeploy-systemctl.fail")
+    files_before = _host_files(host)
+    assert "No such file" in files_before.split("/etc/docker/daemon.json", 1)[1].split("\n", 2)[1]
+    r = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
+    out = _flat(r.output)
+    assert r.rc != 0, out[-3000:]
+    assert f"Docker Engine did not come back on {host} after its settings changed (/etc/docker/daemon.json, " in out
+    assert "The previous files are back, and dockerd answers again on them" in out, out[-3000:]
+    assert inspect(_container(host)) is None
+    calls = docker("exec", host, "cat", "/var/log/refdeploy-systemctl.log").splitlines()
+    assert calls == [
+        "daemon-reload",
+        "restart containerd.service",
+        "restart docker.service",  # failed
+        "daemon-reload",
+        "restart docker.service",
+    ]
+    after = _host_files(host)
+    for path in ("/etc/docker/daemon.json", "/etc/systemd/system/docker.service.d/refdeploy-memlock.conf"):
+        assert after.split(path, 1)[1].split("\n/", 1)[0] == files_before.split(path, 1)[1].split("\n/", 1)[0]
 
 
 def _recap(output: str, host: str) -> dict[str, int]:

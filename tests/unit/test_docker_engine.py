@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from serving.docker_engine import engine_plan, unreachable
+from serving.docker_engine import engine_plan, restart_plan, unreachable
 
 SETTINGS = {
     "docker_host": "unix:///var/run/docker.sock",
@@ -147,3 +147,62 @@ def test_a_dockerd_that_runs_but_does_not_answer_is_not_doubled() -> None:
 def test_the_supervised_dockerd_still_starting_is_waited_for() -> None:
     plan = engine_plan(_bare(dockerd="/usr/sbin/dockerd", dockerd_pids=[4242], supervised_pid=4242), SETTINGS)
     assert plan["error"] is None and plan["start"] == "supervisor"
+
+
+# --- restarting dockerd on the runtime role's settings -------------------------------------------------------
+
+DAEMON = "/etc/docker/daemon.json"
+RUNNING = [{"Id": "a" * 64, "Names": ["/refdeploy-vllm"]}, {"Id": "b" * 64, "Names": ["/grafana"]}]
+
+
+def _restart(**readings: Any) -> dict[str, Any]:
+    allow = readings.pop("allow_stop", False)
+    return restart_plan({"host": "gpu1", **readings}, {"allow_stop": allow})
+
+
+def test_unchanged_settings_need_no_restart() -> None:
+    plan = _restart(changed=[], live_restore=False, running=RUNNING, validate=None)
+    assert plan["restart"] is False and plan["error"] is None and "no restart" in plan["said"]
+
+
+def test_a_restart_that_would_stop_containers_is_refused_naming_them() -> None:
+    plan = _restart(changed=[DAEMON], live_restore=False, running=RUNNING, validate={"rc": 0, "stderr": ""})
+    assert plan["error"] == (
+        "restarting Docker Engine on gpu1 to apply /etc/docker/daemon.json would stop its 2 running container(s) "
+        "(grafana, refdeploy-vllm): live-restore is off in the running engine. Stop them, or enable live-restore "
+        "first (`systemctl reload docker` takes it from daemon.json), or accept it with "
+        "runtime_restart_stops_containers=true, and deploy again. Nothing was changed."
+    )
+
+
+def test_live_restore_in_the_running_engine_keeps_them_and_an_operator_may_accept_the_stop() -> None:
+    kept = _restart(changed=[DAEMON], live_restore=True, running=RUNNING, validate={"rc": 0, "stderr": ""})
+    assert kept["error"] is None and kept["restart"] and kept["stops"] == []
+    assert "live-restore is on, so its 2 running container(s) keep running" in kept["said"]
+    accepted = _restart(changed=[DAEMON], live_restore=False, running=RUNNING, validate=None, allow_stop="true")
+    assert accepted["error"] is None and accepted["stops"] == ["grafana", "refdeploy-vllm"]
+    assert "runtime_restart_stops_containers is true" in accepted["said"]
+    empty = _restart(changed=[DAEMON], live_restore=False, running=[], validate=None)
+    assert empty["error"] is None and empty["said"].endswith("no container runs")
+
+
+def test_dockerds_own_validation_decides_where_it_has_one() -> None:
+    bad = _restart(
+        changed=[DAEMON],
+        live_restore=True,
+        running=[],
+        validate={"rc": 1, "stderr": "unable to configure the Docker daemon with file x: invalid log-opts\n"},
+    )
+    assert bad["error"] == (
+        "dockerd --validate refuses the daemon.json this deploy would write on gpu1 (unable to configure the "
+        "Docker daemon with file x: invalid log-opts): fix runtime_daemon_settings or the host's daemon.json and "
+        "deploy again. Nothing was changed."
+    )
+    # Debian 12's dockerd (20.10) has no --validate: not an error, and the plan says it was not validated.
+    old = _restart(
+        changed=[DAEMON],
+        live_restore=True,
+        running=[],
+        validate={"rc": 125, "stderr": "unknown flag: --validate\nSee 'dockerd --help'.\n"},
+    )
+    assert old["error"] is None and old["validated"].startswith("not validated by dockerd")
