@@ -87,7 +87,9 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         )
     except InputError as e:
         return {"error": str(e)}
-    timeout_s = capture_timeout_s(float(settings["seconds"]), int(settings.get("record_seconds") or 0))
+    timeout_s = int(settings.get("timeout_s") or 0) or capture_timeout_s(
+        float(settings["seconds"]), int(settings.get("record_seconds") or 0)
+    )
     return {"argv": argv, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1]}
 
 
@@ -132,7 +134,7 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         )
     except InputError as e:
         return {"error": str(e)}
-    timeout_s = probe_io_timeout_s(runtime_s, len(depths))
+    timeout_s = int(settings.get("timeout_s") or 0) or probe_io_timeout_s(runtime_s, len(depths))
     return {"argv": argv, "target": target, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1]}
 
 
@@ -181,6 +183,20 @@ def engine_restart(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> 
     from serving.docker_engine import restart_plan
 
     return restart_plan(readings, settings)
+
+
+def io_outcome(run: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The fio container's exit: pass, finding or error, and its line (serving/probe_outcome.py)."""
+    from serving.probe_outcome import io_outcome as outcome
+
+    return outcome(run, settings)
+
+
+def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe container's exit and the serving container's change: pass, finding or error, and its line."""
+    from serving.probe_outcome import capture_outcome as outcome
+
+    return outcome(run, change, settings)
 
 
 def serving_change(before: Any, after: Any, name: Any = "") -> dict[str, Any]:

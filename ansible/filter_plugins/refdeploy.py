@@ -11,6 +11,8 @@
   readings  | refdeploy_docker_engine(settings)              what to install, how to start dockerd
   before    | refdeploy_serving_change(after, name)          did the serving container die or change in a window?
   readings  | refdeploy_engine_restart(settings)             restart dockerd on new settings? may it stop containers?
+  run       | refdeploy_io_outcome(settings)                 the fio container's exit: pass, FINDING or ERROR
+  run       | refdeploy_capture_outcome(change, settings)    the probe container's exit: pass, FINDING or ERROR
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -34,6 +36,8 @@ NAMES = (
     "redact",
     "serving_change",
     "engine_restart",
+    "io_outcome",
+    "capture_outcome",
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -76,6 +77,34 @@ def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had
     assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
     # Docker's restart policy brings vLLM back; the next test finds it serving.
     assert _healthy(120), "vLLM did not come back after the kill"
+
+
+def test_a_capture_past_its_bound_is_stopped_and_keeps_what_it_had() -> None:
+    """A 40 s window under an 8 s bound (probes_capture_timeout_s): timeout(1) stops the docker client at 8 s,
+    the probe container goes with the role's always, and what the capture had is fetched and indexed. vLLM is
+    left alone: same container, still running."""
+    assert _healthy(120)
+    before = inspect("refdeploy-vllm")
+    assert before is not None and before["State"]["Running"]
+    r = make("capture", "SECONDS=40", "ANSIBLE_ARGS=-e probes_capture_timeout_s=8")
+    out = " ".join(r.output.split())
+    assert r.rc != 0, out[-3000:]
+    assert "did not finish within 8 s and was stopped; what it had is kept in " in out, out[-3000:]
+    m = re.search(r"what it had is kept in (\S+?/capture)/", out)
+    assert m, out[-3000:]
+    bundle = Path(m.group(1))
+    assert bundle.is_relative_to(REPO / "runs" / "localhost") and bundle.name == "capture"
+    index = json.loads((bundle / "bundle.json").read_text())
+    assert index["complete"] is False and index["cut_short"]["exit_code"] == 124
+    assert "ran past 8 s (timeout of its docker run)" in index["cut_short"]["why"]
+    assert samplers_lines(bundle / "samplers" / "vmstat.log") >= 2
+    names = docker("ps", "-a", "--format", "{{.Names}}").split()
+    assert not [n for n in names if n.startswith("refdeploy-probe")]
+    assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
+    after = inspect("refdeploy-vllm")
+    assert after is not None and after["Id"] == before["Id"] and after["State"]["Running"]
+    assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
+    assert not json.loads((bundle / "serving-container.json").read_text())["changed"]
 
 
 def samplers_lines(path: Path) -> int:
