@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,17 +93,24 @@ def deploy_timing(raw: dict[str, Any], engine_s: float | None) -> dict[str, Any]
     }
 
 
-def parse_sections(text: str) -> dict[str, str]:
-    """Split '==name' headed sections (the manifest role's reading script) into {name: body}."""
-    sections: dict[str, str] = {}
-    name = None
-    for line in text.splitlines():
-        if line.startswith("=="):
-            name = line[2:].strip()
-            sections[name] = ""
-        elif name is not None:
-            sections[name] += line + "\n"
-    return sections
+def slice_limits(readings: Mapping[str, Any] | None) -> tuple[dict[str, str] | None, str | None]:
+    """The serving slice's limits read back (the cgroups role's refdeploy_read_files): {file: value}, its
+    ancestors' as "root:<file>"; or (None, why) while the slice's cgroup does not exist yet."""
+    if not readings:
+        return None, None
+    slice_dir, root = str(readings["slice_dir"]), str(readings["root"])
+    files: Mapping[str, Any] = readings.get("files") or {}
+    if (files.get(slice_dir) or {}).get("kind") != "directory":
+        return None, f"{slice_dir} does not exist yet (systemd creates it with its first unit)"
+    limits: dict[str, str] = {}
+    for path, got in files.items():
+        if got.get("kind") != "file":
+            continue
+        parent, name = path.rsplit("/", 1)
+        key = name if parent == slice_dir else f"root:{name}" if parent == root else None
+        if key:
+            limits[key] = str(got["content"]).strip()
+    return limits or None, None
 
 
 def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +239,7 @@ def gpu_section(gpu: dict[str, Any] | None, host: dict[str, Any] | None) -> dict
     if not gpu:
         return None
     host = host or {}
-    slice_files = parse_sections(host.get("slice_readings", ""))
+    limits, absent = slice_limits(host.get("slice_readings"))
     return {
         "gpus": gpu.get("gpus"),
         "numa_plan": gpu.get("numa_plan"),
@@ -240,8 +248,8 @@ def gpu_section(gpu: dict[str, Any] | None, host: dict[str, Any] | None) -> dict
         "data": gpu.get("data"),
         "slice": {
             **(gpu.get("slice") or {}),
-            "limits_read_back": {k: v.strip() for k, v in slice_files.items() if k != "absent"} or None,
-            "absent": slice_files.get("absent", "").strip() or None,
+            "limits_read_back": limits,
+            "absent": absent,
         },
         "host_settings": host.get("host_settings"),
     }

@@ -503,6 +503,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     ]
     assert gpu["data"][0]["smart"]["media_errors"] == 0
     assert gpu["slice"]["name"] == "refdeploy.slice" and gpu["slice"]["allowed_memory_nodes"] == mems
+    # Read back from the cgroup tree, or why not (a test host's /sys/fs/cgroup has no refdeploy.slice).
+    assert (gpu["slice"]["limits_read_back"] is None) != (gpu["slice"]["absent"] is None), gpu["slice"]
     assert manifest["host_facts"]["hostname"] == host
     assert manifest["effective_config"]["mismatches"] == []
 

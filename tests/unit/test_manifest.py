@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.images import PATCH_LABEL_PREFIX, Patch, plan_images
+from serving import manifest
 from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list
 from serving.plan import build_plan, verify_ranks
 from serving.profile import load_profile
@@ -91,3 +92,29 @@ def test_deploy_timing_separates_our_overhead_from_the_engines_start_up(vllm_cpu
 def test_engine_startup_uses_dockers_year_and_clock() -> None:
     assert engine_startup_s("2026-11-29T08:57:29.096613671Z", "11-29 08:58:15") == 46.0
     assert engine_startup_s(None, "11-29 08:58:15") is None
+
+
+def test_the_slice_limits_read_back_keep_the_slices_and_its_roots_apart() -> None:
+    d, root = "/sys/fs/cgroup/refdeploy.slice", "/sys/fs/cgroup"
+    readings = {
+        "slice_dir": d,
+        "root": root,
+        "files": {
+            d: {"kind": "directory", "content": None},
+            f"{d}/cpuset.cpus.effective": {"kind": "file", "content": "0-27\n"},
+            f"{d}/cpu.max": {"kind": "file", "content": "2800000 100000\n"},
+            f"{d}/pids.max": {"kind": "absent", "content": None},
+            f"{root}/memory.max": {"kind": "unreadable", "content": None, "reason": "Permission denied"},
+            f"{root}/cpu.max": {"kind": "file", "content": "max 100000\n"},
+        },
+    }
+    assert manifest.slice_limits(readings) == (
+        {"cpuset.cpus.effective": "0-27", "cpu.max": "2800000 100000", "root:cpu.max": "max 100000"},
+        None,
+    )
+    readings["files"][d] = {"kind": "absent", "content": None}
+    assert manifest.slice_limits(readings) == (
+        None,
+        "/sys/fs/cgroup/refdeploy.slice does not exist yet (systemd creates it with its first unit)",
+    )
+    assert manifest.slice_limits(None) == (None, None)
