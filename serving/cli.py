@@ -2,13 +2,13 @@
 
   refdeploy check-host --inventory DIR HOST
   refdeploy plan --profile NAME|PATH [--host H] [--readings FILE] [--gpu-class FILE]
-  refdeploy manifest --runs-dir DIR  < raw readings (JSON)
   refdeploy bench-report BENCH_DIR
   refdeploy compare --a RUN[,RUN...] --b RUN[,RUN...] [--variable FIELD]
 
 Each prints JSON or text on stdout and one clear line on stderr when it refuses; exit status 2 means bad
 input, 1 means a check failed. The playbooks' own decisions run in-process (ansible/action_plugins,
-ansible/filter_plugins) on the same package.
+ansible/filter_plugins) on the same package; the deploy's manifest is written by the action plugin
+refdeploy_manifest (serving/manifest.py record_deploy).
 """
 
 from __future__ import annotations
@@ -59,27 +59,6 @@ def cmd_plan(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_manifest(a: argparse.Namespace) -> int:
-    from serving.manifest import build_manifest, build_rendered_manifest, failed_checks, new_run_dir
-    from serving.redact import redact
-
-    # Redacted on arrival: the raw readings (the full docker inspect), the plan and the manifest all come from it.
-    raw = redact(json.loads(Path(a.raw).read_text() if a.raw else sys.stdin.read()))
-    run_dir = new_run_dir(Path(a.runs_dir), raw["host"])
-    raw["run_id"] = run_dir.name
-    (run_dir / "raw-readings.json").write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
-    manifest = build_rendered_manifest(raw) if raw.get("launched") is False else build_manifest(raw)
-    out = run_dir / "manifest.json"
-    out.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    print(str(out))
-    bad = failed_checks(manifest)
-    if bad:
-        what = "the rendered container" if manifest["kind"] == "deploy-rendered" else "the running container"
-        print(f"manifest {out}: {what} differs from the plan: " + "; ".join(bad), file=sys.stderr)
-        return 1
-    return 0
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="refdeploy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -98,11 +77,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--base-image", help="a registry base image to build on instead of the debootstrap one")
     p.add_argument("--compact", action="store_true")
     p.set_defaults(func=cmd_plan)
-
-    p = sub.add_parser("manifest", help="build and verify a deploy manifest from raw host readings")
-    p.add_argument("--runs-dir", required=True, help="writes RUNS_DIR/<host>/<timestamp>/manifest.json")
-    p.add_argument("--raw", help="raw readings JSON (default: stdin)")
-    p.set_defaults(func=cmd_manifest)
 
     # Benchmarks: bench-plan, bench-report, compare (serving/bench_cli.py).
     from serving.bench_cli import register as register_bench

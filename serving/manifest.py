@@ -304,3 +304,24 @@ def failed_checks(manifest: dict[str, Any]) -> list[str]:
         for c in manifest["verification"]
         if not c["ok"]
     ]
+
+
+def record_deploy(raw: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    """Write a deploy's raw readings and manifest to a new run directory and verify it: {"path", "error"}.
+
+    Redacted on arrival (serving/redact.py): the raw readings (the full docker inspect), the plan and the
+    manifest all come from them. `error` is the one line when the container (or the rendered spec) differs
+    from the plan; the files are written either way, as the evidence."""
+    from serving.redact import redact
+
+    raw = redact(raw)
+    run_dir = new_run_dir(runs_dir, raw["host"])
+    raw["run_id"] = run_dir.name
+    (run_dir / "raw-readings.json").write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
+    manifest = build_rendered_manifest(raw) if raw.get("launched") is False else build_manifest(raw)
+    out = run_dir / "manifest.json"
+    out.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    bad = failed_checks(manifest)
+    what = "the rendered container" if manifest["kind"] == "deploy-rendered" else "the running container"
+    error = f"manifest {out}: {what} differs from the plan: " + "; ".join(bad) if bad else None
+    return {"path": str(out), "run_id": run_dir.name, "error": error}

@@ -118,3 +118,21 @@ def test_the_slice_limits_read_back_keep_the_slices_and_its_roots_apart() -> Non
         "/sys/fs/cgroup/refdeploy.slice does not exist yet (systemd creates it with its first unit)",
     )
     assert manifest.slice_limits(None) == (None, None)
+
+
+def test_a_recorded_deploy_is_written_private_and_redacted_and_says_what_differs(
+    vllm_cpu_fixtures: Path, tmp_path: Path
+) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    raw["container_inspect"]["Config"]["Env"].append("HF_TOKEN=hf_secretvalue123")
+    ok = manifest.record_deploy(copy.deepcopy(raw), tmp_path / "runs")
+    assert ok["error"] is None and Path(ok["path"]).name == "manifest.json"
+    run = Path(ok["path"]).parent
+    assert run.parent == (tmp_path / "runs" / "localhost").resolve() and (run.stat().st_mode & 0o777) == 0o700
+    written = (run / "raw-readings.json").read_text() + (run / "manifest.json").read_text()
+    assert "hf_secretvalue123" not in written and "HF_TOKEN" in written
+    raw["plan"]["launch"]["spec"]["memory"] = "4g"
+    bad = manifest.record_deploy(raw, tmp_path / "runs")
+    assert bad["error"] is not None and bad["error"].startswith(f"manifest {bad['path']}: the running container")
+    assert "memory limit (docker): expected 4294967296, found 8589934592" in bad["error"]
+    assert Path(bad["path"]).is_file() and bad["run_id"] != ok["run_id"]
