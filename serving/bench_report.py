@@ -478,3 +478,36 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
     (bench_dir / REPORT_TXT).write_text(render_text(s))
     (bench_dir / REPORT_HTML).write_text(render_html(s, bench_dir))
     return s
+
+
+# The client's exits (serving/bench_client.py) and timeout(1)'s.
+CLIENT_EXITS = {1: "a run failed", 2: "bad plan"}
+
+
+def report_bench(bench_dir: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Write a fetched bench's summary and reports, and say whether the bench completed: {"ok", "lines", "line"}.
+
+    settings: host, client_rc (the client container's exit), timeout_s (its bound), change (the serving
+    container's change in the window, serving.continuity). `lines` is what the operator is shown: the report,
+    where it is, and the change; `line` the one line a bench that did not complete stops on."""
+    summary = write_report(bench_dir)
+    lines = (bench_dir / REPORT_TXT).read_text().splitlines()
+    lines += [f"report: {bench_dir / REPORT_TXT}", f"page:   {bench_dir / REPORT_HTML}"]
+    change = settings.get("change") or {}
+    rc = int(settings.get("client_rc", 0))
+    if change.get("changed"):
+        lines.append(str(change["line"]))
+    ok = rc == 0 and summary["status"] == "ok" and not change.get("changed")
+    if ok:
+        return {"ok": True, "lines": lines, "line": ""}
+    timeout = f"it ran past {settings.get('timeout_s')} s and was stopped"
+    why = "" if rc == 0 else CLIENT_EXITS.get(rc, timeout if rc == 124 else f"client exit {rc}")
+    reason = summary.get("reason") if summary["status"] != "ok" else None
+    line = (
+        (f"{change['line']}; " if change.get("changed") else "")
+        + f"the bench on {settings['host']} FAILED"
+        + (f" ({why})" if why else "")
+        + (f": {reason}" if reason else "")
+        + f"; partial data kept in {bench_dir}/"
+    )
+    return {"ok": False, "lines": lines, "line": line}

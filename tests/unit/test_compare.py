@@ -165,6 +165,23 @@ def test_report_of_a_failed_bench_keeps_what_there_is(tmp_path: Path) -> None:
     assert "status: FAILED" in (d / "report.txt").read_text()
 
 
+def test_a_bench_reports_first_and_then_says_in_one_line_why_it_did_not_complete(tmp_path: Path) -> None:
+    d = make_bench(tmp_path, "a", 1000)
+    done = bench_report.report_bench(d, {"host": "h1", "client_rc": 0, "timeout_s": 900, "change": {}})
+    assert done["ok"] is True and done["line"] == "" and done["lines"][-2] == f"report: {d / 'report.txt'}"
+    shutil.rmtree(d / "runs" / "c4-m2")
+    (d / "client.json").write_text(json.dumps({"status": "failed", "reason": "the server stopped answering"}))
+    died = {"changed": True, "line": "refdeploy-vllm died or was replaced in the window: restarts 0 -> 1"}
+    out = bench_report.report_bench(d, {"host": "h1", "client_rc": 1, "timeout_s": 900, "change": died})
+    assert out["ok"] is False and out["lines"][-1] == died["line"]
+    assert out["line"] == (
+        "refdeploy-vllm died or was replaced in the window: restarts 0 -> 1; the bench on h1 FAILED (a run failed): "
+        f"the server stopped answering; partial data kept in {d}/"
+    )
+    late = bench_report.report_bench(d, {"host": "h1", "client_rc": 124, "timeout_s": 900, "change": {}})
+    assert "FAILED (it ran past 900 s and was stopped)" in late["line"]
+
+
 def test_class_reference_figures_sit_beside_the_measured_ones(tmp_path: Path) -> None:
     d = make_bench(tmp_path, "a", 1000)
     manifest = json.loads((d / "manifest.json").read_text())

@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from serving.images import PATCH_LABEL_PREFIX, Patch, plan_images
 from serving import manifest
+from serving.images import PATCH_LABEL_PREFIX, Patch, plan_images
 from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list
 from serving.plan import build_plan, verify_ranks
 from serving.profile import load_profile

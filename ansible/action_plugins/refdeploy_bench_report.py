@@ -1,0 +1,34 @@
+"""Action plugin refdeploy_bench_report: a fetched bench's summary, report.txt and report.html, on the controller
+(serving/bench_report.py report_bench), and whether the bench completed.
+
+  - name: Write the report
+    refdeploy_bench_report:
+      bench_dir: "{{ controller_dir }}/bench"
+      host: "{{ inventory_hostname }}"
+      client_rc: "{{ client.rc }}"
+      timeout_s: 900
+      change: "{{ serving_change }}"     # serving.continuity's, for the window
+    register: report                     # report.lines: to show; report.ok; report.line: why not
+
+It never fails the task itself: the playbook shows the report first, then stops on `line`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change"))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        from serving.bench_report import report_bench
+
+        result: dict[str, Any] = super().run(tmp, task_vars or {})
+        args = dict(self._task.args)
+        result.update(report_bench(Path(str(args.pop("bench_dir"))), args), changed=False)
+        return result
