@@ -34,12 +34,11 @@ def cmd_check_host(a: argparse.Namespace) -> int:
 def cmd_plan(a: argparse.Namespace) -> int:
     import yaml
 
-    from serving.gpu_plan import parse_readings_blob
     from serving.plan import plan_from_profile
     from serving.profile import load_profile
     from serving.standin import load_config
 
-    readings = parse_readings_blob(Path(a.readings).read_text()) if a.readings else None
+    readings = json.loads(Path(a.readings).read_text()) if a.readings else None
     gpu_class = yaml.safe_load(Path(a.gpu_class).read_text()) if a.gpu_class else None
     if isinstance(gpu_class, dict) and "gpu_class" in gpu_class:
         gpu_class = gpu_class["gpu_class"]
@@ -71,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="the deployment plan of a profile on a host (JSON)")
     p.add_argument("--profile", required=True)
     p.add_argument("--host", default="localhost", help="the host it is planned for (its inventory name)")
-    p.add_argument("--readings", help="the host's readings (serving/host_readings.sh output); default: none")
+    p.add_argument("--readings", help="the host's readings: JSON {name: text}, as refdeploy_host_readings gives")
     p.add_argument("--gpu-class", help="a YAML file with the host's gpu_class (a group_vars class.yml will do)")
     p.add_argument("--patches-dir")
     p.add_argument("--base-image", help="a registry base image to build on instead of the debootstrap one")

@@ -72,30 +72,6 @@ class GpuHostPlan:
         return not self.failures
 
 
-def parse_readings_blob(text: str) -> dict[str, str]:
-    """The host's one-command output (serving/host_readings.sh): "==name" lines open sections; "==missing TOOL"
-    notes a tool the host lacks (its readings are then empty), "==timeout COMMAND" one that did not answer in
-    time (collected under "timeout")."""
-    out: dict[str, list[str]] = {}
-    current: str | None = None
-    for line in text.splitlines():
-        if line.startswith("=="):
-            current = line[2:].strip()
-            if current.startswith("missing "):
-                out.setdefault("missing", []).append(current.removeprefix("missing ").strip())
-                current = None
-                continue
-            if current.startswith("timeout "):
-                out.setdefault("timeout", []).append(current.removeprefix("timeout ").strip())
-                current = None
-                continue
-            out.setdefault(current, [])
-            continue
-        if current is not None:
-            out[current].append(line)
-    return {k: "\n".join(v) + ("\n" if v else "") for k, v in out.items()}
-
-
 def class_spec_from(data: Mapping[str, Any]) -> gpu_facts.GpuClassSpec:
     """The inventory's `gpu_class` mapping -> the spec; a missing or mistyped key is an error naming it."""
     try:

@@ -380,11 +380,12 @@ def build_plan(
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
 ) -> Plan:
-    """The plan of `profile` on `host`. `readings` are the host's (serving/host_readings.sh): `served_files`
-    for every profile, the GPU host's facts for a GPU profile (see serving/gpu_plan.py); None plans from the
-    profile alone (no host read: a GPU profile then cannot be placed, and says so). `stand_in` is the test
-    seam's configuration (serving/standin.py), None in production. `api_key_file` is the root-only file on the
-    host holding the API key (the host reports its owner and mode as `api_key_file`), None for no key."""
+    """The plan of `profile` on `host`. `readings` are the host's (ansible/library/refdeploy_host_readings.py):
+    `served_files` for every profile, the GPU host's facts for a GPU profile (see serving/gpu_plan.py); None
+    plans from the profile alone (no host read: a GPU profile then cannot be placed, and says so). `stand_in`
+    is the test seam's configuration (serving/standin.py), None in production. `api_key_file` is the root-only
+    file on the host holding the API key (the host reports its owner and mode as `api_key_file`), None for no
+    key."""
     failures: list[str] = []
     readings = dict(readings or {})
     failures += api_failures(profile, api_key_file, readings.get("api_key_file"))

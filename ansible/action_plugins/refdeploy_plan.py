@@ -1,11 +1,11 @@
 """Action plugin refdeploy_plan: the run's plan (serving/plan.py), made once per run on the controller.
 
-It reads the managed host in one command (serving/host_readings.sh: the served files; for a GPU profile also
-the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`, with the lines an
-operator reads first as `refdeploy_plan_summary`. It changes nothing. Bad input (a profile that does not load,
-a GPU profile without gpu_class) fails the task with the one line that says what to fix. A host the plan cannot
-deploy to is not an error here (status and capture still run there); `refdeploy_plan.failures` says why, and
-the preflight role stops a deploy on them.
+It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
+profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`,
+with the lines an operator reads first as `refdeploy_plan_summary`. It changes nothing. Bad input (a profile
+that does not load, a GPU profile without gpu_class) fails the task with the one line that says what to fix.
+A host the plan cannot deploy to is not an error here (status and capture still run there);
+`refdeploy_plan.failures` says why, and the preflight role stops a deploy on them.
 
   - name: Plan | Build the deployment plan
     refdeploy_plan:
@@ -15,7 +15,6 @@ the preflight role stops a deploy on them.
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -31,7 +30,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving import gpu_facts, standin
-        from serving.gpu_plan import parse_readings_blob
         from serving.plan import describe, plan_from_profile
         from serving.profile import load_profile
 
@@ -44,21 +42,24 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             key_file = str(args.get("api_key_file") or "") or None
             if key_file is not None:
                 key_file = _api_key_path(key_file)
-            script = resources.files("serving").joinpath("host_readings.sh").read_text()
-            argv = ["env", "QUERY_GPU_FIELDS=" + ",".join(gpu_facts.QUERY_GPU_FIELDS), f"API_KEY_FILE={key_file or ''}",
-                    "bash", "-c", script,
-                    "host-readings", mode, host, *profile.served_dirs]  # fmt: skip
             read = self._execute_module(
-                module_name="ansible.legacy.command", module_args={"argv": argv}, task_vars=task_vars
+                module_name="refdeploy_host_readings",
+                module_args={
+                    "mode": mode,
+                    "host": host,
+                    "served_dirs": list(profile.served_dirs),
+                    "api_key_file": key_file or "",
+                    "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
+                },
+                task_vars=task_vars,
             )
-            if read.get("rc") != 0:
-                return {**result, "failed": True,
-                        "msg": f"reading {host} for the plan failed (rc {read.get('rc')}): "
-                        f"{(read.get('stderr') or read.get('msg') or '').strip()[-400:]}"}  # fmt: skip
+            if read.get("failed") or "readings" not in read:
+                said = str(read.get("msg") or "no result").strip()[-400:]
+                return {**result, "failed": True, "msg": f"reading {host} for the plan failed: {said}"}
             plan = plan_from_profile(
                 profile,
                 host,
-                parse_readings_blob(str(read.get("stdout", ""))),
+                {str(k): str(v) for k, v in read["readings"].items()},
                 args.get("gpu_class") or None,
                 patches_dir=_path(args.get("patches_dir")),
                 base_image=str(args.get("base_image") or "") or None,

@@ -176,15 +176,6 @@ def test_sysfs_listing_refuses_paths_outside_sys() -> None:
         gpu_plan.topology_from_listing("/sys/../etc/passwd\tx\n")
 
 
-def test_readings_blob_sections_and_missing_tools() -> None:
-    blob = "==hostname\ngpu3090-a\n==missing nvidia-smi\n==sysfs\n/sys/a\t1\n/sys/b\t2\n==cgroup_fs\ncgroup2fs\n"
-    r = gpu_plan.parse_readings_blob(blob)
-    assert r["hostname"] == "gpu3090-a\n"
-    assert r["missing"] == "nvidia-smi\n"
-    assert r["sysfs"] == "/sys/a\t1\n/sys/b\t2\n"
-    assert "nvidia_smi_L" not in r
-
-
 def test_a_host_without_nvidia_smi_says_so() -> None:
     r = _readings("rtx3090-pp3", nvidia_smi_L="", query_gpu="", topo="", missing="nvidia-smi\n")
     plan = gpu_plan.plan_gpu_host(load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), r, IMAGE)

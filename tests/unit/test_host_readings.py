@@ -1,0 +1,117 @@
+"""The plan's read of a host (ansible/library/refdeploy_host_readings.py), run as Ansible runs it, on this
+machine: for a GPU host through the test seam (the replayers of tests/replay, a recorded 3x RTX 3090 host's
+sysfs and host-level readings), whose readings must plan that host exactly as the recorded ones do."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving import gpu_facts, gpu_plan
+from serving.profile import load_profile
+from tests.unit.test_gpu_plan import IMAGE, _class, _readings
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu"
+
+
+def read_host(args: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    cp = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+         "-M", str(REPO / "ansible" / "library"), "-m", "refdeploy_host_readings", "-a", json.dumps(args),
+         "-e", f"ansible_python_interpreter={sys.executable}", "-o"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    # -o: one line, "localhost | SUCCESS => {the module's JSON}"
+    result: dict[str, Any] = json.loads(cp.stdout.split(" => ", 1)[1])
+    return result
+
+
+def replay_env() -> dict[str, str]:
+    return {
+        "REPLAY_PATH": str(REPO / "tests" / "replay"),
+        "REFDEPLOY_REPLAY_DIR": str(FIXTURE),
+        "SYS_ROOT": str(FIXTURE / "sys"),
+        "HOST_REPLAY": str(FIXTURE / "host"),
+    }
+
+
+def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_its_contents(tmp_path: Path) -> None:
+    served = tmp_path / "models"
+    (served / "sub").mkdir(parents=True)
+    (served / "model.safetensors").write_bytes(b"x" * 1000)
+    (served / "sub" / "config.json").write_text("{}")
+    key = tmp_path / "api-key"
+    key.write_text("s3cret-key")
+    key.chmod(0o600)
+    got = read_host({"mode": "cpu", "host": "h1", "served_dirs": [str(served)], "api_key_file": str(key)})
+    r = got["readings"]
+    assert r["hostname"] == "h1\n"
+    files = sorted(r["served_files"].splitlines())
+    assert files == [f"1000\t{served}/model.safetensors", f"2\t{served}/sub/config.json"]
+    assert r["api_key_file"] == f"{os.getuid()} 600 10 regular file\n"
+    assert "s3cret-key" not in json.dumps(got)
+    assert "sysfs" not in r and "missing" not in r
+    gone = read_host({"mode": "cpu", "host": "h1", "served_dirs": [], "api_key_file": str(tmp_path / "none")})
+    assert gone["readings"]["api_key_file"] == "missing\n" and gone["readings"]["served_files"] == ""
+
+
+def test_a_replayed_3090_host_reads_as_recorded_and_plans_the_reviewed_spec(tmp_path: Path) -> None:
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "model-00001-of-00002.safetensors").write_bytes(b"w" * 4096)
+    got = read_host(
+        {
+            "mode": "gpu",
+            "host": "gpu3090-a",
+            "served_dirs": [str(served)],
+            "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
+        },
+        replay_env(),
+    )
+    r = got["readings"]
+    assert r["nvidia_smi_L"] == (FIXTURE / "nvidia-smi-L.txt").read_text()
+    assert r["query_gpu"] == (FIXTURE / "nvidia-smi-query-gpu.csv").read_text()
+    assert r["topo"] == (FIXTURE / "nvidia-smi-topo-m.txt").read_text()
+    assert r["sysfs"] == gpu_plan.listing_from_tree(FIXTURE / "sys")
+    assert r["meminfo"] == (FIXTURE / "host" / "meminfo.txt").read_text()
+    assert r["data_paths"] == f"{served}\n"
+    assert json.loads(r[f"findmnt:{served}"]) == json.loads((FIXTURE / "findmnt.json").read_text())
+    assert sorted(k for k in r if k.startswith("smart:")) == ["smart:nvme0n1", "smart:nvme1n1"]
+    assert "missing" not in r and "timeout" not in r
+    # Planned from these readings, the host gets what the recorded readings give it: the reviewed spec.
+    from_module = gpu_plan.plan_gpu_host(load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), r, IMAGE)
+    recorded = gpu_plan.plan_gpu_host(
+        load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), _readings("rtx3090-pp3"), IMAGE
+    )
+    assert from_module.failures == recorded.failures == []
+    assert from_module.container_spec == recorded.container_spec
+
+
+def test_a_tool_that_does_not_answer_is_named_and_a_missing_one_listed(tmp_path: Path) -> None:
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    smi = slow / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nsleep 30\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    env = {**replay_env(), "REPLAY_PATH": str(slow)}  # no nvme, lsblk, findmnt replayers: the host's own
+    got = read_host({"mode": "gpu", "host": "h", "served_dirs": [], "timeout_s": 1}, env)
+    r = got["readings"]
+    assert "nvidia-smi -L (after 1 s)" in r["timeout"].splitlines()
+    assert r["nvidia_smi_L"] == ""
+    if not any((Path(p) / "nvme").exists() for p in os.environ.get("PATH", "").split(":")):
+        assert "nvme" in r["missing"].split()
+
+
+@pytest.fixture(autouse=True)
+def _no_ansible_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
