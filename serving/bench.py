@@ -579,27 +579,13 @@ def bootstrap_diff_benches(
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The p quantile of Student's t with df degrees of freedom (df >= 1, 0.5 <= p < 1).
-
-    With x = sqrt(df) tan(u), P(0 < T < x) = c * integral_0^u cos(s)^(df - 1) ds, c = G((df+1)/2) / (sqrt(pi)
-    G(df/2)): a bounded integrand on [0, pi/2), integrated by Simpson's rule and inverted by bisection. Any level,
-    any (fractional, Welch) df, no table and no scipy on the controller.
-    """
+    """The p quantile of Student's t with df degrees of freedom (df >= 1, 0.5 <= p < 1; Welch's df is
+    fractional): scipy's, imported here because only a comparison with several benches a side needs it."""
     if not 0.5 <= p < 1 or df < 1:
         raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    from scipy import stats
 
-    def mass(u: float, steps: int = 400) -> float:
-        h = u / steps
-        total = 1.0 + math.cos(u) ** (df - 1)
-        total += sum((4 if i % 2 else 2) * math.cos(i * h) ** (df - 1) for i in range(1, steps))
-        return float(c * total * h / 3)
-
-    lo, hi = 0.0, math.pi / 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mass(mid) < p - 0.5 else (lo, mid)
-    return math.sqrt(df) * math.tan((lo + hi) / 2)
+    return float(stats.t.ppf(p, df))
 
 
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[float, float, float] | None:
