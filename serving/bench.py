@@ -37,8 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from serving.errors import InputError
-from serving.limits import expand_cpulist
-from serving.numa import format_cpulist
+from serving.numa import format_cpulist, parse_cpulist
 from serving.redact import redact
 
 if TYPE_CHECKING:
@@ -171,13 +170,13 @@ def place_client(host_online: str, server_cpuset: str, override: str = "", reser
     A host with no CPU outside the server's set (this 2-core machine, cpuset 0-1) runs the client on the
     server's CPUs: the bench still runs, and the placement, in the manifest and the report, says it shares.
     """
-    host = expand_cpulist(host_online)
+    host = parse_cpulist(host_online)
     if not host:
         raise InputError(f"cannot read the host's online CPUs from {host_online!r}")
-    server = expand_cpulist(server_cpuset) if server_cpuset.strip() else host
+    server = parse_cpulist(server_cpuset) if server_cpuset.strip() else host
     if override.strip():
         try:
-            client = expand_cpulist(override)
+            client = parse_cpulist(override)
         except ValueError:
             raise InputError(f"client CPUs {override!r}: expected a cpulist like 30-31") from None
         missing = sorted(set(client) - set(host))
@@ -185,7 +184,7 @@ def place_client(host_online: str, server_cpuset: str, override: str = "", reser
             raise InputError(f"client CPUs {override!r}: CPUs {format_cpulist(missing)} are not online on the host")
         note = "client CPUs set by bench_client_cpus"
     elif reserved.strip():
-        client = expand_cpulist(reserved)
+        client = parse_cpulist(reserved)
         note = "client on the CPUs the NUMA plan keeps for it"
     else:
         client = sorted(set(host) - set(server))

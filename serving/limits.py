@@ -72,16 +72,3 @@ def parse_cgroup_limits(values: dict[str, str]) -> dict[str, int | str | None]:
         "cpuset_mems": first("cpuset.mems.effective", "cpuset/cpuset.effective_mems", "cpuset/cpuset.mems"),
         "memory_limit_bytes": memory,
     }
-
-
-def expand_cpulist(text: str) -> list[int]:
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-")
-            cpus.extend(range(int(lo), int(hi) + 1))
-        else:
-            cpus.append(int(part))
-    return sorted(set(cpus))

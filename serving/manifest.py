@@ -20,10 +20,10 @@ from serving.limits import (
     LIMIT_ROWS,
     UNLIMITED,
     docker_size_bytes,
-    expand_cpulist,
     parse_cgroup_limits,
     parse_proc_limits,
 )
+from serving.numa import parse_cpulist
 
 SCHEMA_VERSION = 1
 
@@ -153,8 +153,8 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         _check(
             checks,
             "cpuset (cgroup)",
-            expand_cpulist(spec["cpuset_cpus"]),
-            expand_cpulist(str(cgroup["cpuset_cpus"] or "")),
+            parse_cpulist(spec["cpuset_cpus"]),
+            parse_cpulist(str(cgroup["cpuset_cpus"] or "")),
         )
     if "cpuset_mems" in spec:
         _check(checks, "cpuset mems (docker)", spec["cpuset_mems"], host_config.get("CpusetMems"))

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.limits import UNLIMITED, docker_size_bytes, expand_cpulist, parse_cgroup_limits, parse_proc_limits
+from serving.limits import UNLIMITED, docker_size_bytes, parse_cgroup_limits, parse_proc_limits
+from serving.numa import parse_cpulist
 
 
 def test_proc_limits_from_a_real_container(vllm_cpu_fixtures: Path) -> None:
@@ -44,5 +45,5 @@ def test_docker_sizes_are_binary(text: str, value: int) -> None:
 
 
 def test_cpulists_expand() -> None:
-    assert expand_cpulist("0-2,8,10-11") == [0, 1, 2, 8, 10, 11]
-    assert expand_cpulist("0-1\n") == [0, 1]
+    assert parse_cpulist("0-2,8,10-11") == [0, 1, 2, 8, 10, 11]
+    assert parse_cpulist("0-1\n") == [0, 1]
