@@ -47,6 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
 from probes.io import run_bounded
+from probes.procfs import ProcLimit, parse_limits
 
 SCHEMA_VERSION = 1
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -238,13 +239,6 @@ class CgroupDelta:
     reset_detected: bool
     levels: list[LevelDelta]  # the paths in both snapshots, innermost first
     notes: list[str]
-
-
-@dataclass(frozen=True)
-class ProcLimit:
-    soft: int | None  # None: unlimited
-    hard: int | None
-    units: str | None  # None where the kernel prints none (nice and realtime priority)
 
 
 @dataclass(frozen=True)
@@ -440,27 +434,6 @@ def parse_proc_cgroup(text: str) -> list[CgroupMembership]:
             continue
         hid, controllers, path = line.split(":", 2)
         out.append(CgroupMembership(int(hid), [c for c in controllers.split(",") if c], path))
-    return out
-
-
-def parse_limits(text: str) -> dict[str, ProcLimit]:
-    """/proc/<pid>/limits: fixed-width columns under a header; the row name runs to the 'Soft Limit' column."""
-    lines = text.splitlines()
-    if not lines or "Soft Limit" not in lines[0]:
-        raise ValueError("no 'Limit  Soft Limit  Hard Limit  Units' header")
-    soft_col = lines[0].index("Soft Limit")
-
-    def num(v: str) -> int | None:
-        return None if v == "unlimited" else int(v)
-
-    out: dict[str, ProcLimit] = {}
-    for line in lines[1:]:
-        if not line.strip():
-            continue
-        name, values = line[:soft_col].strip(), line[soft_col:].split()
-        if not name or len(values) not in (2, 3):
-            raise ValueError(f"unexpected limits row {line!r}")
-        out[name] = ProcLimit(num(values[0]), num(values[1]), values[2] if len(values) == 3 else None)
     return out
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from probes.procfs import parse_limits
+
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 # /proc/<pid>/limits row names, by the ulimit names Docker uses.
 LIMIT_ROWS = {
@@ -28,18 +30,16 @@ def docker_size_bytes(text: str) -> int:
 
 
 def parse_proc_limits(text: str) -> dict[str, tuple[int, int]]:
-    """{row name: (soft, hard)}; 'unlimited' is UNLIMITED."""
-    out: dict[str, tuple[int, int]] = {}
-    for line in text.splitlines()[1:]:
-        m = re.match(r"^(.+?)\s{2,}(\S+)\s+(\S+)", line)
-        if not m:
-            continue
-
-        def num(v: str) -> int:
-            return UNLIMITED if v == "unlimited" else int(v)
-
-        out[m.group(1).strip()] = (num(m.group(2)), num(m.group(3)))
-    return out
+    """{row name: (soft, hard)}, 'unlimited' as UNLIMITED (probes/procfs.py parses the format); {} for no
+    reading or one that is not /proc/<pid>/limits."""
+    try:
+        rows = parse_limits(text)
+    except ValueError:
+        return {}
+    return {
+        name: (UNLIMITED if r.soft is None else r.soft, UNLIMITED if r.hard is None else r.hard)
+        for name, r in rows.items()
+    }
 
 
 def parse_cgroup_limits(values: dict[str, str]) -> dict[str, int | str | None]:
