@@ -43,11 +43,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from probes import cutshort, hoststate, kernel, metrics, procs, report, samplers, stacks
+from probes.parts import DEFAULT_PARTS, PARTS
 
 SCHEMA_VERSION = 1
-PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate", "record")
-# What `make capture` takes by default; "record" (py-spy record) is asked for with --record-seconds.
-DEFAULT_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate")
 METRICS_TIMEOUT_S = 5.0
 MAX_SCRAPES = 1200
 LATENCY_SERIES = {

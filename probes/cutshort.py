@@ -25,18 +25,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from probes.parts import PART_DIRS
+
 SCHEMA_VERSION = 1
 STARTED = "capture-started.json"
-# Where each part writes (probes/capture.py).
-PART_DIRS = {
-    "samplers": ["samplers"],
-    "metrics": ["metrics"],
-    "stacks": ["stacks"],
-    "wchan": ["kernel/wchan.json", "kernel/wchan.txt"],
-    "perf": ["kernel"],
-    "hoststate": ["host-state"],
-    "record": ["stacks"],
-}
 EXIT_MEANINGS = {
     137: "the probe container was killed (SIGKILL): vLLM's PID namespace ended, or the container ran out of memory",
     143: "the probe container was stopped (SIGTERM)",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from probes.parts import DEFAULT_PARTS, PARTS
 from serving.errors import InputError
 from serving.render import GPU_ACCESS_ENV, gpu_access_description
 
@@ -105,8 +106,8 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
 
 
 # Parts of probes/capture.py, and the one-part probes `make probe PROBE=<name>` runs (io has its own playbook).
-CAPTURE_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate", "record")
-DEFAULT_CAPTURE_PARTS = ("samplers", "metrics", "stacks", "wchan", "perf", "hoststate")
+CAPTURE_PARTS = PARTS
+DEFAULT_CAPTURE_PARTS = DEFAULT_PARTS
 CGROUP_MOUNT = "/host/sys/fs/cgroup"
 
 

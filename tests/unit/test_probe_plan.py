@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from serving.probe_plan import IoThresholds, ProbePlanError, parse_thresholds, render_probe_io_argv
@@ -121,3 +123,19 @@ def test_probe_names() -> None:
     assert probe_parts("capture") == list(DEFAULT_CAPTURE_PARTS)
     with pytest.raises(ProbePlanError, match="choose from io, samplers"):
         probe_parts("fio")
+
+
+def test_every_list_of_capture_parts_is_the_one_in_probes_parts() -> None:
+    import re
+
+    import yaml
+
+    from probes import parts
+
+    repo = Path(__file__).resolve().parents[2]
+    assert tuple(parts.PART_DIRS) == parts.PARTS and set(parts.DEFAULT_PARTS) <= set(parts.PARTS)
+    specs = yaml.safe_load((repo / "ansible/roles/probes/meta/argument_specs.yml").read_text())["argument_specs"]
+    assert specs["capture"]["options"]["probes_capture_probe"]["choices"] == ["capture", *parts.PARTS]
+    makefile = (repo / "Makefile").read_text()
+    m = re.search(r"PROBE=io\|([a-z|]+)", makefile)
+    assert m and m.group(1).split("|") == list(parts.PARTS), "make help lists other probes than probes/parts.py"
