@@ -311,7 +311,8 @@ def _thread(target: Callable[[], None], name: str, crashed: dict[str, str]) -> t
     return t
 
 
-def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
+def _check_input(cfg: CaptureConfig) -> list[procs.VllmProcess]:
+    """The vLLM processes to capture, or CaptureInputError before anything is written."""
     unknown = sorted(set(cfg.parts) - set(PARTS))
     if unknown:
         raise CaptureInputError(f"unknown part(s) {unknown}: choose from {', '.join(PARTS)}")
@@ -325,174 +326,204 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
     for f in cfg.data_files:
         if not f.is_file():
             raise CaptureInputError(f"--data-file {f}: not a regular file (mount the served files read-only)")
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    parts: dict[str, PartStatus] = {
-        p: PartStatus("failed", "it reported no result (still running when the capture ended?)")
-        if p in cfg.parts
-        else PartStatus("skipped", "not part of this capture")
-        for p in PARTS
-    }
-    events: list[dict[str, Any]] = []
-    notes: list[str] = []
-    pids = [p.pid for p in found]
+    return found
 
-    hs_before = None
-    if "hoststate" in cfg.parts:
-        hs_before = hoststate.snapshot(
-            pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root, no_data_files=cfg.data_file_note
-        )
-        hoststate.write_host_state(hs_before, cfg.out / "host-state" / "before")
 
-    mdir = cfg.out / "metrics"
-    before_snap = None
-    if "metrics" in cfg.parts:
-        mdir.mkdir(parents=True)
+class _Capture:
+    """One capture, in the order it runs: the state before, the window (samplers, scrapes, and the parts that
+    run in threads beside the stack dumps), what each part reported, the state after, and the bundle."""
+
+    def __init__(self, cfg: CaptureConfig, found: list[procs.VllmProcess]) -> None:
+        self.cfg, self.found = cfg, found
+        self.pids = [p.pid for p in found]
+        self.parts: dict[str, PartStatus] = {
+            p: PartStatus("failed", "it reported no result (still running when the capture ended?)")
+            if p in cfg.parts
+            else PartStatus("skipped", "not part of this capture")
+            for p in PARTS
+        }
+        self.events: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.mdir, self.sdir = cfg.out / "metrics", cfg.out / "samplers"
+        self.hs_before: Any = None
+        self.before_snap: metrics.Snapshot | None = None
+        self.sset: samplers.SamplerSet | None = None
+        self.poller: _Poller | None = None
+        self.threads: list[threading.Thread] = []
+        self.crashed: dict[str, str] = {}
+        self.wchan_res: list[kernel.WchanResult] = []
+        self.perf_res: list[kernel.PerfResult] = []
+        self.rec_res: list[stacks.RecordResult] = []
+        self.stacks_res: Any = None
+        self.results: dict[str, samplers.SamplerResult] = {}
+        self.summary: dict[str, float | None] = {}
+        self.latency: dict[str, list[tuple[float, float]]] = {k: [] for k in LATENCY_SERIES}
+        self.queue: dict[str, list[tuple[float, float]]] = {"running": [], "waiting": []}
+        self.stop = threading.Event()
+
+    def _host_state(self) -> Any:
+        c = self.cfg
+        files = list(c.data_files)
+        return hoststate.snapshot(self.pids, files, c.proc_root, c.cgroup_root, no_data_files=c.data_file_note)
+
+    def before(self) -> None:
+        """The host state and one /metrics scrape, before the window opens."""
+        cfg = self.cfg
+        if "hoststate" in cfg.parts:
+            self.hs_before = self._host_state()
+            hoststate.write_host_state(self.hs_before, cfg.out / "host-state" / "before")
+        if "metrics" in cfg.parts:
+            self.mdir.mkdir(parents=True)
+            try:
+                text, mono, unix = scrape(cfg.metrics_url)
+                (self.mdir / "before.prom").write_text(text)
+                self.before_snap = metrics.snapshot_from_text(text, mono, unix)
+            except (OSError, ValueError) as e:
+                self.parts["metrics"] = PartStatus("failed", f"GET {cfg.metrics_url}: {e}")
+
+    def open_window(self) -> None:
+        """Stamp the window's opening (a capture cut short is indexed from it), start the samplers and the
+        per-second scrapes, and the parts that run in threads: wchan, perf of every rank, py-spy record."""
+        cfg = self.cfg
+        self.start = samplers.stamp()
+        self.t0 = self.start[0]
+        started = {
+            "schema_version": SCHEMA_VERSION,
+            "host": cfg.host,
+            "container": cfg.container,
+            "requested_parts": list(cfg.parts),
+            "processes": [asdict(p) for p in self.found],
+            "window": {"start_wall": self.start[1], "start_mono_s": self.t0, "seconds_planned": cfg.seconds},
+        }
+        (cfg.out / cutshort.STARTED).write_text(json.dumps(started, indent=2) + "\n")
+        if "samplers" in cfg.parts:
+            self.sdir.mkdir(parents=True)
+            specs = samplers.build_specs(samplers.SAMPLER_NAMES, self.pids)
+            self.sset = samplers.SamplerSet(specs, self.sdir, samplers.DEFAULT_MAX_BYTES)
+            self.sset.start()
+        if self.before_snap is not None:
+            self.poller = _Poller(cfg.metrics_url, self.mdir / "scrapes")
+            self.poller.start()
+        if "wchan" in cfg.parts:
+
+            def wchan() -> None:
+                self.wchan_res.append(
+                    kernel.sample_wchan(self.found, cfg.seconds, cfg.wchan_rate_hz, cfg.proc_root, self.stop)
+                )
+
+            self.threads.append(_thread(wchan, "wchan", self.crashed))
+        if "perf" in cfg.parts:
+            # Every worker rank (each its own process), else the engine core: a slow rank shows beside the others.
+            perf_s = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
+            for target in kernel.perf_targets(self.found):
+
+                def perf(pid: int = target.pid) -> None:
+                    self.perf_res.append(kernel.perf_capture(pid, perf_s, cfg.out / "kernel"))
+
+                self.threads.append(_thread(perf, f"perf-{target.pid}", self.crashed))
+        if "record" in cfg.parts:
+            rec_s = max(1, int(min(cfg.seconds, cfg.record_seconds or cfg.seconds)))
+            self.events.append({"t_s": round(time.monotonic() - self.t0, 3), "label": f"py-spy record {rec_s} s"})
+
+            def record() -> None:
+                self.rec_res.append(stacks.record(self.found[0], rec_s, 100, cfg.out / "stacks", subprocesses=True))
+
+            self.threads.append(_thread(record, "record", self.crashed))
+
+    def through_window(self) -> None:
+        """The stack dumps, spread over the window at (i + 0.5) / N of it; then the window closes."""
+        cfg = self.cfg
+        if "stacks" in cfg.parts:
+            n = max(1, cfg.stack_dumps)
+            interval = cfg.seconds / n
+            time.sleep(interval / 2)
+            label = f"py-spy dumps x{n}, {interval:.1f} s apart"
+            self.events.append({"t_s": round(time.monotonic() - self.t0, 3), "label": label})
+            self.stacks_res = stacks.run_stacks(self.found, cfg.out / "stacks", n, interval)
+        self.stop.wait(max(0.0, self.t0 + cfg.seconds - time.monotonic()))
+        self.stop.set()
+        self.end = samplers.stamp()
+        self.results = self.sset.stop() if self.sset else {}
+        if self.poller:
+            self.poller.stop_event.set()
+            self.poller.join(METRICS_TIMEOUT_S + 1)
+        for t in self.threads:
+            t.join(cfg.perf_seconds + 60)
+
+    def sampler_results(self) -> None:
+        if self.sset:
+            results = self.results
+            samplers.write_results(self.sdir, results, self.pids, self.start, self.end)
+            bad = [r for r in results.values() if r.status == "failed"]
+            self.parts["samplers"] = PartStatus(
+                "failed" if bad else "successful",
+                "; ".join(f"{r.name}: {r.reason}" for r in bad) or None,
+                [f"samplers/{r.log}" for r in results.values() if r.log] + ["samplers/samplers.json"],
+            )
+            for r in results.values():
+                if r.status == "skipped":
+                    self.notes.append(f"sampler {r.name}: skipped: {r.reason}")
+        self.links = gpu_links(self.sdir, self.cfg.pcie_min)
+        self.notes.extend(self.links["flags"])
+
+    def metrics_after(self) -> None:
+        """The closing scrape, the window's delta, its summary figures and the per-second series."""
+        if self.before_snap is None or self.poller is None:
+            return
+        mdir, url = self.mdir, self.cfg.metrics_url
         try:
-            text, mono, unix = scrape(cfg.metrics_url)
-            (mdir / "before.prom").write_text(text)
-            before_snap = metrics.snapshot_from_text(text, mono, unix)
-        except (OSError, ValueError) as e:
-            parts["metrics"] = PartStatus("failed", f"GET {cfg.metrics_url}: {e}")
-
-    start = samplers.stamp()
-    t0 = start[0]
-    # Written when the window opens: a capture cut short (vLLM died, so did this) is indexed from it (cutshort).
-    started = {
-        "schema_version": SCHEMA_VERSION,
-        "host": cfg.host,
-        "container": cfg.container,
-        "requested_parts": list(cfg.parts),
-        "processes": [asdict(p) for p in found],
-        "window": {"start_wall": start[1], "start_mono_s": t0, "seconds_planned": cfg.seconds},
-    }
-    (cfg.out / cutshort.STARTED).write_text(json.dumps(started, indent=2) + "\n")
-    sdir = cfg.out / "samplers"
-    sset = None
-    if "samplers" in cfg.parts:
-        sdir.mkdir(parents=True)
-        sset = samplers.SamplerSet(samplers.build_specs(samplers.SAMPLER_NAMES, pids), sdir, samplers.DEFAULT_MAX_BYTES)
-        sset.start()
-    poller = None
-    if before_snap is not None:
-        poller = _Poller(cfg.metrics_url, mdir / "scrapes")
-        poller.start()
-    threads: list[threading.Thread] = []
-    crashed: dict[str, str] = {}
-    wchan_res: list[kernel.WchanResult] = []
-    stop = threading.Event()
-    if "wchan" in cfg.parts:
-
-        def wchan() -> None:
-            wchan_res.append(kernel.sample_wchan(found, cfg.seconds, cfg.wchan_rate_hz, cfg.proc_root, stop))
-
-        threads.append(_thread(wchan, "wchan", crashed))
-    perf_res: list[kernel.PerfResult] = []
-    if "perf" in cfg.parts:
-        # Every worker rank (each its own process), else the engine core: a slow rank shows beside the others.
-        perf_targets = kernel.perf_targets(found)
-        perf_s = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
-        for target in perf_targets:
-
-            def perf(pid: int = target.pid) -> None:
-                perf_res.append(kernel.perf_capture(pid, perf_s, cfg.out / "kernel"))
-
-            threads.append(_thread(perf, f"perf-{target.pid}", crashed))
-    rec_res: list[stacks.RecordResult] = []
-    if "record" in cfg.parts:
-        rec_s = max(1, int(min(cfg.seconds, cfg.record_seconds or cfg.seconds)))
-        events.append({"t_s": round(time.monotonic() - t0, 3), "label": f"py-spy record {rec_s} s"})
-
-        def record() -> None:
-            rec_res.append(stacks.record(found[0], rec_s, 100, cfg.out / "stacks", subprocesses=True))
-
-        threads.append(_thread(record, "record", crashed))
-
-    stacks_res = None
-    if "stacks" in cfg.parts:
-        # Dumps spread over the window: at (i + 0.5) / N of it.
-        n = max(1, cfg.stack_dumps)
-        interval = cfg.seconds / n
-        time.sleep(interval / 2)
-        events.append({"t_s": round(time.monotonic() - t0, 3), "label": f"py-spy dumps x{n}, {interval:.1f} s apart"})
-        stacks_res = stacks.run_stacks(found, cfg.out / "stacks", n, interval)
-    stop.wait(max(0.0, t0 + cfg.seconds - time.monotonic()))
-    stop.set()
-    end = samplers.stamp()
-    results = sset.stop() if sset else {}
-    if poller:
-        poller.stop_event.set()
-        poller.join(METRICS_TIMEOUT_S + 1)
-    for t in threads:
-        t.join(cfg.perf_seconds + 60)
-
-    if sset:
-        samplers.write_results(sdir, results, pids, start, end)
-        bad = [r for r in results.values() if r.status == "failed"]
-        parts["samplers"] = PartStatus(
-            "failed" if bad else "successful",
-            "; ".join(f"{r.name}: {r.reason}" for r in bad) or None,
-            [f"samplers/{r.log}" for r in results.values() if r.log] + ["samplers/samplers.json"],
-        )
-        for r in results.values():
-            if r.status == "skipped":
-                notes.append(f"sampler {r.name}: skipped: {r.reason}")
-    links = gpu_links(sdir, cfg.pcie_min)
-    notes.extend(links["flags"])
-
-    summary: dict[str, float | None] = {}
-    latency: dict[str, list[tuple[float, float]]] = {k: [] for k in LATENCY_SERIES}
-    queue: dict[str, list[tuple[float, float]]] = {"running": [], "waiting": []}
-    if before_snap is not None and poller is not None:
-        try:
-            text, mono, unix = scrape(cfg.metrics_url)
+            text, mono, unix = scrape(url)
             (mdir / "after.prom").write_text(text)
             after_snap = metrics.snapshot_from_text(text, mono, unix)
-            d = metrics.delta(before_snap, after_snap)
+            d = metrics.delta(self.before_snap, after_snap)
             (mdir / "delta.json").write_text(json.dumps(metrics.to_json(d), indent=2) + "\n")
             (mdir / "delta.txt").write_text(metrics.summarize(d))
-            summary = summary_figures(d)
-            snaps = [before_snap, *poller.snapshots, after_snap]
-            latency = latency_series(snaps, t0)
-            queue = gauge_series(snaps, t0)
+            self.summary = summary_figures(d)
+            snaps = [self.before_snap, *self.poller.snapshots, after_snap]
+            self.latency = latency_series(snaps, self.t0)
+            self.queue = gauge_series(snaps, self.t0)
             gs = metrics.GaugeSeries()
             for s in snaps:
                 gs.add(s)
             (mdir / "gauges.json").write_text(json.dumps(gs.to_json(), indent=2) + "\n")
             status: Status = "failed" if d.reset_detected else "successful"
-            parts["metrics"] = PartStatus(
+            self.parts["metrics"] = PartStatus(
                 status,
                 "the server restarted in the window" if d.reset_detected else None,
-                [
-                    "metrics/before.prom",
-                    "metrics/after.prom",
-                    "metrics/delta.json",
-                    "metrics/delta.txt",
-                    "metrics/gauges.json",
-                    "metrics/scrapes/",
-                ],
+                [f"metrics/{f}" for f in ("before.prom", "after.prom", "delta.json", "delta.txt", "gauges.json")]
+                + ["metrics/scrapes/"],
             )
-            if poller.errors:
-                notes.append(f"metrics: {len(poller.errors)} scrape(s) failed in the window: {poller.errors[0]}")
+            if self.poller.errors:
+                n, first = len(self.poller.errors), self.poller.errors[0]
+                self.notes.append(f"metrics: {n} scrape(s) failed in the window: {first}")
         except (OSError, ValueError) as e:
-            parts["metrics"] = PartStatus("failed", f"GET {cfg.metrics_url} after the window: {e}")
+            self.parts["metrics"] = PartStatus("failed", f"GET {url} after the window: {e}")
 
-    for name, why in crashed.items():
-        parts[name] = PartStatus("failed", f"the probe crashed: {why}")
-    if stacks_res is not None:
-        parts["stacks"] = PartStatus(
-            stacks_res.status,
-            stacks_res.reason,
-            ["stacks/aggregate.txt", "stacks/aggregate.json", "stacks/result.json"],
-        )
-    if wchan_res:
-        kernel.write_wchan(wchan_res[0], cfg.out / "kernel")
-        parts["wchan"] = PartStatus(wchan_res[0].status, wchan_res[0].reason, ["kernel/wchan.txt", "kernel/wchan.json"])
-    if "perf" in cfg.parts:
-        events.extend(perf_events(perf_res, found, t0, end[0]))
-        notes.extend(perf_lag_notes(perf_res, found, t0, end[0]))
-        perf_crashed = {k: v for k, v in crashed.items() if k.startswith("perf-")}
+    def thread_results(self) -> None:
+        """What the parts that ran beside the window reported (a crash is its part's failure)."""
+        out, parts = self.cfg.out, self.parts
+        for name, why in self.crashed.items():
+            parts[name] = PartStatus("failed", f"the probe crashed: {why}")
+        if self.stacks_res is not None:
+            files = ["stacks/aggregate.txt", "stacks/aggregate.json", "stacks/result.json"]
+            parts["stacks"] = PartStatus(self.stacks_res.status, self.stacks_res.reason, files)
+        if self.wchan_res:
+            w = self.wchan_res[0]
+            kernel.write_wchan(w, out / "kernel")
+            parts["wchan"] = PartStatus(w.status, w.reason, ["kernel/wchan.txt", "kernel/wchan.json"])
+        if "perf" in self.cfg.parts:
+            self._perf_results()
+        if self.rec_res:
+            rr = self.rec_res[0]
+            parts["record"] = PartStatus(rr.status, rr.reason, [f"stacks/{rr.file}"] if rr.file else [])
+
+    def _perf_results(self) -> None:
+        perf_res = self.perf_res
+        self.events.extend(perf_events(perf_res, self.found, self.t0, self.end[0]))
+        self.notes.extend(perf_lag_notes(perf_res, self.found, self.t0, self.end[0]))
+        perf_crashed = {k: v for k, v in self.crashed.items() if k.startswith("perf-")}
         for k in perf_crashed:
-            crashed.pop(k)
+            self.crashed.pop(k)
         failures = sum(r.status == "failed" for r in perf_res) + len(perf_crashed)
         if perf_res or perf_crashed:
             perf_status: Status = (
@@ -503,80 +534,102 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
             reasons = [f"pid {r.pid}: {r.reason}" for r in perf_res if r.reason] + [
                 f"{k}: the probe crashed: {v}" for k, v in perf_crashed.items()
             ]
-            parts["perf"] = PartStatus(
+            self.parts["perf"] = PartStatus(
                 perf_status, "; ".join(reasons) or None, [f"kernel/{f}" for r in perf_res for f in r.files]
             )
-    if rec_res:
-        rr = rec_res[0]
-        parts["record"] = PartStatus(rr.status, rr.reason, [f"stacks/{rr.file}"] if rr.file else [])
-    if hs_before is not None:
-        hs_after = hoststate.snapshot(
-            pids, list(cfg.data_files), cfg.proc_root, cfg.cgroup_root, no_data_files=cfg.data_file_note
-        )
-        hoststate.write_host_state(hs_after, cfg.out / "host-state" / "after")
-        cg = hoststate.host_state_cgroup_delta(hs_before, hs_after)
-        (cfg.out / "host-state" / "cgroup-delta.json").write_text(json.dumps(cg, indent=2, default=str) + "\n")
-        notes.extend(cgroup_notes(cg))
-        parts["hoststate"] = PartStatus(
+
+    def after(self) -> None:
+        """The host state after the window, and the cgroup's delta over it."""
+        if self.hs_before is None:
+            return
+        out = self.cfg.out
+        hs_after = self._host_state()
+        hoststate.write_host_state(hs_after, out / "host-state" / "after")
+        cg = hoststate.host_state_cgroup_delta(self.hs_before, hs_after)
+        (out / "host-state" / "cgroup-delta.json").write_text(json.dumps(cg, indent=2, default=str) + "\n")
+        self.notes.extend(cgroup_notes(cg))
+        self.parts["hoststate"] = PartStatus(
             "successful", None, ["host-state/before/", "host-state/after/", "host-state/cgroup-delta.json"]
         )
 
-    for name, ps in parts.items():
-        if name in cfg.parts and ps.status != "successful":
-            notes.append(f"{name}: {ps.status}: {ps.reason}")
-    t1 = end[0]
-    panels = sampler_panels(sdir, results, found, t0, t1)
-    metric_status: Status = parts["metrics"].status
-    panels["latency"] = {
-        "title": "Request latency (mean per second, from /metrics)",
-        "unit": "ms",
-        "status": metric_status,
-        "reason": parts["metrics"].reason,
-        "source": "vllm:*_seconds histograms, scraped every second (metrics/scrapes/)",
-        "series": {k: [[round(t, 3), round(v, 3)] for t, v in s] for k, s in latency.items()},
-    }
-    panels["queue"] = {
-        "title": "Requests in the engine",
-        "unit": "requests",
-        "status": metric_status,
-        "reason": parts["metrics"].reason,
-        "source": "vllm:num_requests_running / _waiting (metrics/gauges.json)",
-        "series": {k: [[round(t, 3), v] for t, v in s] for k, s in queue.items()},
-    }
-    artifacts = {"timeline": "timeline.html", "bundle index": "bundle.json"}
-    artifacts.update({name: ps.files[0] for name, ps in parts.items() if ps.files})
-    timeline = {
-        "schema_version": 1,
-        "host": cfg.host,
-        "container": cfg.container,
-        "window": {
-            "start_wall": start[1],
-            "end_wall": end[1],
-            "start_mono_s": t0,
-            "end_mono_s": t1,
-            "seconds": round(t1 - t0, 3),
-        },
-        "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue")},
-        "events": sorted(events, key=lambda e: e["t_s"]),
-        "summary": summary,
-        "notes": notes,
-        "artifacts": artifacts,
-    }
-    (cfg.out / "timeline.json").write_text(json.dumps(timeline, indent=2) + "\n")
-    bundle = {
-        "schema_version": SCHEMA_VERSION,
-        "host": cfg.host,
-        "container": cfg.container,
-        "window": timeline["window"],
-        "processes": [asdict(p) for p in found],
-        "requested_parts": list(cfg.parts),
-        "gpu_links": links,
-        "parts": {k: asdict(v) for k, v in parts.items()},
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-    }
-    (cfg.out / "bundle.json").write_text(json.dumps(bundle, indent=2, default=str) + "\n")
-    report.write_report(cfg.out)
-    return bundle
+    def _panels(self) -> dict[str, Any]:
+        panels = sampler_panels(self.sdir, self.results, self.found, self.t0, self.end[0])
+        m = self.parts["metrics"]
+        panels["latency"] = {
+            "title": "Request latency (mean per second, from /metrics)",
+            "unit": "ms",
+            "status": m.status,
+            "reason": m.reason,
+            "source": "vllm:*_seconds histograms, scraped every second (metrics/scrapes/)",
+            "series": {k: [[round(t, 3), round(v, 3)] for t, v in s] for k, s in self.latency.items()},
+        }
+        panels["queue"] = {
+            "title": "Requests in the engine",
+            "unit": "requests",
+            "status": m.status,
+            "reason": m.reason,
+            "source": "vllm:num_requests_running / _waiting (metrics/gauges.json)",
+            "series": {k: [[round(t, 3), v] for t, v in s] for k, s in self.queue.items()},
+        }
+        return panels
+
+    def write(self) -> dict[str, Any]:
+        """timeline.json, bundle.json and the report pages."""
+        cfg, parts = self.cfg, self.parts
+        for name, ps in parts.items():
+            if name in cfg.parts and ps.status != "successful":
+                self.notes.append(f"{name}: {ps.status}: {ps.reason}")
+        panels = self._panels()
+        t0, t1 = self.t0, self.end[0]
+        artifacts = {"timeline": "timeline.html", "bundle index": "bundle.json"}
+        artifacts.update({name: ps.files[0] for name, ps in parts.items() if ps.files})
+        timeline = {
+            "schema_version": 1,
+            "host": cfg.host,
+            "container": cfg.container,
+            "window": {
+                "start_wall": self.start[1],
+                "end_wall": self.end[1],
+                "start_mono_s": t0,
+                "end_mono_s": t1,
+                "seconds": round(t1 - t0, 3),
+            },
+            "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue")},
+            "events": sorted(self.events, key=lambda e: e["t_s"]),
+            "summary": self.summary,
+            "notes": self.notes,
+            "artifacts": artifacts,
+        }
+        (cfg.out / "timeline.json").write_text(json.dumps(timeline, indent=2) + "\n")
+        bundle = {
+            "schema_version": SCHEMA_VERSION,
+            "host": cfg.host,
+            "container": cfg.container,
+            "window": timeline["window"],
+            "processes": [asdict(p) for p in self.found],
+            "requested_parts": list(cfg.parts),
+            "gpu_links": self.links,
+            "parts": {k: asdict(v) for k, v in parts.items()},
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        }
+        (cfg.out / "bundle.json").write_text(json.dumps(bundle, indent=2, default=str) + "\n")
+        report.write_report(cfg.out)
+        return bundle
+
+
+def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
+    """One evidence bundle in cfg.out: the window's samplers, scrapes, stacks, wchan, perf and host state."""
+    found = _check_input(cfg)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    c = _Capture(cfg, found)
+    c.before()
+    c.open_window()
+    c.through_window()
+    c.sampler_results()
+    c.metrics_after()
+    c.thread_results()
+    c.after()
+    return c.write()
 
 
 def exit_code(bundle: Mapping[str, Any]) -> int:
