@@ -21,7 +21,7 @@ from typing import Any
 
 from probes.report import AXIS, BACKGROUND, FRAME, GRID, MUTED, PANEL_COLOURS, TEXT
 from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
-from serving import bench
+from serving import bench, bench_runs
 from serving.errors import InputError
 
 SUMMARY_JSON = "summary.json"
@@ -55,18 +55,18 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
     workload = manifest["workload"]
     client = _load(bench_dir / "client.json")
     runs: list[dict[str, Any]] = []
-    obs: dict[str, list[bench.RequestObs]] = {}
+    obs: dict[str, list[bench_runs.RequestObs]] = {}
     for run in manifest["runs"]:
         d = bench_dir / "runs" / run["id"]
         status = _load(d / "status.json") or {"status": "not run", "reason": "no status.json: the client stopped first"}
         result = _load(d / bench.RESULT_FILE)
-        summary = bench.summarize_run(
+        summary = bench_runs.summarize_run(
             run, status, result, _text(d / "metrics-before.txt"), _text(d / "metrics-after.txt"), workload
         )
         runs.append(summary)
-        obs[run["id"]] = bench.parse_requests(result) if isinstance(result, dict) else []
+        obs[run["id"]] = bench_runs.parse_requests(result) if isinstance(result, dict) else []
     point_ids = list(dict.fromkeys(r["point"] for r in manifest["runs"]))
-    points = [bench.pool_point(p, runs, obs) for p in point_ids]
+    points = [bench_runs.pool_point(p, runs, obs) for p in point_ids]
     failed = [r for r in runs if r["status"] != "ok"]
     measured = [r for r in runs if r["phase"] == "measured"]
     status = "failed" if failed or not isinstance(client, dict) or client.get("status") != "ok" else "ok"
@@ -171,7 +171,7 @@ def render_text(s: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("streaming: one token per chunk in every request")
-    buffered = [r["id"] for r in s["runs"] if any(f.startswith(bench.BUFFERED_STREAM) for f in r["flags"])]
+    buffered = [r["id"] for r in s["runs"] if any(f.startswith(bench_runs.BUFFERED_STREAM) for f in r["flags"])]
     if buffered:
         lines.append(
             f"  but {len(buffered)} run(s) reached the client in bursts ({', '.join(buffered)}; flags below): their "
@@ -375,11 +375,8 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
     panels: list[str] = []
     for p in s["points"]:
         measured = [r for r in s["runs"] if r["point"] == p["point"] and r["phase"] == "measured"]
-        obs = {
-            r["id"]: [o for o in bench.parse_requests(_load(bench_dir / "runs" / r["id"] / bench.RESULT_FILE) or {})
-                      if o.success]
-            for r in measured
-        }  # fmt: skip
+        results = {r["id"]: _load(bench_dir / "runs" / r["id"] / bench.RESULT_FILE) or {} for r in measured}
+        obs = {rid: [o for o in bench_runs.parse_requests(res) if o.success] for rid, res in results.items()}
         label = _point_label(p)
         for title, axis, field, colours in (
             ("end-to-end latency", "e2e latency (ms)", "e2el_s", "latency"),

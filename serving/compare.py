@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serving import bench
+from serving import bench, bench_runs, stats
 from serving.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -103,14 +103,14 @@ def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, lis
             first_start = min(first_start, float(status["started_unix_s"]))
         if run["phase"] != "measured" or status.get("status") != "ok":
             continue
-        judged = bench.summarize_run(
+        judged = bench_runs.summarize_run(
             run, status, result, _text(run_dir / "metrics-before.txt"), _text(run_dir / "metrics-after.txt"),
             manifest["workload"],
         )  # fmt: skip
         if not judged["valid"]:
             excluded.append(f"{d} {run['id']}: {judged['flags'][0] if judged['flags'] else 'invalid'}")
             continue
-        reqs = [o for o in bench.parse_requests(result) if o.success]
+        reqs = [o for o in bench_runs.parse_requests(result) if o.success]
         figures = obs.setdefault(run["point"], {k: [] for k in FIGURES})
         ms = 1000.0
         figures["ttft_ms"].append([o.ttft_s * ms for o in reqs if o.ttft_s is not None])
@@ -203,13 +203,13 @@ def effect(
     b_runs = [r for bench_runs in b_benches for r in bench_runs if r]
     if not a_runs or not b_runs:
         return None
-    est, lo, hi = bench.bootstrap_diff_benches(a_benches, b_benches, iterations=iterations, level=level, seed=seed)
+    est, lo, hi = stats.bootstrap_diff_benches(a_benches, b_benches, iterations=iterations, level=level, seed=seed)
     med_a = statistics.median([x for r in a_runs for x in r])
     med_b = statistics.median([x for r in b_runs for x in r])
     # With several benches a side, the difference must also stand out from the drift between benches.
     per_bench_a = [statistics.median([x for r in runs for x in r]) for runs in a_benches if any(runs)]
     per_bench_b = [statistics.median([x for r in runs for x in r]) for runs in b_benches if any(runs)]
-    welch = bench.welch_interval(per_bench_a, per_bench_b, level)
+    welch = stats.welch_interval(per_bench_a, per_bench_b, level)
     if lo <= 0 <= hi:
         verdict = NO_DIFFERENCE
     elif welch is not None and welch[1] <= 0 <= welch[2]:

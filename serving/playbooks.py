@@ -140,7 +140,8 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The bench client's plan, its docker argv, the bench manifest and a timeout (serving/bench.py)."""
-    from serving.bench import cache_salt_for, load_workload, plan_bench
+    from serving.bench import cache_salt_for, plan_bench
+    from serving.workload import load_workload
 
     try:
         workload = load_workload(str(settings["workload"]))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from serving import bench
+from serving import bench, bench_runs, stats, workload
 from serving.errors import InputError
 from serving.plan import Plan, plan_from_profile
 from serving.profile import load_profile
@@ -41,45 +41,45 @@ def serving_plan(max_num_seqs: int | None = None, host: str = "localhost") -> Pl
     return plan_from_profile(profile, host, {"hostname": host, "served_files": ""})
 
 
-SMOKE = bench.load_workload("smoke")
+SMOKE = workload.load_workload("smoke")
 RUN = {"id": "c1-m1", "point": "c1", "phase": "measured", "seed": 8, "max_concurrency": 1, "request_rate": None}
 
 
 # --- workloads ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", bench.known_workloads())
+@pytest.mark.parametrize("name", workload.known_workloads())
 def test_every_shipped_workload_loads(name: str) -> None:
-    w = bench.load_workload(name)
+    w = workload.load_workload(name)
     assert w.name == name
     assert bench.points(w)
 
 
 def test_default_workload_is_the_source_protocol() -> None:
-    w = bench.load_workload("default")
+    w = workload.load_workload("default")
     assert (w.warmups, w.runs, w.concurrency) == (1, 3, [1, 2, 4])
 
 
 def test_unknown_workload_names_the_known_ones() -> None:
-    with pytest.raises(bench.WorkloadError, match=r"unknown workload 'nope': known workloads are .*default.*smoke"):
-        bench.load_workload("nope")
+    with pytest.raises(workload.WorkloadError, match=r"unknown workload 'nope': known workloads are .*default.*smoke"):
+        workload.load_workload("nope")
 
 
 def test_workload_with_a_misspelled_key_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "w.yaml"
     p.write_text("schema_version: 1\nname: w\ninput_len: 8\noutput_len: 8\nnum_prompts: 2\nconcurency: [1]\n")
-    with pytest.raises(bench.WorkloadError, match="concurency: Extra inputs are not permitted"):
-        bench.load_workload(str(p))
+    with pytest.raises(workload.WorkloadError, match="concurency: Extra inputs are not permitted"):
+        workload.load_workload(str(p))
 
 
 def test_workload_needs_a_point_and_two_output_tokens() -> None:
     base = {"schema_version": 1, "name": "w", "input_len": 8, "output_len": 8, "num_prompts": 2}
-    with pytest.raises(bench.WorkloadError, match="at least one concurrency level or one arrival rate"):
-        bench.parse_workload({**base, "concurrency": [], "arrival_rates": []})
-    with pytest.raises(bench.WorkloadError, match="output_len"):
-        bench.parse_workload({**base, "output_len": 1})
-    with pytest.raises(bench.WorkloadError, match="arrival rates must be finite"):
-        bench.parse_workload({**base, "arrival_rates": [0.0]})
+    with pytest.raises(workload.WorkloadError, match="at least one concurrency level or one arrival rate"):
+        workload.parse_workload({**base, "concurrency": [], "arrival_rates": []})
+    with pytest.raises(workload.WorkloadError, match="output_len"):
+        workload.parse_workload({**base, "output_len": 1})
+    with pytest.raises(workload.WorkloadError, match="arrival rates must be finite"):
+        workload.parse_workload({**base, "arrival_rates": [0.0]})
 
 
 # --- placement ---------------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_plan_runs_each_point_with_warmups_first_and_its_own_seed() -> None:
 
 
 def test_arrival_rate_points_have_no_concurrency_cap() -> None:
-    w = bench.load_workload("arrival")
+    w = workload.load_workload("arrival")
     runs = bench.client_runs(w, "http://127.0.0.1:8000", "m", "/t")
     r2 = next(r for r in runs if r["point"] == "r2")
     assert "--max-concurrency" not in r2["argv"]
@@ -165,7 +165,7 @@ def test_conditions_see_a_profile_setting_and_ignore_names() -> None:
 @pytest.mark.parametrize("run", ["c1-m1", "c4-m1"])
 def test_definitions_reproduce_vllms_own_medians(run: str) -> None:
     result, _, _, _ = fixture(run)
-    obs = bench.parse_requests(result)
+    obs = bench_runs.parse_requests(result)
     assert len(obs) == 8 and all(o.success for o in obs)
     assert all(o.output_tokens == 32 and o.chunks == 32 for o in obs)
     tpot = statistics.median(o.tpot_s for o in obs if o.tpot_s is not None) * 1000
@@ -178,7 +178,7 @@ def test_definitions_reproduce_vllms_own_medians(run: str) -> None:
 
 def test_a_clean_run_has_no_flags_and_the_server_agrees_on_tokens() -> None:
     result, status, before, after = fixture("c1-m1")
-    s = bench.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
+    s = bench_runs.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
     assert s["flags"] == [] and s["valid"]
     assert s["server"]["generation_tokens"] == 256 == s["output_tokens"]
     assert s["server"]["prefix_cache_hits"] == 0
@@ -191,7 +191,7 @@ def test_output_length_mismatch_is_flagged() -> None:
     result, status, before, after = fixture("c1-m1")
     short = copy.deepcopy(result)
     short["output_lens"][3] = 17
-    s = bench.summarize_run(RUN, status, short, before, after, SMOKE.model_dump())
+    s = bench_runs.summarize_run(RUN, status, short, before, after, SMOKE.model_dump())
     assert any("output length mismatch: 1 of 8 requests returned [17] tokens, 32 requested" in f for f in s["flags"])
     assert not s["valid"]
 
@@ -207,13 +207,13 @@ def _buffered(result: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_stream_that_reached_the_client_in_a_burst_is_flagged_against_the_servers_tpot() -> None:
     result, status, before, after = fixture("c1-m1")
-    s = bench.summarize_run(RUN, status, _buffered(result), before, after, SMOKE.model_dump())
+    s = bench_runs.summarize_run(RUN, status, _buffered(result), before, after, SMOKE.model_dump())
     assert not s["valid"]
     (flag,) = s["flags"]
     assert flag.startswith("buffered stream: the client's TPOT median 0.001 ms is under 50% of the server's 9.1 ms")
     assert "(vllm:request_time_per_output_token_seconds)" in flag
     # The clean run's client TPOT is the server's to within a few percent: nothing flagged.
-    clean = bench.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
+    clean = bench_runs.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
     assert clean["flags"] == []
     assert 0.9 < clean["tpot_ms"]["median"] / clean["server"]["tpot"]["mean_ms"] < 1.1
 
@@ -222,7 +222,7 @@ def test_grouped_chunks_are_not_called_itl() -> None:
     result, status, before, after = fixture("c1-m1")
     grouped = copy.deepcopy(result)
     grouped["itls"][0] = grouped["itls"][0][:15]  # 16 chunks (15 intervals) for 32 tokens
-    s = bench.summarize_run(RUN, status, grouped, before, after, SMOKE.model_dump())
+    s = bench_runs.summarize_run(RUN, status, grouped, before, after, SMOKE.model_dump())
     assert s["grouped_streaming"] is True and s["grouped_requests"] == 1
     assert s["tokens_per_chunk"]["max"] == pytest.approx(32 / 16)
 
@@ -234,9 +234,9 @@ def test_prefix_cache_hits_and_a_failed_run_are_flagged() -> None:
         next(ln for ln in after.splitlines() if ln.startswith("vllm:prefix_cache_hits_total{")).rsplit(" ", 1)[0]
         + " 1.0e+06",
     )
-    s = bench.summarize_run(RUN, status, result, before, hit_after, SMOKE.model_dump())
+    s = bench_runs.summarize_run(RUN, status, result, before, hit_after, SMOKE.model_dump())
     assert any(f.startswith("prefix-cache hits where none may be") for f in s["flags"])
-    failed = bench.summarize_run(
+    failed = bench_runs.summarize_run(
         RUN, {"status": "failed", "reason": "server gone"}, None, before, None, SMOKE.model_dump()
     )
     assert failed["status"] == "failed" and not failed["valid"]
@@ -245,11 +245,11 @@ def test_prefix_cache_hits_and_a_failed_run_are_flagged() -> None:
 
 def test_arrival_rate_achieved_and_outstanding() -> None:
     obs = [
-        bench.RequestObs(i, True, i * 0.5, 8, 8, 8, 0.01, 0.9, 0.1, 10.0, (), "")  # 2 req/s, each 0.9 s long
+        bench_runs.RequestObs(i, True, i * 0.5, 8, 8, 8, 0.01, 0.9, 0.1, 10.0, (), "")  # 2 req/s, each 0.9 s long
         for i in range(11)
     ]
-    assert bench.achieved_rate(obs) == pytest.approx(2.0)
-    out = bench.outstanding(obs)
+    assert bench_runs.achieved_rate(obs) == pytest.approx(2.0)
+    out = bench_runs.outstanding(obs)
     assert out["max"] == 2.0
     assert out["mean"] is not None and 1.5 < out["mean"] < 2.0
     run = {**RUN, "request_rate": 4.0}
@@ -262,7 +262,7 @@ def test_arrival_rate_achieved_and_outstanding() -> None:
         "start_times": [100 + i * 0.5 for i in range(11)],
         "duration": 6.0,
     }
-    s = bench.summarize_run(run, {"status": "ok"}, result, None, None, {**SMOKE.model_dump(), "num_prompts": 11})
+    s = bench_runs.summarize_run(run, {"status": "ok"}, result, None, None, {**SMOKE.model_dump(), "num_prompts": 11})
     assert s["achieved_over_requested"] == pytest.approx(0.5)
     assert any("the client did not sustain it" in f for f in s["flags"])
 
@@ -271,16 +271,16 @@ def test_arrival_rate_achieved_and_outstanding() -> None:
 
 
 def test_describe() -> None:
-    assert bench.describe([3.0, None, 1.0, 2.0, math.nan]) == {"n": 3, "median": 2.0, "min": 1.0, "max": 3.0}
-    assert bench.describe([])["n"] == 0
+    assert stats.describe([3.0, None, 1.0, 2.0, math.nan]) == {"n": 3, "median": 2.0, "min": 1.0, "max": 3.0}
+    assert stats.describe([])["n"] == 0
 
 
 def test_bootstrap_same_data_spans_zero_and_a_shift_does_not() -> None:
     a = [[10.0 + 0.1 * i for i in range(20)] for _ in range(3)]
-    est, lo, hi = bench.bootstrap_diff(a, a)
+    est, lo, hi = stats.bootstrap_diff(a, a)
     assert est == 0 and lo <= 0 <= hi
     b = [[x + 5 for x in r] for r in a]
-    est, lo, hi = bench.bootstrap_diff(a, b)
+    est, lo, hi = stats.bootstrap_diff(a, b)
     assert est == pytest.approx(5) and 0 < lo <= hi
 
 
@@ -288,7 +288,7 @@ def test_bootstrap_carries_run_to_run_spread() -> None:
     # Each run is tight but the runs disagree: resampling requests alone would call this a difference.
     a = [[10.0] * 30, [12.0] * 30, [11.0] * 30]
     b = [[11.5] * 30, [10.5] * 30, [12.5] * 30]
-    _, lo, hi = bench.bootstrap_diff(a, b)
+    _, lo, hi = stats.bootstrap_diff(a, b)
     assert lo <= 0 <= hi
 
 
@@ -308,28 +308,28 @@ def test_several_benches_per_side_resample_benches() -> None:
 
     a = [runs(9.75, 9.18, 8.14), runs(7.36, 7.81, 6.84)]
     b = [runs(9.6, 9.61, 9.03), runs(9.94, 11.37, 10.43)]
-    _, run_lo, run_hi = bench.bootstrap_diff([r for x in a for r in x], [r for x in b for r in x])
-    _, lo, hi = bench.bootstrap_diff_benches(a, b)
+    _, run_lo, run_hi = stats.bootstrap_diff([r for x in a for r in x], [r for x in b for r in x])
+    _, lo, hi = stats.bootstrap_diff_benches(a, b)
     assert lo < run_lo and hi > run_hi
     # Benches that overlap: no measurable difference; a real shift on top of the drift: still seen.
-    _, lo, hi = bench.bootstrap_diff_benches(a, [b[0], a[1]])
+    _, lo, hi = stats.bootstrap_diff_benches(a, [b[0], a[1]])
     assert lo <= 0 <= hi
     far = [[[x + 20 for x in r] for r in bench_runs] for bench_runs in b]
-    _, lo, _ = bench.bootstrap_diff_benches(a, far)
+    _, lo, _ = stats.bootstrap_diff_benches(a, far)
     assert lo > 0
 
 
 def test_t_quantiles_match_the_published_table() -> None:
     for p, df, t in ((0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 10, 2.228), (0.9975, 2, 14.089),
                      (0.995, 10, 3.169), (0.975, 1000, 1.962)):  # fmt: skip
-        assert bench.t_quantile(p, df) == pytest.approx(t, abs=1e-3), (p, df)
+        assert stats.t_quantile(p, df) == pytest.approx(t, abs=1e-3), (p, df)
     with pytest.raises(ValueError):
-        bench.t_quantile(0.975, 0.5)
+        stats.t_quantile(0.975, 0.5)
 
 
 def test_welch_interval_over_bench_medians() -> None:
-    assert bench.welch_interval([9.2], [9.6, 10.4]) is None  # one bench: no spread between benches to judge by
-    est, lo, hi = bench.welch_interval([9.18, 7.36], [9.61, 10.43])  # type: ignore[misc]
+    assert stats.welch_interval([9.2], [9.6, 10.4]) is None  # one bench: no spread between benches to judge by
+    est, lo, hi = stats.welch_interval([9.18, 7.36], [9.61, 10.43])  # type: ignore[misc]
     assert est == pytest.approx(1.75) and lo < 0 < hi  # two a side: wide, as it should be
-    est, lo, hi = bench.welch_interval([1.0, 1.1, 0.9], [5.0, 5.1, 4.9])  # type: ignore[misc]
+    est, lo, hi = stats.welch_interval([1.0, 1.1, 0.9], [5.0, 5.1, 4.9])  # type: ignore[misc]
     assert est == pytest.approx(4.0) and 3.5 < lo < hi < 4.5

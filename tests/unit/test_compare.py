@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from probes.report import PANEL_COLOURS
-from serving import bench, bench_report, compare
+from serving import bench, bench_report, compare, stats, workload
 from tests.unit.test_bench import FIXTURES, serving_plan
 
-SMOKE = bench.load_workload("smoke")
+SMOKE = workload.load_workload("smoke")
 
 
 def make_bench(
@@ -22,7 +22,7 @@ def make_bench(
     started: float,
     scale_ttft: float = 1.0,
     max_num_seqs: int | None = None,
-    workload: bench.Workload = SMOKE,
+    workload: workload.Workload = SMOKE,
 ) -> Path:
     """A bench directory as `make bench` leaves it, its runs copied from the fixtures (c1 and c4 runs)."""
     d = root / name / "bench"
@@ -119,7 +119,7 @@ def test_intervals_are_simultaneous_over_the_figures(tmp_path: Path) -> None:
     assert r["figures_tested"] == 10 and r["level_per_figure"] == pytest.approx(0.995)
     assert "simultaneous at 95% over the 10 figures below (Bonferroni: each at 99.50%)" in compare.render_text(r)
     e = r["points"]["c1"]["ttft_ms"]
-    _, lo95, hi95 = bench.welch_interval(e["bench_medians_a"], e["bench_medians_b"])  # type: ignore[misc]
+    _, lo95, hi95 = stats.welch_interval(e["bench_medians_a"], e["bench_medians_b"])  # type: ignore[misc]
     lo, hi = e["welch_ci_over_benches"]
     assert lo < lo95 and hi > hi95
 

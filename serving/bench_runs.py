@@ -1,0 +1,310 @@
+"""One bench run read back: its requests (`parse_requests`, with the source's definitions, seed 000 §1:
+TTFT = t1 - t0; mean TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1), N the generated tokens from the
+server's usage count, t1 and tN the first and last streamed chunks), the server's side from its /metrics
+snapshots, and `summarize_run`: the run's figures and the flags that make it untrustworthy (failed requests,
+fewer tokens than asked for, prefix-cache hits where none may be, a server restart, a stream that reached the
+client in bursts, an arrival rate the client did not sustain). `pool_point` pools a point's valid runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from serving.stats import describe
+
+# An achieved arrival rate below this share of the requested one means the client, not the server, set the pace.
+MIN_ACHIEVED_RATE_RATIO = 0.98
+# A client TPOT median below this share of the server's own TPOT (its histogram) means the tokens reached the
+# client in bursts: its chunk times are not the server's token times (seed 000 §1: cross-check against the
+# server's token metrics). Seen here on 2 shared cores: a client TPOT of 0.0018 ms beside the server's 1.47 ms.
+MIN_CLIENT_OVER_SERVER_TPOT = 0.5
+BUFFERED_STREAM = "buffered stream"
+
+
+@dataclass(frozen=True)
+class RequestObs:
+    index: int
+    success: bool
+    start_s: float | None  # client send time, seconds after the run's first send
+    input_tokens: int | None
+    output_tokens: int | None  # N, the server's usage count
+    chunks: int  # streamed chunks that carried choices: 1 + the chunk intervals
+    ttft_s: float | None  # t1 - t0
+    e2el_s: float | None  # tN - t0
+    tpot_s: float | None  # (tN - t1) / (N - 1)
+    decode_tok_s: float | None  # (N - 1) / (tN - t1)
+    chunk_intervals_s: tuple[float, ...]
+    error: str
+
+    @property
+    def e2e_tok_s(self) -> float | None:
+        """N / (tN - t0): tokens over the request's wall time, prefill included (another denominator than the
+        decode rate; the source's 57.6 tok/s is this)."""
+        if not self.success or not self.output_tokens or not self.e2el_s:
+            return None
+        return self.output_tokens / self.e2el_s
+
+
+def _float(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(float(x)) else None
+
+
+def _at(data: Mapping[str, Any], key: str, i: int) -> Any:
+    seq = data.get(key)
+    return seq[i] if isinstance(seq, list) and i < len(seq) else None
+
+
+def parse_requests(result: Mapping[str, Any]) -> list[RequestObs]:
+    """Per-request observations from a `vllm bench serve --save-detailed` result."""
+    lists = [result.get(k) for k in ("ttfts", "latencies", "errors")]
+    n = max((len(v) for v in lists if isinstance(v, list)), default=0)
+    starts = [_float(s) for s in result.get("start_times") or []]
+    t_first = min((s for s in starts if s is not None), default=None)
+    out: list[RequestObs] = []
+    for i in range(n):
+        error = str(_at(result, "errors", i) or "")
+        ttft = _float(_at(result, "ttfts", i))
+        e2el = _float(_at(result, "latencies", i))
+        n_out = _at(result, "output_lens", i)
+        n_out = int(n_out) if isinstance(n_out, int | float) else None
+        itls = _at(result, "itls", i)
+        intervals = tuple(float(x) for x in itls) if isinstance(itls, list) else ()
+        success = not error and ttft is not None and e2el is not None
+        tpot = rate = None
+        if success and n_out is not None and n_out > 1 and ttft is not None and e2el is not None and e2el > ttft:
+            tpot = (e2el - ttft) / (n_out - 1)
+            rate = (n_out - 1) / (e2el - ttft)
+        start = starts[i] if i < len(starts) else None
+        n_in = _at(result, "input_lens", i)
+        out.append(
+            RequestObs(
+                index=i,
+                success=success,
+                start_s=(start - t_first) if start is not None and t_first is not None else None,
+                input_tokens=int(n_in) if isinstance(n_in, int | float) else None,
+                output_tokens=n_out,
+                chunks=(len(intervals) + 1) if success else 0,
+                ttft_s=ttft,
+                e2el_s=e2el,
+                tpot_s=tpot,
+                decode_tok_s=rate,
+                chunk_intervals_s=intervals,
+                error=error.strip().splitlines()[-1][:300] if error.strip() else "",
+            )
+        )
+    return out
+
+
+def outstanding(obs: Sequence[RequestObs]) -> dict[str, float | None]:
+    """Requests in flight as the client saw them: the maximum and the time-weighted mean over the run."""
+    events: list[tuple[float, int]] = []
+    for o in obs:
+        if o.start_s is None:
+            continue
+        end = o.start_s + (o.e2el_s if o.e2el_s is not None else 0.0)
+        events += [(o.start_s, 1), (end, -1)]
+    if not events:
+        return {"max": None, "mean": None}
+    events.sort(key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    area = 0.0
+    last = events[0][0]
+    for t, step in events:
+        area += level * (t - last)
+        last = t
+        level += step
+        peak = max(peak, level)
+    span = events[-1][0] - events[0][0]
+    return {"max": float(peak), "mean": area / span if span > 0 else float(peak)}
+
+
+def achieved_rate(obs: Sequence[RequestObs]) -> float | None:
+    """Requests sent per second between the first and the last send: (n - 1) / (t_last - t_first)."""
+    starts = sorted(o.start_s for o in obs if o.start_s is not None)
+    if len(starts) < 2 or starts[-1] <= starts[0]:
+        return None
+    return (len(starts) - 1) / (starts[-1] - starts[0])
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1000.0
+
+
+def server_figures(before_text: str, after_text: str) -> dict[str, Any]:
+    """The server's side of a run: histogram and counter deltas between the two /metrics snapshots."""
+    from probes import metrics as m
+
+    d = m.delta(m.snapshot_from_text(before_text, 0.0, 0.0), m.snapshot_from_text(after_text, 0.0, 0.0))
+
+    def hist(name: str) -> dict[str, float | None]:
+        hs = m.find_histograms(d, name)
+        count = sum(h.count for h in hs)
+        total = sum(h.sum_s for h in hs)
+        p50 = hs[0].p50_s if len(hs) == 1 else None
+        return {"count": count, "mean_ms": _ms(total / count) if count else None, "p50_ms": _ms(p50)}
+
+    success = m.counter_by_label(d, m.REQUEST_SUCCESS, "finished_reason")
+    return {
+        "restarted": d.reset_detected,
+        "requests_finished": sum(success.values()),
+        "finished_reason": success,
+        "prompt_tokens": m.counter_sum(d, m.PROMPT_TOKENS),
+        "generation_tokens": m.counter_sum(d, m.GENERATION_TOKENS),
+        "prefix_cache_queries": m.counter_sum(d, m.PREFIX_CACHE_QUERIES),
+        "prefix_cache_hits": m.counter_sum(d, m.PREFIX_CACHE_HITS),
+        "preemptions": m.counter_sum(d, m.PREEMPTIONS),
+        "ttft": hist("vllm:time_to_first_token_seconds"),
+        "itl": hist("vllm:inter_token_latency_seconds"),
+        "tpot": hist("vllm:request_time_per_output_token_seconds"),
+        "e2e": hist("vllm:e2e_request_latency_seconds"),
+        "queue": hist("vllm:request_queue_time_seconds"),
+        "prefill": hist("vllm:request_prefill_time_seconds"),
+        "decode": hist("vllm:request_decode_time_seconds"),
+    }
+
+
+def summarize_run(
+    run: Mapping[str, Any],
+    status: Mapping[str, Any],
+    result: Mapping[str, Any] | None,
+    metrics_before: str | None,
+    metrics_after: str | None,
+    workload: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One run's figures and flags, from its raw artifacts (status.json, result.json, the two snapshots)."""
+    flags: list[str] = []
+    state = str(status.get("status", "not run"))
+    if state != "ok":
+        flags.append(f"run {state}: {status.get('reason', 'no reason recorded')}")
+    obs = parse_requests(result) if result else []
+    ok = [o for o in obs if o.success]
+    failed = len(obs) - len(ok)
+    if result is not None and failed:
+        errs = sorted({o.error for o in obs if not o.success and o.error})[:3]
+        flags.append(f"{failed} of {len(obs)} requests failed" + (f" ({'; '.join(errs)})" if errs else ""))
+    if result is not None and len(obs) != int(workload["num_prompts"]):
+        flags.append(f"{len(obs)} requests recorded, {workload['num_prompts']} requested")
+    asked = int(workload["output_len"])
+    short = [o for o in ok if o.output_tokens != asked]
+    if short:
+        got = sorted({o.output_tokens for o in short}, key=lambda x: -1 if x is None else x)
+        flags.append(
+            f"output length mismatch: {len(short)} of {len(ok)} requests returned {got} tokens, {asked} requested "
+            "(the denominators differ)"
+        )
+    grouped_requests = sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
+    grouped = grouped_requests > 0
+    tokens_per_chunk = describe([o.output_tokens / o.chunks for o in ok if o.output_tokens and o.chunks])
+    server: dict[str, Any] | None = None
+    if metrics_before and metrics_after:
+        try:
+            server = server_figures(metrics_before, metrics_after)
+        except ValueError as exc:
+            flags.append(f"metrics snapshots unreadable: {exc}")
+    elif state != "not run":
+        flags.append("no metrics snapshot pair: the server's side of this run is unknown")
+    if server is not None:
+        if server["restarted"]:
+            flags.append("the server restarted during the run")
+        hits = server["prefix_cache_hits"]
+        if hits:
+            flags.append(f"prefix-cache hits where none may be: {hits:g} tokens (the cache served part of the prefill)")
+        client_tpot = describe([_ms(o.tpot_s) for o in ok])["median"]
+        server_tpot = server["tpot"]["mean_ms"]
+        if client_tpot is not None and server_tpot and client_tpot < MIN_CLIENT_OVER_SERVER_TPOT * server_tpot:
+            flags.append(
+                f"{BUFFERED_STREAM}: the client's TPOT median {client_tpot:.3g} ms is under "
+                f"{MIN_CLIENT_OVER_SERVER_TPOT:.0%} of the server's {server_tpot:.3g} ms "
+                "(vllm:request_time_per_output_token_seconds): the tokens reached the client in bursts, so its chunk "
+                "intervals, TPOT and decode rate are not the server's"
+            )
+        client_tokens = sum(o.output_tokens or 0 for o in obs)
+        gen = server["generation_tokens"]
+        if result is not None and gen is not None and gen != client_tokens:
+            flags.append(
+                f"the server generated {gen:g} tokens in the window, the client counted {client_tokens}: "
+                "other traffic reached the server, or requests were cut off"
+            )
+    rate = achieved_rate(obs)
+    requested = run.get("request_rate")
+    rate_ratio = rate / requested if rate is not None and requested else None
+    if rate_ratio is not None and rate_ratio < MIN_ACHIEVED_RATE_RATIO:
+        flags.append(
+            f"achieved arrival rate {rate:.3g} req/s is {rate_ratio:.1%} of the requested {requested:g}: "
+            "the client did not sustain it"
+        )
+    duration = _float((result or {}).get("duration"))
+    out_tokens = sum(o.output_tokens or 0 for o in ok)
+    intervals = [x for o in ok for x in o.chunk_intervals_s]
+    return {
+        "id": run["id"],
+        "point": run["point"],
+        "phase": run["phase"],
+        "seed": run.get("seed"),
+        "max_concurrency": run.get("max_concurrency"),
+        "request_rate": requested,
+        "status": state,
+        "valid": state == "ok" and not flags,
+        "flags": flags,
+        "started_unix_s": status.get("started_unix_s"),
+        "ended_unix_s": status.get("ended_unix_s"),
+        "requests": len(obs),
+        "requests_ok": len(ok),
+        "requests_failed": failed,
+        "duration_s": duration,
+        "output_tokens": out_tokens,
+        "output_tok_s": out_tokens / duration if duration else None,
+        "request_s": len(ok) / duration if duration else None,
+        "ttft_ms": describe([_ms(o.ttft_s) for o in ok]),
+        "tpot_ms": describe([_ms(o.tpot_s) for o in ok]),
+        "decode_tok_s": describe([o.decode_tok_s for o in ok]),
+        "e2el_ms": describe([_ms(o.e2el_s) for o in ok]),
+        "chunk_interval_ms": describe([x * 1000 for x in intervals]),
+        "grouped_streaming": grouped,
+        "grouped_requests": grouped_requests,
+        "tokens_per_chunk": tokens_per_chunk,
+        "achieved_rate_req_s": rate,
+        "achieved_over_requested": rate_ratio,
+        "outstanding": outstanding(obs),
+        "vllm_reported": {
+            k: (result or {}).get(k)
+            for k in ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "output_throughput")
+        },
+        "server": server,
+    }
+
+
+def pool_point(
+    point_id: str, runs: Sequence[Mapping[str, Any]], obs: Mapping[str, Sequence[RequestObs]]
+) -> dict[str, Any]:
+    """A point's measured runs pooled: per-request figures over all their requests, per-run rates across runs."""
+    measured = [r for r in runs if r["point"] == point_id and r["phase"] == "measured"]
+    usable = [r for r in measured if r["status"] == "ok"]
+    reqs = [o for r in usable for o in obs.get(r["id"], []) if o.success]
+    first = measured[0] if measured else {}
+    return {
+        "point": point_id,
+        "max_concurrency": first.get("max_concurrency"),
+        "request_rate": first.get("request_rate"),
+        "runs": len(measured),
+        "runs_ok": len(usable),
+        "runs_valid": sum(1 for r in measured if r["valid"]),
+        "ttft_ms": describe([_ms(o.ttft_s) for o in reqs]),
+        "tpot_ms": describe([_ms(o.tpot_s) for o in reqs]),
+        "decode_tok_s": describe([o.decode_tok_s for o in reqs]),
+        "e2e_tok_s": describe([o.e2e_tok_s for o in reqs]),
+        "e2el_ms": describe([_ms(o.e2el_s) for o in reqs]),
+        "chunk_interval_ms": describe([x * 1000 for o in reqs for x in o.chunk_intervals_s]),
+        "output_tok_s": describe([r["output_tok_s"] for r in usable]),
+        "request_s": describe([r["request_s"] for r in usable]),
+        "achieved_over_requested": describe([r["achieved_over_requested"] for r in usable]),
+        "outstanding_max": describe([r["outstanding"]["max"] for r in usable]),
+        "grouped_streaming": any(r["grouped_streaming"] for r in usable),
+        "grouped_requests": sum(r["grouped_requests"] for r in usable),
+        "requests_ok": len(reqs),
+        "server_ttft_mean_ms": describe([(r["server"] or {}).get("ttft", {}).get("mean_ms") for r in usable]),
+        "server_tpot_mean_ms": describe([(r["server"] or {}).get("tpot", {}).get("mean_ms") for r in usable]),
+        "server_queue_mean_ms": describe([(r["server"] or {}).get("queue", {}).get("mean_ms") for r in usable]),
+    }
