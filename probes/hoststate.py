@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+from probes.bounded import run_bounded
 from probes.cgroup_delta import cgroup_delta
 from probes.cgroups import (
     DEFAULT_CGROUP_ROOT,
@@ -56,7 +57,6 @@ from probes.cgroups import (
     Status,
     cgroup_snapshot,
 )
-from probes.io import run_bounded
 from probes.procfs import (
     LimitsReading,
     MeminfoReading,

@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import mmap
 import os
 import shlex
 import shutil
-import signal
 import stat
-import subprocess
 import sys
 import time
 import traceback
@@ -40,79 +37,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from probes.bounded import run_bounded
+from probes.fio import (
+    BLOCK_SIZE_BYTES,
+    FioParseError,
+    FioResult,
+    ProbeInputError,
+    Thresholds,
+    build_fio_argv,
+    judge,
+    parse_fio_json,
+)
+from probes.target import TargetState, describe_change, target_state
+
 SCHEMA_VERSION = 1
 # The whole probe's result: 2 since the target's identity is sampled (TargetState), not a whole-file sha256.
 RESULT_SCHEMA_VERSION = 2
-BLOCK_SIZE_BYTES = 4096
 FIO_NOT_INSTALLED = "fio is not installed: apt-get install fio"
-# fio's iodepth_level buckets (fio 3.33): "16" covers depths 16..31, ">=64" everything from 64 up.
-_DEPTH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # Seconds fio gets to exit after SIGTERM before SIGKILL; and beyond --runtime before SIGTERM.
 _TERM_GRACE_S = 5.0
 _DEFAULT_TIMEOUT_MARGIN_S = 60.0
-# The target's identity reads these many fixed ranges of this size: first, last and evenly between (O_DIRECT).
-IDENTITY_RANGES = 8
-IDENTITY_RANGE_BYTES = 64 * 1024
 # Exit status of a probe that broke (an exception in the probe, not a finding about the storage).
 EXIT_PROBE_ERROR = 4
 
 Status = Literal["successful", "failed", "skipped"]
 Verdict = Literal["PASS", "FAIL"]
-
-
-class ProbeInputError(ValueError):
-    """Bad input: raised before anything runs or is written."""
-
-
-class FioParseError(ValueError):
-    """fio's output holds no usable figures."""
-
-
-@dataclass(frozen=True)
-class FioResult:
-    schema_version: int
-    fio_version: str
-    job_name: str
-    requested_iodepth: int
-    read_iops: float
-    read_bw_mib_s: float
-    read_io_bytes: int
-    read_total_ios: int
-    read_runtime_ms: int
-    p50_clat_ms: float
-    p99_clat_ms: float
-    p999_clat_ms: float
-    max_clat_ms: float
-    max_lat_ms: float
-    # Share of the run's time (%) at each fio depth bucket: "1", "2", "4", ..., "32", ">=64".
-    iodepth_level: dict[str, float]
-    achieved_depth_bucket: str
-    achieved_depth_share_pct: float
-    # Lines fio printed on stdout around its JSON ("fio: cache invalidation of ... failed").
-    fio_messages: list[str]
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    min_iops: float | None = None
-    max_p999_clat_ms: float | None = None
-    max_clat_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class TargetState:
-    """Who the target is, without reading it whole: a change of content through the file system moves mtime and
-    ctime (ctime cannot be set back), a replaced file has another inode, and the sampled hash catches the rest
-    that falls in its ranges."""
-
-    sampled_sha256: str
-    size_bytes: int
-    mtime_ns: int
-    device_major_minor: str
-    inode: int
-    ctime_ns: int
-    # [offset, length] of each range hashed, in order (identity_ranges).
-    sampled_ranges: list[list[int]]
 
 
 @dataclass(frozen=True)
@@ -158,56 +107,6 @@ class IoProbeResult:
     runs: list[DepthRun]
 
 
-# --- describe ---------------------------------------------------------------------------------------------
-
-
-def fio_filename(target: Path) -> str:
-    """fio splits --filename on ':' (several files); a literal colon is escaped as '\\:'."""
-    return str(target).replace(":", "\\:")
-
-
-def build_fio_argv(
-    target: Path, iodepth: int, runtime_s: int, size_bytes: int | None, seed: int, *, fio: str = "fio"
-) -> list[str]:
-    if iodepth < 1:
-        raise ProbeInputError(f"iodepth must be at least 1, got {iodepth}")
-    if runtime_s < 1:
-        raise ProbeInputError(f"runtime must be at least 1 s, got {runtime_s}")
-    if size_bytes is not None and size_bytes < BLOCK_SIZE_BYTES:
-        raise ProbeInputError(f"size must be at least one 4 KiB block ({BLOCK_SIZE_BYTES} bytes), got {size_bytes}")
-    argv = [
-        fio,
-        f"--name=randread-qd{iodepth}",
-        f"--filename={fio_filename(target)}",
-        "--readonly",
-        "--rw=randread",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        f"--iodepth={iodepth}",
-        "--numjobs=1",
-        "--time_based",
-        f"--runtime={runtime_s}",
-        "--randrepeat=1",
-        "--invalidate=0",
-        f"--randseed={seed}",
-        "--group_reporting",
-        "--output-format=json",
-    ]
-    if size_bytes is not None:
-        argv.append(f"--size={size_bytes}")
-    return argv
-
-
-def depth_bucket(iodepth: int) -> str:
-    """The fio iodepth_level bucket that holds a depth: 1 -> "1", 48 -> "32", 64 and up -> ">=64"."""
-    if iodepth < 1:
-        raise ValueError(f"iodepth must be at least 1, got {iodepth}")
-    if iodepth >= 64:
-        return ">=64"
-    return str(max(b for b in _DEPTH_BUCKETS if b <= iodepth))
-
-
 def check_target(target: Path, data_dirs: list[Path]) -> None:
     """Refuse anything but a non-empty regular file inside an allowed data directory (symlinks resolved)."""
     if not data_dirs:
@@ -251,240 +150,7 @@ def check_target(target: Path, data_dirs: list[Path]) -> None:
         raise ProbeInputError(f"target {target} is {st.st_size} bytes, smaller than one 4 KiB read: give a larger file")
 
 
-# --- parse ------------------------------------------------------------------------------------------------
-
-
-def _get(obj: Any, path: str, *keys: str) -> Any:
-    cur = obj
-    for k in keys:
-        if not isinstance(cur, dict) or k not in cur:
-            raise FioParseError(f"fio JSON has no {path}")
-        cur = cur[k]
-    return cur
-
-
-def _number(obj: Any, path: str, *keys: str) -> float:
-    v = _get(obj, path, *keys)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise FioParseError(f"fio JSON {path} is not a number: {v!r}")
-    return float(v)
-
-
-def _split_stdout(text: str) -> tuple[Any, list[str]]:
-    """fio prints some messages on stdout around its JSON; the JSON object starts on a line of its own."""
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith("{")), None)
-    if start is None:
-        tail = text.strip().splitlines()[-1:] or ["(empty)"]
-        raise FioParseError(f"fio printed no JSON object on stdout; last line: {tail[0]}")
-    rest = "".join(lines[start:])
-    try:
-        data, end = json.JSONDecoder().raw_decode(rest)
-    except json.JSONDecodeError as e:
-        raise FioParseError(f"fio's JSON output is not valid JSON: {e}") from None
-    messages = [line.strip() for line in lines[:start] if line.strip()]
-    messages += [line.strip() for line in rest[end:].splitlines() if line.strip()]
-    return data, messages
-
-
-def parse_fio_json(text: str) -> FioResult:
-    data, messages = _split_stdout(text)
-    jobs = _get(data, "jobs", "jobs")
-    if not isinstance(jobs, list) or not jobs:
-        raise FioParseError("fio JSON has no jobs")
-    job = jobs[0]
-    error = int(_number(job, "jobs[0].error", "error"))
-    if error:
-        raise FioParseError(f"fio reported error {error} ({os.strerror(error)}) for job {job.get('jobname')}")
-    read = _get(job, "jobs[0].read", "read")
-    total_ios = int(_number(read, "jobs[0].read.total_ios", "total_ios"))
-    if total_ios == 0:
-        raise FioParseError("fio completed no reads (jobs[0].read.total_ios is 0): see its stderr")
-    options = _get(job, "jobs[0].job options", "job options")
-    # fio's default iodepth is 1; job options are strings in fio's JSON.
-    requested = int(str(options.get("iodepth", "1")) if isinstance(options, dict) else "1")
-    levels_raw = _get(job, "jobs[0].iodepth_level", "iodepth_level")
-    if not isinstance(levels_raw, dict):
-        raise FioParseError("fio JSON jobs[0].iodepth_level is not an object")
-    levels = {str(k): _number(levels_raw, f"jobs[0].iodepth_level.{k}", k) for k in levels_raw}
-    bucket = depth_bucket(requested)
-    if bucket not in levels:
-        raise FioParseError(f"fio JSON jobs[0].iodepth_level has no bucket {bucket!r}: {sorted(levels)}")
-    pct = "jobs[0].read.clat_ns.percentile"
-
-    def ms(ns: float) -> float:
-        return ns / 1e6
-
-    return FioResult(
-        schema_version=SCHEMA_VERSION,
-        fio_version=str(_get(data, "fio version", "fio version")),
-        job_name=str(_get(job, "jobs[0].jobname", "jobname")),
-        requested_iodepth=requested,
-        read_iops=_number(read, "jobs[0].read.iops", "iops"),
-        read_bw_mib_s=_number(read, "jobs[0].read.bw_bytes", "bw_bytes") / (1 << 20),
-        read_io_bytes=int(_number(read, "jobs[0].read.io_bytes", "io_bytes")),
-        read_total_ios=total_ios,
-        read_runtime_ms=int(_number(read, "jobs[0].read.runtime", "runtime")),
-        p50_clat_ms=ms(_number(read, f"{pct}.50.000000", "clat_ns", "percentile", "50.000000")),
-        p99_clat_ms=ms(_number(read, f"{pct}.99.000000", "clat_ns", "percentile", "99.000000")),
-        p999_clat_ms=ms(_number(read, f"{pct}.99.900000", "clat_ns", "percentile", "99.900000")),
-        max_clat_ms=ms(_number(read, "jobs[0].read.clat_ns.max", "clat_ns", "max")),
-        max_lat_ms=ms(_number(read, "jobs[0].read.lat_ns.max", "lat_ns", "max")),
-        iodepth_level=levels,
-        achieved_depth_bucket=bucket,
-        achieved_depth_share_pct=levels[bucket],
-        fio_messages=messages,
-    )
-
-
-# --- judge ------------------------------------------------------------------------------------------------
-
-
-def judge(result: FioResult, thresholds: Thresholds | None, min_depth_share_pct: float = 90.0) -> list[str]:
-    """Reasons the run fails (empty: PASS). A depth not reached comes first: the other figures then
-    describe a lower depth than the one asked for."""
-    qd = f"QD{result.requested_iodepth}"
-    reasons: list[str] = []
-    if result.achieved_depth_share_pct < min_depth_share_pct:
-        reasons.append(
-            f"{qd}: the requested depth was not reached: {result.achieved_depth_share_pct:.1f}% of the time at "
-            f"depth {result.achieved_depth_bucket} (need {min_depth_share_pct:.1f}%); "
-            "the figures describe a lower depth"
-        )
-    if thresholds is None:
-        return reasons
-    if thresholds.min_iops is not None and result.read_iops < thresholds.min_iops:
-        reasons.append(f"{qd}: {result.read_iops:,.0f} IOPS is below the minimum {thresholds.min_iops:,.0f}")
-    if thresholds.max_p999_clat_ms is not None and result.p999_clat_ms > thresholds.max_p999_clat_ms:
-        reasons.append(
-            f"{qd}: p99.9 completion latency {result.p999_clat_ms:.3f} ms is above the maximum "
-            f"{thresholds.max_p999_clat_ms:g} ms"
-        )
-    if thresholds.max_clat_ms is not None and result.max_clat_ms > thresholds.max_clat_ms:
-        reasons.append(
-            f"{qd}: max completion latency {result.max_clat_ms:.3f} ms is above the maximum "
-            f"{thresholds.max_clat_ms:g} ms"
-        )
-    return reasons
-
-
 # --- run --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Completed:
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-
-def _signal_group(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
-    # The child leads its own session (start_new_session), so its group id is its pid: this reaches fio's
-    # job processes too, and nothing else.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
-
-
-def run_bounded(argv: list[str], timeout_s: float, grace_s: float = _TERM_GRACE_S) -> _Completed:
-    """Run argv; after timeout_s SIGTERM its process group, after grace_s more SIGKILL it."""
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return _Completed(proc.returncode, out, err, timed_out=False)
-    except subprocess.TimeoutExpired:
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            out, err = proc.communicate(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            out, err = proc.communicate()
-        return _Completed(proc.returncode, out, err, timed_out=True)
-    except BaseException:
-        # Ctrl-C or anything else: fio is in its own session and would outlive us.
-        _signal_group(proc, signal.SIGKILL)
-        proc.wait()
-        raise
-
-
-def identity_ranges(
-    size_bytes: int, ranges: int = IDENTITY_RANGES, length: int = IDENTITY_RANGE_BYTES
-) -> list[tuple[int, int]]:
-    """The fixed ranges hashed for the target's identity: `ranges` starts spread evenly from 0 to the last
-    `length` bytes, aligned down to 4 KiB (O_DIRECT), clipped to the file, overlaps merged. Fixed by the size alone,
-    so before and after read the same bytes."""
-    if size_bytes <= 0:
-        return []
-    last = max(0, size_bytes - length) // BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES
-    starts = sorted({(last * i // max(1, ranges - 1)) // BLOCK_SIZE_BYTES * BLOCK_SIZE_BYTES for i in range(ranges)})
-    out: list[tuple[int, int]] = []
-    for start in starts:
-        end = size_bytes if start == last else min(size_bytes, start + length)
-        if out and start <= out[-1][0] + out[-1][1]:
-            out[-1] = (out[-1][0], end - out[-1][0])
-        else:
-            out.append((start, end - start))
-    return out
-
-
-def _read_direct(fd: int, offset: int, length: int) -> bytes:
-    """`length` bytes at `offset` with O_DIRECT: an aligned buffer, whole blocks, the tail past EOF cut off."""
-    padded = -(-length // BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES
-    buf = mmap.mmap(-1, padded)  # page-aligned, as O_DIRECT needs
-    try:
-        got = 0
-        while got < length:
-            view = memoryview(buf)[got:]
-            n = os.preadv(fd, [view], offset + got)
-            view.release()
-            if n == 0:
-                break
-            got += n
-        return bytes(buf[: min(got, length)])
-    finally:
-        buf.close()
-
-
-def target_state(path: Path) -> TargetState:
-    """The target's identity from its metadata and IDENTITY_RANGES ranges read with O_DIRECT: the page cache is
-    neither filled nor emptied (a whole-file hash pulled every byte of the served file through it, twice a run).
-    O_DIRECT was checked before this is called (`_direct_io_problem`)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-    try:
-        st = os.fstat(fd)
-        ranges = identity_ranges(st.st_size)
-        digest = hashlib.sha256()
-        for offset, length in ranges:
-            digest.update(_read_direct(fd, offset, length))
-    finally:
-        os.close(fd)
-    return TargetState(
-        sampled_sha256=digest.hexdigest(),
-        size_bytes=st.st_size,
-        mtime_ns=st.st_mtime_ns,
-        device_major_minor=f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}",
-        inode=st.st_ino,
-        ctime_ns=st.st_ctime_ns,
-        sampled_ranges=[[o, n] for o, n in ranges],
-    )
-
-
-def describe_change(before: TargetState, after: TargetState) -> str:
-    """What differs between two identities, by name (the summary line a FAIL carries)."""
-    names = ("device_major_minor", "inode", "size_bytes", "mtime_ns", "ctime_ns", "sampled_sha256")
-    changed = [
-        f"{n} {getattr(before, n)} -> {getattr(after, n)}" for n in names if getattr(before, n) != getattr(after, n)
-    ]
-    return ", ".join(changed) or "no field differs"
 
 
 def _direct_io_problem(path: Path) -> str | None:

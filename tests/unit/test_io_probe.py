@@ -21,23 +21,19 @@ from typing import Any
 import pytest
 
 from probes import io as probe
-from probes.io import (
-    FIO_NOT_INSTALLED,
+from probes import target as probe_target
+from probes.bounded import run_bounded
+from probes.fio import (
     FioParseError,
     FioResult,
-    IoProbeResult,
     ProbeInputError,
     Thresholds,
     build_fio_argv,
-    check_target,
     depth_bucket,
-    format_summary,
     judge,
-    main,
     parse_fio_json,
-    run_bounded,
-    run_io_probe,
 )
+from probes.io import FIO_NOT_INSTALLED, IoProbeResult, check_target, format_summary, main, run_io_probe
 
 FIO_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fio-3.33"
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed: apt-get install fio")
@@ -681,7 +677,7 @@ def test_summary_of_fixture_runs_reads_as_a_table() -> None:
                 1, r.requested_iodepth, "successful", None, "/o", [], 0, False, 3.0, r, None, "FAIL", reasons
             )
         )
-    state = probe.TargetState("ab" * 32, 64 << 20, 0, "254:0", 12, 0, [[0, 65536]])
+    state = probe_target.TargetState("ab" * 32, 64 << 20, 0, "254:0", 12, 0, [[0, 65536]])
     result = IoProbeResult(
         schema_version=1,
         status="successful",
@@ -726,16 +722,16 @@ def test_summary_of_fixture_runs_reads_as_a_table() -> None:
 
 
 def test_identity_ranges_are_fixed_aligned_and_cover_both_ends() -> None:
-    ranges = probe.identity_ranges(64 << 20)
-    assert len(ranges) == probe.IDENTITY_RANGES
+    ranges = probe_target.identity_ranges(64 << 20)
+    assert len(ranges) == probe_target.IDENTITY_RANGES
     assert ranges[0] == (0, 64 << 10) and ranges[-1] == ((64 << 20) - (64 << 10), 64 << 10)
     assert all(o % 4096 == 0 for o, _ in ranges)
-    assert ranges == probe.identity_ranges(64 << 20)  # the size alone decides: before and after read the same
+    assert ranges == probe_target.identity_ranges(64 << 20)  # the size alone decides: before and after read the same
     # A small file is read once, whole: the ranges overlap and merge.
-    assert probe.identity_ranges(100_000) == [(0, 100_000)]
-    assert probe.identity_ranges(0) == []
+    assert probe_target.identity_ranges(100_000) == [(0, 100_000)]
+    assert probe_target.identity_ranges(0) == []
     # An unaligned end: the last range still reaches the last byte.
-    (o, n), *_ = probe.identity_ranges(5_000_123)[-1:]
+    (o, n), *_ = probe_target.identity_ranges(5_000_123)[-1:]
     assert o % 4096 == 0 and o + n == 5_000_123
 
 
@@ -748,18 +744,18 @@ def test_identity_reads_a_few_ranges_and_leaves_the_page_cache_alone(tmp_path: P
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     _skip_without_o_direct(target)
     cached = _resident_pages(target)
-    before = probe.target_state(target)
+    before = probe_target.target_state(target)
     assert _resident_pages(target) == cached < 100  # O_DIRECT: nothing pulled into the cache
-    assert before.sampled_ranges == [[o, n] for o, n in probe.identity_ranges(32 << 20)]
-    assert before == probe.target_state(target)
+    assert before.sampled_ranges == [[o, n] for o, n in probe_target.identity_ranges(32 << 20)]
+    assert before == probe_target.target_state(target)
     with target.open("r+b") as f:  # a write inside a range: the hash moves, and mtime with it
         f.seek(before.sampled_ranges[3][0] + 10)
         f.write(b"x")
-    after = probe.target_state(target)
+    after = probe_target.target_state(target)
     assert after.sampled_sha256 != before.sampled_sha256
-    assert "sampled_sha256" in probe.describe_change(before, after)
+    assert "sampled_sha256" in probe_target.describe_change(before, after)
     os.utime(target, ns=(before.mtime_ns, before.mtime_ns))  # mtime set back: ctime still says so
-    again = probe.target_state(target)
+    again = probe_target.target_state(target)
     assert again.mtime_ns == before.mtime_ns and again.ctime_ns != before.ctime_ns
 
 
