@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from probes import capture, kernel
+from probes import kernel, timeline
 from probes.procs import VllmProcess
 
 BUSY = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
@@ -44,12 +44,12 @@ def test_a_perf_that_began_late_is_placed_where_it_sampled_and_noted() -> None:
     found = [_proc(131, "TP0"), _proc(132, "TP1")]
     on_time = kernel.PerfResult(131, "successful", None, [], [], samples=10, recorded_mono_s=[100.2, 108.2])
     late = kernel.PerfResult(132, "successful", None, [], [], samples=0, recorded_mono_s=[106.0, 114.0])
-    events = capture.perf_events([late, on_time], found, 100.0, 122.5)
+    events = timeline.perf_events([late, on_time], found, 100.0, 122.5)
     assert events == [
         {"t_s": 0.2, "label": "perf record worker_TP0 pid 131: 0.2 to 8.2 s"},
         {"t_s": 6.0, "label": "perf record worker_TP1 pid 132: 6.0 to 14.0 s"},
     ]
-    notes = capture.perf_lag_notes([on_time, late], found, 100.0, 122.5)
+    notes = timeline.perf_lag_notes([on_time, late], found, 100.0, 122.5)
     assert notes == [
         "perf record worker_TP1 pid 132 sampled 6.0 to 14.0 s of the 22.5 s window (it started late: the host was "
         "busy); its samples cover only that span"

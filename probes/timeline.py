@@ -1,0 +1,195 @@
+"""What a capture's timeline is drawn from: the per-second series of the scrapes (latency, the engine's queue),
+the samplers' panels (GPU, CPU, block I/O) cut to the window, the window's summary figures, and the notes and
+events the bundle adds (GPU links under the class's minimum, cgroup throttling and pressure, perf's span)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from probes import kernel, metrics, procs, samplers
+
+LATENCY_SERIES = {
+    "TTFT mean": "vllm:time_to_first_token_seconds",
+    "ITL mean": "vllm:inter_token_latency_seconds",
+    "e2e mean": "vllm:e2e_request_latency_seconds",
+}
+IGNORED_DEVICES = ("loop", "ram", "zram", "sr")
+
+
+def latency_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
+    """Per scrape interval, the mean of each latency histogram's new observations (ms), at the interval's end."""
+    out: dict[str, list[tuple[float, float]]] = {label: [] for label in LATENCY_SERIES}
+    for a, b in itertools.pairwise(snaps):
+        d = metrics.delta(a, b)
+        for label, name in LATENCY_SERIES.items():
+            hs = [h for h in metrics.find_histograms(d, name) if h.count > 0]
+            count = sum(h.count for h in hs)
+            if count:
+                out[label].append((b.taken_monotonic_s - t0, 1000 * sum(h.sum_s for h in hs) / count))
+    return out
+
+
+def gauge_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
+    gs = metrics.GaugeSeries()
+    for s in snaps:
+        gs.add(s)
+    out = {}
+    for label, name in (("running", "vllm:num_requests_running"), ("waiting", "vllm:num_requests_waiting")):
+        series = gs.series(name)
+        out[label] = [(m - t0, v) for m, _u, v in series[0]] if series else []
+    return out
+
+
+def _rel(points: Sequence[tuple[float, float]], t0: float, t1: float) -> list[list[float]]:
+    return [[round(m - t0, 3), v] for m, v in points if t0 - 1.0 <= m <= t1 + 1.0]
+
+
+def sampler_panels(
+    sdir: Path, results: Mapping[str, samplers.SamplerResult], found: Sequence[procs.VllmProcess], t0: float, t1: float
+) -> dict[str, dict[str, Any]]:
+    """GPU, CPU and I/O panels from the sampler logs."""
+
+    def panel(title: str, unit: str, names: Sequence[str], source: str) -> dict[str, Any]:
+        rs = [results[n] for n in names if n in results]
+        failed = [r for r in rs if r.status == "failed"]
+        if not rs:
+            status, reason = "skipped", "samplers were not part of this capture"
+        elif failed:
+            status, reason = "failed", "; ".join(r.reason or "" for r in failed)
+        elif all(r.status == "skipped" for r in rs):
+            status, reason = "skipped", "; ".join(r.reason or "" for r in rs)
+        else:
+            status, reason = "successful", None
+        return {"title": title, "unit": unit, "status": status, "reason": reason, "source": source, "series": {}}
+
+    gpu = panel("GPU utilisation", "%", ["nvidia-smi"], "nvidia-smi -lms 200 (samplers/nvidia-smi.log)")
+    if (sdir / "nvidia-smi.log").exists():
+        for s in samplers.parse_nvidia_smi(samplers.read_log(sdir / "nvidia-smi.log")):
+            if "utilization.gpu" in s.values:
+                gpu["series"].setdefault(f"gpu{s.index} util %", []).append(
+                    [round(s.mono_s - t0, 3), s.values["utilization.gpu"]]
+                )
+    cpu = panel("CPU", "%", ["vmstat", "pidstat"], "vmstat 1, pidstat -u -t on the vLLM PIDs (samplers/)")
+    if (sdir / "vmstat.log").exists():
+        vm = samplers.parse_vmstat(samplers.read_log(sdir / "vmstat.log"))
+        for col in ("us", "sy", "wa"):
+            cpu["series"][f"host {col}"] = _rel(vm.get(col, []), t0, t1)
+    if (sdir / "pidstat.log").exists():
+        roles = {p.pid: p.name for p in found}
+        for row in samplers.parse_pidstat(samplers.read_log(sdir / "pidstat.log")):
+            if row.tid is None and "%CPU" in row.values:
+                label = f"pid {row.tgid} {roles.get(row.tgid, row.command)} %CPU"
+                cpu["series"].setdefault(label, []).append([round(row.mono_s - t0, 3), row.values["%CPU"]])
+    io = panel("Block I/O", "r/s, w/s", ["iostat"], "iostat -x 1 (samplers/iostat.log)")
+    if (sdir / "iostat.log").exists():
+        for dev, cols in sorted(samplers.parse_iostat(samplers.read_log(sdir / "iostat.log")).items()):
+            if dev.startswith(IGNORED_DEVICES):
+                continue
+            for col in ("r/s", "w/s"):
+                if col in cols:
+                    io["series"][f"{dev} {col}"] = _rel(cols[col], t0, t1)
+    return {"gpu": gpu, "cpu": cpu, "io": io}
+
+
+def gpu_links(sdir: Path, pcie_min: tuple[int, int] | None) -> dict[str, Any]:
+    """Each GPU's PCIe link while busy against the class's (samplers/nvidia-smi.log): flags and the judgement."""
+    log = sdir / "nvidia-smi.log"
+    if pcie_min is None or not log.exists():
+        why = "no class PCIe link given (--pcie-min-gen)" if pcie_min is None else "no nvidia-smi samples"
+        return {"judged": False, "why": why, "flags": [], "gpus": []}
+    judged = samplers.judge_pcie_links(samplers.parse_nvidia_smi(samplers.read_log(log)), *pcie_min)
+    return {
+        "judged": True,
+        "class_min": {"gen": pcie_min[0], "width": pcie_min[1]},
+        "busy_utilization_pct": samplers.BUSY_UTILIZATION_PCT,
+        "flags": [j.line for j in judged if j.line],
+        "gpus": [asdict(j) for j in judged],
+    }
+
+
+def _hist_ms(d: metrics.WindowDelta, name: str, attr: str) -> float | None:
+    hs = [h for h in metrics.find_histograms(d, name) if h.count > 0]
+    v = getattr(hs[0], attr) if len(hs) == 1 else None
+    return None if v is None else round(1000 * v, 3)
+
+
+def summary_figures(d: metrics.WindowDelta) -> dict[str, float | None]:
+    return {
+        "requests": metrics.counter_sum(d, metrics.REQUEST_SUCCESS),
+        "prompt_tokens": metrics.counter_sum(d, metrics.PROMPT_TOKENS),
+        "generation_tokens": metrics.counter_sum(d, metrics.GENERATION_TOKENS),
+        "preemptions": metrics.counter_sum(d, metrics.PREEMPTIONS),
+        "ttft_p50_ms": _hist_ms(d, "vllm:time_to_first_token_seconds", "p50_s"),
+        "ttft_p99_ms": _hist_ms(d, "vllm:time_to_first_token_seconds", "p99_s"),
+        "itl_p50_ms": _hist_ms(d, "vllm:inter_token_latency_seconds", "p50_s"),
+        "itl_p99_ms": _hist_ms(d, "vllm:inter_token_latency_seconds", "p99_s"),
+        "e2e_p50_ms": _hist_ms(d, "vllm:e2e_request_latency_seconds", "p50_s"),
+        "e2e_p99_ms": _hist_ms(d, "vllm:e2e_request_latency_seconds", "p99_s"),
+    }
+
+
+def cgroup_notes(cg: Mapping[str, Any]) -> list[str]:
+    """The serving container's cgroup over the window, in one line per concern (innermost level)."""
+    levels = cg.get("levels") or []
+    if not levels:
+        return ["host state: no cgroup level could be read"]
+    lv = levels[0]
+
+    def s(key: str) -> str:
+        v = lv.get(key)
+        return "n/a" if v is None else f"{v:.2f} s"
+
+    def mib(key: str) -> str:
+        v = lv.get(key)
+        return "n/a" if v is None else f"{v / 2**20:,.0f} MiB"
+
+    out = [
+        f"cgroup {lv.get('path')}: CPU used {s('cpu_usage_s')}, throttled {lv.get('nr_throttled')} of "
+        f"{lv.get('nr_periods')} periods ({s('throttled_s')})",
+        f"cgroup memory: {mib('memory_usage_before_bytes')} -> {mib('memory_usage_after_bytes')}, peak "
+        f"{mib('memory_max_usage_bytes')}, OOM kills +{lv.get('oom_kill_increase')}",
+        f"cgroup pressure (stall time in the window): cpu some {s('cpu_some_stall_s')}, memory some "
+        f"{s('memory_some_stall_s')}, io some {s('io_some_stall_s')}",
+    ]
+    if cg.get("reset_detected") or cg.get("levels_changed"):
+        out.append("cgroup: the container's cgroup changed in the window (restart?): figures are partial")
+    return out
+
+
+# perf is said to have sampled "the window" when its span opens within this of the window's opening.
+PERF_LAG_NOTE_S = 1.0
+
+
+def _perf_name(pid: int, found: Sequence[procs.VllmProcess]) -> str:
+    return next((f"{p.name} pid {p.pid}" for p in found if p.pid == pid), f"pid {pid}")
+
+
+def perf_events(
+    perf_res: Sequence[kernel.PerfResult], found: Sequence[procs.VllmProcess], t0: float, t1: float
+) -> list[dict[str, Any]]:
+    """One event per perf record, at the time it began sampling: the timeline shows what its samples cover."""
+    out = []
+    for r in sorted(perf_res, key=lambda r: r.recorded_mono_s or [t1]):
+        if r.recorded_mono_s:
+            a, b = (x - t0 for x in r.recorded_mono_s)
+            out.append({"t_s": round(a, 3), "label": f"perf record {_perf_name(r.pid, found)}: {a:.1f} to {b:.1f} s"})
+    return out
+
+
+def perf_lag_notes(
+    perf_res: Sequence[kernel.PerfResult], found: Sequence[procs.VllmProcess], t0: float, t1: float
+) -> list[str]:
+    """A note for each perf record that did not sample the window's start: its samples say nothing of that part."""
+    notes = []
+    for r in perf_res:
+        if r.recorded_mono_s and r.recorded_mono_s[0] - t0 > PERF_LAG_NOTE_S:
+            a, b = (x - t0 for x in r.recorded_mono_s)
+            notes.append(
+                f"perf record {_perf_name(r.pid, found)} sampled {a:.1f} to {b:.1f} s of the {t1 - t0:.1f} s window "
+                "(it started late: the host was busy); its samples cover only that span"
+            )
+    return notes
