@@ -288,7 +288,7 @@ def test_the_stand_in_gives_the_probes_the_replayed_nvidia_smi() -> None:
 
 def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> None:
     from serving import tinymodel
-    from serving.plan import TINYMODEL_MARKER
+    from serving.served import TINYMODEL_MARKER
 
     assert TINYMODEL_MARKER == tinymodel.MARKER
     assert _cpu(served="").model_action == "generate"
