@@ -37,6 +37,7 @@ from typing import Any
 from serving import numa
 from serving.errors import InputError
 from serving.images import plan_images
+from serving.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.profile import Profile, VllmArgs
 from serving.render import PROFILE_LABEL, STAND_IN_LABEL, render_vllm_argv
 
@@ -107,7 +108,6 @@ def _lowered(ulimit: str, maxima: Mapping[str, int]) -> str:
 
 def stand_in(profile: Profile, launch: Any, config: Mapping[str, Any], host: str) -> tuple[Any, Any]:
     """(the stand-in Launch, the probes' GpuAccess) in place of the planned launch. `launch` is a plan.Launch."""
-    from serving.plan import GpuAccess, Launch, _launch_spec, cpu_ranks
 
     planned = launch.spec
     v = profile.vllm
@@ -135,7 +135,7 @@ def stand_in(profile: Profile, launch: Any, config: Mapping[str, Any], host: str
         ulimits=[_lowered(u, config.get("ulimits_max") or {}) for u in planned["ulimits"]],
         labels={PROFILE_LABEL: profile.name, STAND_IN_LABEL: "serving/standin.py"},
     )
-    spec, digest = _launch_spec(spec)
+    spec, digest = launch_spec(spec)
     replaced = {
         k: [planned.get(k), spec.get(k)]
         for k in ("image", "command", "device_requests", "cpuset_cpus", "cpuset_mems", "ulimits")
