@@ -165,20 +165,12 @@ def server_figures(before_text: str, after_text: str) -> dict[str, Any]:
     }
 
 
-def summarize_run(
-    run: Mapping[str, Any],
-    status: Mapping[str, Any],
-    result: Mapping[str, Any] | None,
-    metrics_before: str | None,
-    metrics_after: str | None,
-    workload: Mapping[str, Any],
-) -> dict[str, Any]:
-    """One run's figures and flags, from its raw artifacts (status.json, result.json, the two snapshots)."""
+def _request_flags(
+    obs: Sequence[RequestObs], result: Mapping[str, Any] | None, workload: Mapping[str, Any]
+) -> list[str]:
+    """What the client's own record says is wrong: failed requests, a request count or output length other
+    than the workload's (the denominators would differ)."""
     flags: list[str] = []
-    state = str(status.get("status", "not run"))
-    if state != "ok":
-        flags.append(f"run {state}: {status.get('reason', 'no reason recorded')}")
-    obs = parse_requests(result) if result else []
     ok = [o for o in obs if o.success]
     failed = len(obs) - len(ok)
     if result is not None and failed:
@@ -194,39 +186,70 @@ def summarize_run(
             f"output length mismatch: {len(short)} of {len(ok)} requests returned {got} tokens, {asked} requested "
             "(the denominators differ)"
         )
-    grouped_requests = sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
-    grouped = grouped_requests > 0
-    tokens_per_chunk = describe([o.output_tokens / o.chunks for o in ok if o.output_tokens and o.chunks])
-    server: dict[str, Any] | None = None
+    return flags
+
+
+def _server_flags(server: Mapping[str, Any], obs: Sequence[RequestObs], counted: bool) -> list[str]:
+    """What the server's side says of the client's figures: a restart, prefix-cache hits, a stream that reached
+    the client in bursts (its TPOT beside the server's), tokens the client did not count."""
+    flags: list[str] = []
+    if server["restarted"]:
+        flags.append("the server restarted during the run")
+    hits = server["prefix_cache_hits"]
+    if hits:
+        flags.append(f"prefix-cache hits where none may be: {hits:g} tokens (the cache served part of the prefill)")
+    client_tpot = describe([_ms(o.tpot_s) for o in obs if o.success])["median"]
+    server_tpot = server["tpot"]["mean_ms"]
+    if client_tpot is not None and server_tpot and client_tpot < MIN_CLIENT_OVER_SERVER_TPOT * server_tpot:
+        flags.append(
+            f"{BUFFERED_STREAM}: the client's TPOT median {client_tpot:.3g} ms is under "
+            f"{MIN_CLIENT_OVER_SERVER_TPOT:.0%} of the server's {server_tpot:.3g} ms "
+            "(vllm:request_time_per_output_token_seconds): the tokens reached the client in bursts, so its chunk "
+            "intervals, TPOT and decode rate are not the server's"
+        )
+    client_tokens = sum(o.output_tokens or 0 for o in obs)
+    gen = server["generation_tokens"]
+    if counted and gen is not None and gen != client_tokens:
+        flags.append(
+            f"the server generated {gen:g} tokens in the window, the client counted {client_tokens}: "
+            "other traffic reached the server, or requests were cut off"
+        )
+    return flags
+
+
+def _server_side(
+    state: str, metrics_before: str | None, metrics_after: str | None
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The server's figures over the run from its two /metrics snapshots, or why there are none."""
     if metrics_before and metrics_after:
         try:
-            server = server_figures(metrics_before, metrics_after)
+            return server_figures(metrics_before, metrics_after), []
         except ValueError as exc:
-            flags.append(f"metrics snapshots unreadable: {exc}")
-    elif state != "not run":
-        flags.append("no metrics snapshot pair: the server's side of this run is unknown")
+            return None, [f"metrics snapshots unreadable: {exc}"]
+    if state != "not run":
+        return None, ["no metrics snapshot pair: the server's side of this run is unknown"]
+    return None, []
+
+
+def summarize_run(
+    run: Mapping[str, Any],
+    status: Mapping[str, Any],
+    result: Mapping[str, Any] | None,
+    metrics_before: str | None,
+    metrics_after: str | None,
+    workload: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One run's figures and flags, from its raw artifacts (status.json, result.json, the two snapshots)."""
+    state = str(status.get("status", "not run"))
+    flags = [f"run {state}: {status.get('reason', 'no reason recorded')}"] if state != "ok" else []
+    obs = parse_requests(result) if result else []
+    ok = [o for o in obs if o.success]
+    flags += _request_flags(obs, result, workload)
+    grouped_requests = sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
+    server, missing = _server_side(state, metrics_before, metrics_after)
+    flags += missing
     if server is not None:
-        if server["restarted"]:
-            flags.append("the server restarted during the run")
-        hits = server["prefix_cache_hits"]
-        if hits:
-            flags.append(f"prefix-cache hits where none may be: {hits:g} tokens (the cache served part of the prefill)")
-        client_tpot = describe([_ms(o.tpot_s) for o in ok])["median"]
-        server_tpot = server["tpot"]["mean_ms"]
-        if client_tpot is not None and server_tpot and client_tpot < MIN_CLIENT_OVER_SERVER_TPOT * server_tpot:
-            flags.append(
-                f"{BUFFERED_STREAM}: the client's TPOT median {client_tpot:.3g} ms is under "
-                f"{MIN_CLIENT_OVER_SERVER_TPOT:.0%} of the server's {server_tpot:.3g} ms "
-                "(vllm:request_time_per_output_token_seconds): the tokens reached the client in bursts, so its chunk "
-                "intervals, TPOT and decode rate are not the server's"
-            )
-        client_tokens = sum(o.output_tokens or 0 for o in obs)
-        gen = server["generation_tokens"]
-        if result is not None and gen is not None and gen != client_tokens:
-            flags.append(
-                f"the server generated {gen:g} tokens in the window, the client counted {client_tokens}: "
-                "other traffic reached the server, or requests were cut off"
-            )
+        flags += _server_flags(server, obs, result is not None)
     rate = achieved_rate(obs)
     requested = run.get("request_rate")
     rate_ratio = rate / requested if rate is not None and requested else None
@@ -252,7 +275,7 @@ def summarize_run(
         "ended_unix_s": status.get("ended_unix_s"),
         "requests": len(obs),
         "requests_ok": len(ok),
-        "requests_failed": failed,
+        "requests_failed": len(obs) - len(ok),
         "duration_s": duration,
         "output_tokens": out_tokens,
         "output_tok_s": out_tokens / duration if duration else None,
@@ -262,9 +285,9 @@ def summarize_run(
         "decode_tok_s": describe([o.decode_tok_s for o in ok]),
         "e2el_ms": describe([_ms(o.e2el_s) for o in ok]),
         "chunk_interval_ms": describe([x * 1000 for x in intervals]),
-        "grouped_streaming": grouped,
+        "grouped_streaming": grouped_requests > 0,
         "grouped_requests": grouped_requests,
-        "tokens_per_chunk": tokens_per_chunk,
+        "tokens_per_chunk": describe([o.output_tokens / o.chunks for o in ok if o.output_tokens and o.chunks]),
         "achieved_rate_req_s": rate,
         "achieved_over_requested": rate_ratio,
         "outstanding": outstanding(obs),
