@@ -113,6 +113,61 @@ def slice_limits(readings: Mapping[str, Any] | None) -> tuple[dict[str, str] | N
     return limits or None, None
 
 
+def _check_image(
+    checks: list[dict[str, Any]],
+    spec: Mapping[str, Any],
+    images: Mapping[str, Any],
+    image: Mapping[str, Any],
+    container: Mapping[str, Any],
+    inside: Mapping[str, Any],
+) -> dict[str, str]:
+    """The container runs the planned image, which carries the planned patches: {patch: sha256} planned."""
+    labels = image.get("Config", {}).get("Labels") or {}
+    _check(checks, "container runs the planned image", image["Id"], container.get("Image"))
+    _check(checks, "container runs the planned image tag", spec["image"], container.get("Config", {}).get("Image"))
+    planned = {p["name"]: p["sha256"] for p in images["patches"]}
+    labelled = {
+        k[len(PATCH_LABEL_PREFIX) :]: v.removeprefix("sha256:")
+        for k, v in labels.items()
+        if k.startswith(PATCH_LABEL_PREFIX)
+    }
+    applied = parse_sha256_list(inside.get("patches") or "")
+    _check(checks, "image labels carry the planned patch hashes", planned, labelled)
+    _check(checks, "patches applied in the image are the planned ones", planned, applied)
+    return planned
+
+
+def _check_limits(
+    checks: list[dict[str, Any]],
+    spec: Mapping[str, Any],
+    host_config: Mapping[str, Any],
+    cgroup: Mapping[str, Any],
+    proc: Mapping[str, tuple[int, int]],
+) -> dict[str, list[int]]:
+    """The limits in force, in Docker's view, the cgroup's and the kernel's: Docker's ulimits, as it holds them."""
+    if "cpuset_cpus" in spec:
+        _check(checks, "cpuset (docker)", spec["cpuset_cpus"], host_config.get("CpusetCpus"))
+        want_cpus = parse_cpulist(spec["cpuset_cpus"])
+        _check(checks, "cpuset (cgroup)", want_cpus, parse_cpulist(str(cgroup["cpuset_cpus"] or "")))
+    if "cpuset_mems" in spec:
+        _check(checks, "cpuset mems (docker)", spec["cpuset_mems"], host_config.get("CpusetMems"))
+    if "memory" in spec:
+        want = docker_size_bytes(spec["memory"])
+        _check(checks, "memory limit (docker)", want, host_config.get("Memory"))
+        _check(checks, "memory limit (cgroup)", want, cgroup["memory_limit_bytes"])
+    _check(checks, "shm size (docker)", docker_size_bytes(spec["shm_size"]), host_config.get("ShmSize"))
+    docker_ulimits = {u["Name"]: [u["Soft"], u["Hard"]] for u in host_config.get("Ulimits") or []}
+    for entry in spec["ulimits"]:
+        name, soft, hard = entry.split(":")
+        _check(checks, f"ulimit {name} (docker)", [int(soft), int(hard)], docker_ulimits.get(name))
+        row = LIMIT_ROWS.get(name)
+        if row:
+            got = proc.get(row)
+            want_limits = [int(soft), int(hard)]
+            _check(checks, f"ulimit {name} (/proc/1/limits of the engine)", want_limits, list(got) if got else None)
+    return docker_ulimits
+
+
 def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a running deploy. `raw` holds the run's plan (serving/plan.py), Docker's inspection of
     the container and its image, what the container itself reports (serving/inside_readings.py), the
@@ -128,54 +183,13 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     labels = image.get("Config", {}).get("Labels") or {}
     host_config = container.get("HostConfig", {})
     checks: list[dict[str, Any]] = []
-
-    # Image: the container runs the planned image, which carries the planned patches.
-    _check(checks, "container runs the planned image", image["Id"], container.get("Image"))
-    _check(checks, "container runs the planned image tag", spec["image"], container.get("Config", {}).get("Image"))
-    planned = {p["name"]: p["sha256"] for p in images["patches"]}
-    labelled = {
-        k[len(PATCH_LABEL_PREFIX) :]: v.removeprefix("sha256:")
-        for k, v in labels.items()
-        if k.startswith(PATCH_LABEL_PREFIX)
-    }
-    applied = parse_sha256_list(inside.get("patches") or "")
-    _check(checks, "image labels carry the planned patch hashes", planned, labelled)
-    _check(checks, "patches applied in the image are the planned ones", planned, applied)
+    planned = _check_image(checks, spec, images, image, container, inside)
     placement = raw.get("placement")
     if placement is not None:
         _check(checks, "every worker rank runs where the plan binds it", [], placement.get("problems"))
-
-    # Limits in force: Docker's view, the cgroup's view and the kernel's view.
     cgroup = parse_cgroup_limits(cgroup_files)
     proc = parse_proc_limits(inside.get("proc_limits") or "")
-    if "cpuset_cpus" in spec:
-        _check(checks, "cpuset (docker)", spec["cpuset_cpus"], host_config.get("CpusetCpus"))
-        _check(
-            checks,
-            "cpuset (cgroup)",
-            parse_cpulist(spec["cpuset_cpus"]),
-            parse_cpulist(str(cgroup["cpuset_cpus"] or "")),
-        )
-    if "cpuset_mems" in spec:
-        _check(checks, "cpuset mems (docker)", spec["cpuset_mems"], host_config.get("CpusetMems"))
-    if "memory" in spec:
-        want = docker_size_bytes(spec["memory"])
-        _check(checks, "memory limit (docker)", want, host_config.get("Memory"))
-        _check(checks, "memory limit (cgroup)", want, cgroup["memory_limit_bytes"])
-    _check(checks, "shm size (docker)", docker_size_bytes(spec["shm_size"]), host_config.get("ShmSize"))
-    docker_ulimits = {u["Name"]: [u["Soft"], u["Hard"]] for u in host_config.get("Ulimits") or []}
-    for entry in spec["ulimits"]:
-        name, soft, hard = entry.split(":")
-        _check(checks, f"ulimit {name} (docker)", [int(soft), int(hard)], docker_ulimits.get(name))
-        row = LIMIT_ROWS.get(name)
-        if row:
-            got = proc.get(row)
-            _check(
-                checks,
-                f"ulimit {name} (/proc/1/limits of the engine)",
-                [int(soft), int(hard)],
-                list(got) if got else None,
-            )
+    docker_ulimits = _check_limits(checks, spec, host_config, cgroup, proc)
 
     effective = raw.get("effective", {})
     engine_s = engine_startup_s(container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts"))
