@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from tests.integration.conftest import (
 pytestmark = pytest.mark.integration
 
 PROFILE = "cpu-tiny-tp2"
-PERF_ENDED = "*-capture/bundle/kernel/perf-*.record.stderr.txt"
+PERF_ENDED = "*-capture/bundle/kernel/perf-*.result.json"
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +68,13 @@ def capture(deployed: dict[str, Any]) -> Path:
     """`make capture SECONDS=8` while requests flow: both ranks busy while perf samples them."""
     run = BackgroundMake("capture", "SECONDS=8")
     run.wait_for(WINDOW_OPEN)
-    # Load until both ranks' perf records have ended (the file each writes then), not for a fixed time: with both
-    # ranks busy on both CPUs the capture's own start-up is slow (a CI run's perf began 6 s into the window, after a
-    # 16 s burst had ended, and found both ranks idle); load past it slows what the capture does after the window.
+    # Until both ranks' perf records have ended (each writes its result then, whatever happened), not for a fixed
+    # time: a CI run's perf began 6 s into the window, after a fixed 16 s burst had ended, and found both ranks
+    # idle. Requests with a pause between them: sent back to back, the load and the two ranks held both CPUs, and
+    # perf record (8 s) had not finished at its 38 s bound and was killed, no samples written.
     while run.running and len(list(PROBE_RUNS.glob(PERF_ENDED))) < 2:
-        complete("import os", 128)
+        complete("import os", 32)
+        time.sleep(0.3)
     r = run.result()
     assert r.rc == 0, r.output[-5000:]
     m = re.search(r"bundle: (\S+?)/?['\"]?$", r.output, re.M)
