@@ -243,6 +243,60 @@ def _place_on_gpu_host(
     )
 
 
+def _unanswered(host: str, readings: Mapping[str, str]) -> list[str]:
+    """A failure for each host command that did not answer in time while the host was read."""
+    return [
+        f"reading {host} for the plan: {what} did not answer; find out why on the host, then run again"
+        for what in (readings.get("timeout") or "").splitlines()
+        if what.strip()
+    ]
+
+
+def _served_state(profile: Profile, readings: Mapping[str, str]) -> tuple[str | None, int | None, str, str, list[str]]:
+    """From the host's listing: the probes' target (largest served file, its size, or why none), what the
+    deploy does with the model, and what is wrong with what is served."""
+    files = parse_served_files(readings.get("served_files", ""))
+    data_file, data_bytes, data_note = largest_file(files, profile.served_dirs)
+    model_action, failures = model_state(profile, files)
+    failures = model_format_failures(profile.model, files, profile.image.version) + failures
+    if readings.get("served_files") is None:  # planned without reading the host
+        model_action, data_note = "unknown", "the host was not read"
+    return data_file, data_bytes, data_note, model_action, failures
+
+
+def _launch(
+    profile: Profile,
+    images: ImagePlan,
+    spec: dict[str, Any],
+    ranks: list[numa.RankExpectation],
+    api_key_file: str | None,
+) -> Launch:
+    """The planned container as docker starts it: the API key's mount where there is one, and its digest."""
+    if api_key_file is not None:
+        spec = with_api_key(spec)
+    spec, digest = launch_spec(spec)
+    return Launch(
+        spec=spec,
+        spec_digest=digest,
+        images=images,
+        vllm=profile.vllm,
+        model=profile.model,
+        env=dict(spec["env"]),
+        ranks=ranks,
+    )
+
+
+def _bench_targets(profile: Profile, launch: Launch, api_key: bool, client_cpus: str) -> BenchTargets:
+    return BenchTargets(
+        served_name=profile.model.served_name,
+        tokenizer=tokenizer_path(launch.spec["command"], launch.model),
+        volumes=[v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"]],
+        api_key=api_key,
+        image=launch.images.runtime_tag,
+        client_cpus=client_cpus,
+    )
+
+
 def build_plan(
     profile: Profile,
     host: str,
@@ -261,24 +315,11 @@ def build_plan(
     is the test seam's configuration (serving/standin.py), None in production. `api_key_file` is the root-only
     file on the host holding the API key (the host reports its owner and mode as `api_key_file`), None for no
     key."""
-    failures: list[str] = []
     readings = dict(readings or {})
-    failures += api_failures(profile, api_key_file, readings.get("api_key_file"))
-    failures += [
-        f"reading {host} for the plan: {what} did not answer; find out why on the host, then run again"
-        for what in (readings.get("timeout") or "").splitlines()
-        if what.strip()
-    ]
+    failures = api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
     served_dirs = profile.served_dirs
-    files = parse_served_files(readings.get("served_files", ""))
-    data_file, data_bytes, data_note = largest_file(files, served_dirs)
-    failures += model_format_failures(profile.model, files, profile.image.version)
-    model_action, model_failures = model_state(profile, files)
-    if readings.get("served_files") is None:
-        model_action = "unknown"  # planned without reading the host
-    failures += model_failures
-    if readings.get("served_files") is None:
-        data_note = "the host was not read"
+    data_file, data_bytes, data_note, model_action, served_failures = _served_state(profile, readings)
+    failures += served_failures
     gpu: dict[str, Any] | None = None
     client_cpus = probe_cpus = ""
     gpu_access: GpuAccess | None = None
@@ -297,31 +338,14 @@ def build_plan(
     bench: BenchTargets | None = None
     argv = list(spec["command"]) if spec is not None else None
     if spec is not None:
-        if api_key_file is not None:
-            spec = with_api_key(spec)
-        spec, digest = launch_spec(spec)
-        launch = Launch(
-            spec=spec,
-            spec_digest=digest,
-            images=images,
-            vllm=profile.vllm,
-            model=profile.model,
-            env=dict(spec["env"]),
-            ranks=ranks,
-        )
+        launch = _launch(profile, images, spec, ranks, api_key_file)
+        spec = launch.spec
         if stand_in is not None:
             from serving import standin
 
             launch, gpu_access = standin.stand_in(profile, launch, stand_in, host)
             client_cpus = probe_cpus = ""
-        bench = BenchTargets(
-            served_name=profile.model.served_name,
-            tokenizer=tokenizer_path(launch.spec["command"], launch.model),
-            volumes=[v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"]],
-            api_key=api_key_file is not None,
-            image=launch.images.runtime_tag,
-            client_cpus=client_cpus,
-        )
+        bench = _bench_targets(profile, launch, api_key_file is not None, client_cpus)
         if _volume_for(bench.tokenizer, launch.spec["volumes"]) is None:
             failures.append(
                 f"the tokenizer {bench.tokenizer} is not inside a volume of the serving container "
