@@ -31,7 +31,7 @@ import stat
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -318,37 +318,24 @@ def run_io_probe(
     if skip is None:
         skip = _direct_io_problem(resolved)
 
-    def finish(**kw: Any) -> IoProbeResult:
-        fields: dict[str, Any] = {
-            "schema_version": RESULT_SCHEMA_VERSION,
-            "target": str(target),
-            "target_resolved": str(resolved),
-            "data_dirs": [str(d) for d in data_dirs],
-            "out_dir": str(out_dir),
-            "fio_path": fio,
-            "fio_version": fio_version,
-            "depths": list(depths),
-            "runtime_s": runtime_s,
-            "seed": seed,
-            "size_bytes": size_bytes,
-            "timeout_s": timeout,
-            "started_at_utc": started_at,
-            "finished_at_utc": _now(),
-        }
-        result = IoProbeResult(**fields, **kw)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            _write_json(out_dir / "result.json", asdict(result))
-        except OSError as e:
-            why = f"could not write {out_dir / 'result.json'}: {e}"
-            result = IoProbeResult(
-                **fields,
-                **{**kw, "status": "failed", "verdict": "FAIL", "reasons": [*kw["reasons"], why]},
-            )
-        return result
-
+    fields: dict[str, Any] = {
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "target": str(target),
+        "target_resolved": str(resolved),
+        "data_dirs": [str(d) for d in data_dirs],
+        "out_dir": str(out_dir),
+        "fio_path": fio,
+        "fio_version": fio_version,
+        "depths": list(depths),
+        "runtime_s": runtime_s,
+        "seed": seed,
+        "size_bytes": size_bytes,
+        "timeout_s": timeout,
+        "started_at_utc": started_at,
+    }
     if skip is not None or fio is None:
-        return finish(
+        return _finish(
+            fields,
             status="skipped",
             reason=skip,
             verdict=None,
@@ -358,44 +345,25 @@ def run_io_probe(
             target_unchanged=True,
             runs=[],
         )
-
-    failures: list[str] = []
-    try:
-        before: TargetState | None = target_state(resolved)
-    except OSError as e:
-        before = None
-        failures.append(f"could not read the target before the probe: {e}")
+    before, failures = _read_target(resolved, "before")
     runs: list[DepthRun] = []
     if before is not None:
         for d in depths:
+            qd_out = out_dir / f"qd{d}"
+            limits = (thresholds or {}).get(d)
             runs.append(
-                _run_depth(
-                    fio,
-                    resolved,
-                    d,
-                    runtime_s,
-                    size_bytes,
-                    seed,
-                    timeout,
-                    out_dir / f"qd{d}",
-                    (thresholds or {}).get(d),
-                    min_depth_share_pct,
-                )
+                _run_depth(fio, resolved, d, runtime_s, size_bytes, seed, timeout, qd_out, limits, min_depth_share_pct)
             )
-    try:
-        after: TargetState | None = target_state(resolved)
-    except OSError as e:
-        after = None
-        failures.append(f"could not read the target after the probe: {e}")
+    after, after_failures = _read_target(resolved, "after")
+    failures += after_failures
     unchanged = before is not None and after is not None and before == after
     if before is not None and after is not None and not unchanged:
         failures.append(f"the target changed during the probe: {describe_change(before, after)}")
-
     failures += [r.reason for r in runs if r.status == "failed" and r.reason]
     reasons = failures + [reason for r in runs if r.status == "successful" for reason in r.reasons]
-    status: Status = "failed" if failures else "successful"
-    return finish(
-        status=status,
+    return _finish(
+        fields,
+        status="failed" if failures else "successful",
         reason=failures[0] if failures else None,
         verdict="FAIL" if reasons else "PASS",
         reasons=reasons,
@@ -404,6 +372,31 @@ def run_io_probe(
         target_unchanged=unchanged,
         runs=runs,
     )
+
+
+def _read_target(resolved: Path, when: str) -> tuple[TargetState | None, list[str]]:
+    """The target's identity, or the failure that says it could not be read (before or after the probe)."""
+    try:
+        return target_state(resolved), []
+    except OSError as e:
+        return None, [f"could not read the target {when} the probe: {e}"]
+
+
+def _finish(fields: Mapping[str, Any], **kw: Any) -> IoProbeResult:
+    """The probe's result, written to OUT/result.json; a write that fails fails the probe, saying so."""
+    fields = {**fields, "finished_at_utc": _now()}
+    out_dir = Path(fields["out_dir"])
+    result = IoProbeResult(**fields, **kw)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(out_dir / "result.json", asdict(result))
+    except OSError as e:
+        why = f"could not write {out_dir / 'result.json'}: {e}"
+        result = IoProbeResult(
+            **fields,
+            **{**kw, "status": "failed", "verdict": "FAIL", "reasons": [*kw["reasons"], why]},
+        )
+    return result
 
 
 # --- report -----------------------------------------------------------------------------------------------
