@@ -147,10 +147,18 @@ def _point_label(p: Mapping[str, Any]) -> str:
 
 
 def render_text(s: Mapping[str, Any]) -> str:
+    lines = _header_lines(s) + _streaming_lines(s) + _point_tables(s) + _run_lines(s) + _class_lines(s)
+    lines += ["", "raw: runs/<id>/result.json (vllm bench serve --save-detailed), metrics-before/after.txt,"]
+    lines.append("     status.json, stdout.log, stderr.log;")
+    lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
+    return "\n".join(lines) + "\n"
+
+
+def _header_lines(s: Mapping[str, Any]) -> list[str]:
     m = s["manifest"]
     w = m["workload"]
     c = m["client"]
-    lines = [
+    return [
         f"bench {s['bench_dir']}",
         f"status: {s['status'].upper()}" + (f": {s['reason']}" if s["reason"] else ""),
         f"host {m['host']}, profile {m['profile'].get('name')}, image {m['runtime_image']}",
@@ -163,6 +171,11 @@ def render_text(s: Mapping[str, Any]) -> str:
         "definitions: TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1); "
         "N from the server's usage",
     ]
+
+
+def _streaming_lines(s: Mapping[str, Any]) -> list[str]:
+    """Whether chunk intervals are token intervals: one token per chunk, and no run that arrived in bursts."""
+    lines: list[str] = []
     if s["grouped_streaming"]:
         lines.append("streaming: some chunks carried several tokens (grouped streaming), so chunk intervals are NOT")
         lines.append(
@@ -179,6 +192,11 @@ def render_text(s: Mapping[str, Any]) -> str:
         )
     elif not s["grouped_streaming"]:
         lines.append("  and the client's TPOT agrees with the server's, so chunk intervals are token intervals (ITL)")
+    return lines
+
+
+def _point_tables(s: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
     lines += ["", "pooled over measured runs (median [min-max] n):"]
     itl = "chunk interval ms (not ITL)" if s["grouped_streaming"] else "ITL ms"
     header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl, "aggregate tok/s (per run)")
@@ -202,6 +220,11 @@ def render_text(s: Mapping[str, Any]) -> str:
             (_point_label(p), _stat(p["achieved_over_requested"]), _stat(p["outstanding_max"])) for p in rate_points
         ]
         lines += _table(("point", "achieved/requested", "max outstanding"), rows)
+    return lines
+
+
+def _run_lines(s: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
     lines += ["", "runs:"]
     rows = []
     for r in s["runs"]:
@@ -221,6 +244,13 @@ def render_text(s: Mapping[str, Any]) -> str:
     if flagged:
         lines += ["", "flags:"]
         lines += [f"  {r['id']}: {f}" for r in flagged for f in r["flags"]]
+    return lines
+
+
+def _class_lines(s: Mapping[str, Any]) -> list[str]:
+    """The class's reference figures beside the measured ones, its PCIe links and its weight-read bound."""
+    m = s["manifest"]
+    lines: list[str] = []
     if s["reference"]:
         lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}), each beside the "
                   "figure measured here with the same definition:"]  # fmt: skip
@@ -250,10 +280,7 @@ def render_text(s: Mapping[str, Any]) -> str:
             f"weight-read bound: {b['weight_bytes_per_token_gb']:g} GB/token / {b['memory_bandwidth_gb_s']:g} GB/s = "
             f"{b['ms_per_token']:.2f} ms/token ({b['tok_s']:.0f} tok/s) at concurrency 1"
         )
-    lines += ["", "raw: runs/<id>/result.json (vllm bench serve --save-detailed), metrics-before/after.txt,"]
-    lines.append("     status.json, stdout.log, stderr.log;")
-    lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _table(header: Sequence[str], rows: Sequence[tuple[str, ...]]) -> list[str]:
