@@ -115,11 +115,19 @@ def engine_plan(readings: Mapping[str, Any], settings: Mapping[str, Any]) -> dic
             "error": f"dockerd runs on {host} (pid {', '.join(map(str, foreign))}) but does not answer at "
             f"{docker_host}: see its log, or stop it and rerun; the deploy does not start a second engine.",
         }
+    return _start(plan, host, docker_host, dockerd, bool(readings.get("systemd")), settings)
+
+
+def _start(
+    plan: dict[str, Any], host: str, docker_host: str, dockerd: str, systemd: bool, settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """How dockerd is started (systemd, or start-stop-daemon where PID 1 is not systemd), how it is stopped,
+    and the line for each bounded wait that runs out."""
     socket = DEFAULT_DOCKER_HOST.removeprefix("unix://")
     timeout_s = int(settings.get("timeout_s") or 60)
     plan["socket"] = socket
     plan["timeout_s"] = timeout_s
-    if readings.get("systemd"):
+    if systemd:
         start = ["systemctl", "start", "docker"]
         log = "journalctl -u docker"
         plan.update(
