@@ -399,6 +399,32 @@ def _innermost_first(paths: set[str]) -> list[str]:
     return sorted(paths, key=lambda p: (-len(PurePosixPath(p).parts), p))
 
 
+def _v1_levels(
+    r: _Reader, v1_paths: dict[str, str], unified: str | None, cgroup_root: Path
+) -> list[CgroupLevel] | None:
+    """cgroup v1 (or hybrid): each level's readings, from every controller's hierarchy that places it, and
+    pressure from the unified hierarchy where there is one; None when no controller is mounted."""
+    chains: dict[str, tuple[Path, list[str]]] = {}
+    for controller, path in v1_paths.items():
+        mount = v1_mount_dir(cgroup_root, controller)
+        if mount is None:
+            r.errors.append(f"controller {controller} is not mounted under {cgroup_root}")
+        else:
+            chains[controller] = (mount, cgroup_ancestors(path))
+    v2 = v2_root(cgroup_root)
+    if unified is not None and v2 is not None:
+        chains["pressure"] = (v2, cgroup_ancestors(unified))
+    if not chains:
+        return None
+    all_paths = {p for _, chain in chains.values() for p in chain}
+    return [
+        _v1_level(
+            r, path, {c: mount / _relative(path) for c, (mount, chain) in sorted(chains.items()) if path in chain}
+        )
+        for path in _innermost_first(all_paths)
+    ]
+
+
 def cgroup_snapshot(
     pid: int, proc_root: Path = DEFAULT_PROC_ROOT, cgroup_root: Path = DEFAULT_CGROUP_ROOT
 ) -> CgroupSnapshot:
@@ -461,30 +487,10 @@ def cgroup_snapshot(
     v1_paths = {c: m.path for m in memberships if m.hierarchy_id != 0 for c in m.controllers if c in _V1_CONTROLLERS}
     unified = next((m.path for m in memberships if m.hierarchy_id == 0), None)
     if v1_paths:
-        chains: dict[str, tuple[Path, list[str]]] = {}
-        for controller, path in v1_paths.items():
-            mount = v1_mount_dir(cgroup_root, controller)
-            if mount is None:
-                r.errors.append(f"controller {controller} is not mounted under {cgroup_root}")
-            else:
-                chains[controller] = (mount, cgroup_ancestors(path))
-        v2 = v2_root(cgroup_root)
-        if unified is not None and v2 is not None:
-            chains["pressure"] = (v2, cgroup_ancestors(unified))
-        if not chains:
-            return result(
-                "failed",
-                f"none of the controllers {sorted(v1_paths)} is mounted under {cgroup_root}",
-                "v1",
-                memberships,
-            )
-        all_paths = {p for _, chain in chains.values() for p in chain}
-        levels = [
-            _v1_level(
-                r, path, {c: mount / _relative(path) for c, (mount, chain) in sorted(chains.items()) if path in chain}
-            )
-            for path in _innermost_first(all_paths)
-        ]
+        levels = _v1_levels(r, v1_paths, unified, cgroup_root)
+        if levels is None:
+            reason = f"none of the controllers {sorted(v1_paths)} is mounted under {cgroup_root}"
+            return result("failed", reason, "v1", memberships)
         return result("successful", None, "v1", memberships, levels)
     if unified is None:
         return result(
