@@ -217,7 +217,7 @@ def serving_slice(profile: Profile, plan: numa.NumaPlan) -> dict[str, Any]:
     cpus = numa.parse_cpulist(plan.cpuset_cpus)
     memory_max = docker_size_bytes(profile.container.memory) if profile.container.memory else None
     lines = [
-        "# Managed by refdeploy (ansible/roles/cgroups): the parent cgroup of the serving containers.",
+        "# Managed by refdeploy (ansible/roles/serving_slice): the parent cgroup of the serving containers.",
         "# Rendered by serving/gpu_plan.py from the NUMA plan and the profile; edits are overwritten.",
         "[Unit]",
         f"Description=refdeploy serving slice (profile {profile.name})",
