@@ -31,7 +31,7 @@ from tests.integration.conftest import (
 pytestmark = pytest.mark.integration
 
 PROFILE = "cpu-tiny-tp2"
-PERF_ENDED = "*-capture/bundle/kernel/perf-*.result.json"
+PERF_STARTED = "*-capture/bundle/kernel/perf-*.data"
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +68,16 @@ def capture(deployed: dict[str, Any]) -> Path:
     """`make capture SECONDS=8` while requests flow: both ranks busy while perf samples them."""
     run = BackgroundMake("capture", "SECONDS=8")
     run.wait_for(WINDOW_OPEN)
-    # Until both ranks' perf records have ended (each writes its result then, whatever happened), not for a fixed
-    # time: a CI run's perf began 6 s into the window, after a fixed 16 s burst had ended, and found both ranks
-    # idle. Requests with a pause between them: sent back to back, the load and the two ranks held both CPUs, and
-    # perf record (8 s) had not finished at its 38 s bound and was killed, no samples written.
-    while run.running and len(list(PROBE_RUNS.glob(PERF_ENDED))) < 2:
+    # Load until both ranks' perf records have started (each opens its data file), and 3 s more; then stop.
+    # Not a fixed time: a CI run's perf began 6 s into the window, after a fixed 16 s burst had ended, and
+    # found both ranks idle. Not until perf ends either: under load the two ranks busy-poll both CPUs (the
+    # serving cgroup used 123 s of CPU in a 69 s window), and perf record (8 s) had not finished at its 38 s
+    # bound, twice, and was killed.
+    while run.running and len(list(PROBE_RUNS.glob(PERF_STARTED))) < 2:
+        complete("import os", 32)
+        time.sleep(0.3)
+    stop = time.monotonic() + 3
+    while run.running and time.monotonic() < stop:
         complete("import os", 32)
         time.sleep(0.3)
     r = run.result()
