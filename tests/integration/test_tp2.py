@@ -70,7 +70,7 @@ def capture(deployed: dict[str, Any]) -> Path:
     run.wait_for(WINDOW_OPEN)
     # Load until both ranks' perf records have started (each opens its data file), and 3 s more; then stop.
     # Not a fixed time: a CI run's perf began 6 s into the window, after a fixed 16 s burst had ended, and
-    # found both ranks idle. Not until perf ends either: under load the two ranks busy-poll both CPUs (the
+    # found both ranks idle. Not until perf ends either: under load the two ranks keep both CPUs busy (the
     # serving cgroup used 123 s of CPU in a 69 s window), and perf record (8 s) had not finished at its 38 s
     # bound, twice, and was killed.
     while run.running and len(list(PROBE_RUNS.glob(PERF_STARTED))) < 2:
