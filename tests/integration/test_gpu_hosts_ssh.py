@@ -380,7 +380,11 @@ def test_an_engine_restart_that_would_stop_containers_is_refused_before_any_chan
     )
     out = _flat(r.output)
     assert r.rc != 0, out[-3000:]
-    assert "restarting Docker Engine on rdtest-gpu3090 to apply /etc/docker/daemon.json, " in out, out[-3000:]
+    assert (
+        "restarting Docker Engine on rdtest-gpu3090 to apply /etc/docker/daemon.json, "
+        "/etc/systemd/system/docker.service.d/refdeploy-memlock.conf, "
+        "/etc/systemd/system/containerd.service.d/refdeploy-memlock.conf would stop its "
+    ) in out, out[-3000:]
     assert "running container(s) (" in out and "rdtest-gpu3090" in out.split("running container(s) (", 1)[1]
     assert "runtime_restart_stops_containers=true, and deploy again. Nothing was changed." in out
     assert host_state() == before
