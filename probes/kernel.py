@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from probes import procs
 
@@ -49,8 +49,9 @@ class PerfResult:
     report_command: list[str]
     samples: int | None = None
     files: list[str] = field(default_factory=list)
-    # The span perf sampled, on the samplers' clock (time.monotonic): it ends when its `sleep N` does, so it began
-    # N s before that, or at the launch if later. On a saturated host it can open seconds after the window does.
+    # The span perf sampled, on the samplers' clock (time.monotonic): from when perf exec'd its `sleep N` (it
+    # does that once its events are enabled) to when the sleep ended. On a saturated host perf's set-up alone
+    # can take many seconds (both CPUs busy: 5 to 17 s here), so the span can open well after the window does.
     recorded_mono_s: list[float] | None = None
     schema_version: int = SCHEMA_VERSION
 
@@ -102,19 +103,16 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
     if shutil.which("perf") is None:
         res.reason = PERF_NOT_INSTALLED
         return _write(res, out_dir)
-    began = time.monotonic()
-    try:
-        cp = subprocess.run(rec, capture_output=True, text=True, timeout=seconds + 30, check=False)
-    except subprocess.TimeoutExpired:
+    stderr_file = out_dir / f"perf-{pid}.record.stderr.txt"
+    with stderr_file.open("w") as err:
+        rc, res.recorded_mono_s = _record(rec, seconds + 30, err)
+    stderr = stderr_file.read_text()
+    res.files.append(stderr_file.name)
+    if rc is None:
         res.status, res.reason = "failed", f"perf record -p {pid} ran past {seconds + 30} s and was killed"
         return _write(res, out_dir)
-    finally:
-        ended = time.monotonic()
-        res.recorded_mono_s = [round(max(began, ended - seconds), 6), round(ended, 6)]
-    (out_dir / f"perf-{pid}.record.stderr.txt").write_text(cp.stderr)
-    res.files.append(f"perf-{pid}.record.stderr.txt")
-    if cp.returncode != 0 or not data.exists():
-        reason = _why_perf_failed(cp.stderr)
+    if rc != 0 or not data.exists():
+        reason = _why_perf_failed(stderr)
         res.status = "skipped" if "not permitted" in reason else "failed"
         res.reason = reason
         return _write(res, out_dir)
@@ -138,6 +136,48 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
     else:
         res.status = "successful"
     return _write(res, out_dir)
+
+
+def _record(argv: list[str], bound_s: float, err: IO[str]) -> tuple[int | None, list[float] | None]:
+    """Run perf record; its exit code (None: killed at bound_s) and the span its workload ran, on time.monotonic.
+
+    The span is watched, not inferred from perf's exit: perf forks its workload at once but execs it only when
+    its events are enabled, and after the workload ends it still post-processes; both take seconds on a busy
+    host. Polled at 20 Hz through /proc/<perf>/task/<perf>/children (the fork is perf's main thread's)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    deadline = time.monotonic() + bound_s
+    workload = argv[argv.index("--") + 1]
+    started = ended = None
+    while proc.poll() is None and time.monotonic() < deadline:
+        running = _child_runs(proc.pid, workload)
+        now = time.monotonic()
+        if started is None and running:
+            started = now
+        elif started is not None and ended is None and not running:
+            ended = now
+        time.sleep(0.05)
+    rc = proc.poll()
+    if rc is None:
+        proc.kill()
+        proc.wait()
+    # None when it ran for less than one poll, or never reached its workload.
+    span = None if started is None else [round(started, 6), round(ended or time.monotonic(), 6)]
+    return rc, span
+
+
+def _child_runs(pid: int, comm: str, proc_root: Path = Path("/proc")) -> bool:
+    """Whether a child of pid has exec'd `comm` (before its exec, perf's fork still reads "perf")."""
+    try:
+        children = (proc_root / str(pid) / "task" / str(pid) / "children").read_text().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            if (proc_root / child / "comm").read_text().strip() == comm:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _write(res: PerfResult, out_dir: Path) -> PerfResult:
