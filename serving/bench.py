@@ -27,7 +27,8 @@ from serving.redact import redact
 from serving.workload import Workload
 
 if TYPE_CHECKING:
-    from serving.plan import Plan
+    from serving.launch import Launch
+    from serving.plan import BenchTargets, Plan
 
 SCHEMA_VERSION = 1
 # Where the client container sees its scratch directory, the model (for the tokenizer) and the sidecar logs.
@@ -193,6 +194,69 @@ def client_runs(
     return runs
 
 
+def _client_docker_argv(
+    container: str, placement: Placement, host_out: str, volumes: Sequence[str], samplers_dir: str, image: str
+) -> list[str]:
+    """The client container's `docker run` argv: on the host's network, pinned to the client's CPUs, writing
+    into `host_out` and reading the sidecar's logs from `samplers_dir` ("" for none)."""
+    argv = [
+        "docker", "run", "--rm", "--name", f"{container}-bench",
+        "--network", "host",
+        "--cpuset-cpus", placement.client_cpus,
+        "--label", "refdeploy.role=bench-client",
+        "-v", f"{host_out}:{CLIENT_DIR}",
+    ]  # fmt: skip
+    # The serving container's volumes, read-only: the tokenizer resolves as it does in the server.
+    for v in volumes:
+        argv += ["-v", v]
+    if samplers_dir:
+        argv += ["-v", f"{samplers_dir}:{CLIENT_SAMPLERS_DIR}:ro"]
+    argv += ["--entrypoint", "python3", image, f"{CLIENT_DIR}/bench_client.py", f"{CLIENT_DIR}/plan.json"]
+    return argv
+
+
+def _bench_manifest(
+    workload: Workload,
+    plan: Plan,
+    launch: Launch,
+    targets: BenchTargets,
+    placement: Placement,
+    runs: Sequence[Mapping[str, Any]],
+    gpu_class: Mapping[str, Any] | None,
+    seed_offset: int,
+    cache_salt: str | None,
+) -> dict[str, Any]:
+    """The bench manifest: what `make compare` checks as conditions (`conditions` below), and what the report
+    sets beside the figures (the server's argv and digest, the client's placement, the runs' seeds)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "bench",
+        "host": plan.host,
+        "workload": workload.model_dump(mode="json"),
+        "profile": redact(plan.profile.model_dump(mode="json")),
+        "runtime_image": targets.image,
+        "server": {
+            "container": launch.spec["name"],
+            "argv": launch.spec["command"],
+            "cpuset": placement.server_cpus,
+            "spec_digest": launch.spec_digest,
+        },
+        "stand_in": launch.stand_in,
+        "client": asdict(placement),
+        "tool": f"vllm bench serve ({launch.images.distribution} {launch.images.version}, the runtime image)",
+        "tokenizer": targets.tokenizer,
+        "base_url": plan.base_url,
+        "seed_offset": seed_offset,
+        "cache_salt": cache_salt,
+        "runs": [
+            {k: r[k] for k in ("id", "point", "phase", "seed", "cache_salt", "max_concurrency", "request_rate")}
+            for r in runs
+        ],
+        "gpu_class": dict(gpu_class) if gpu_class else None,
+        "api": {"key": bool(targets.api_key), "loopback": plan.api.loopback},
+    }
+
+
 def plan_bench(
     workload: Workload,
     plan: Plan,
@@ -231,46 +295,10 @@ def plan_bench(
         "api_key": targets.api_key,
         "runs": runs,
     }
-    argv = [
-        "docker", "run", "--rm", "--name", f"{container}-bench",
-        "--network", "host",
-        "--cpuset-cpus", placement.client_cpus,
-        "--label", "refdeploy.role=bench-client",
-        "-v", f"{host_out}:{CLIENT_DIR}",
-    ]  # fmt: skip
-    # The serving container's volumes, read-only: the tokenizer resolves as it does in the server.
-    for v in targets.volumes:
-        argv += ["-v", v]
-    if samplers_dir:
-        argv += ["-v", f"{samplers_dir}:{CLIENT_SAMPLERS_DIR}:ro"]
-    argv += ["--entrypoint", "python3", image, f"{CLIENT_DIR}/bench_client.py", f"{CLIENT_DIR}/plan.json"]
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "bench",
-        "host": plan.host,
-        "workload": workload.model_dump(mode="json"),
-        "profile": redact(profile.model_dump(mode="json")),
-        "runtime_image": image,
-        "server": {
-            "container": container,
-            "argv": plan.launch.spec["command"],
-            "cpuset": placement.server_cpus,
-            "spec_digest": plan.launch.spec_digest,
-        },
-        "stand_in": plan.launch.stand_in,
-        "client": asdict(placement),
-        "tool": f"vllm bench serve ({plan.launch.images.distribution} {plan.launch.images.version}, the runtime image)",
-        "tokenizer": targets.tokenizer,
-        "base_url": plan.base_url,
-        "seed_offset": seed_offset,
-        "cache_salt": cache_salt,
-        "runs": [
-            {k: r[k] for k in ("id", "point", "phase", "seed", "cache_salt", "max_concurrency", "request_rate")}
-            for r in runs
-        ],
-        "gpu_class": dict(gpu_class) if gpu_class else None,
-        "api": {"key": bool(targets.api_key), "loopback": plan.api.loopback},
-    }
+    argv = _client_docker_argv(container, placement, host_out, targets.volumes, samplers_dir, image)
+    manifest = _bench_manifest(
+        workload, plan, plan.launch, targets, placement, runs, gpu_class, seed_offset, cache_salt
+    )
     # Per run: the timeout, the client's start-up and a margin for metrics snapshots.
     timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + 120)
     return {"client_plan": client_plan, "docker_argv": argv, "manifest": manifest, "timeout_s": timeout_s}

@@ -154,6 +154,49 @@ def copy_sampler_window(samplers_dir: Path, out: Path, start_mono: float, end_mo
     return copied
 
 
+def _bench_between_snapshots(
+    run: dict[str, Any], run_dir: Path, base: str, reset_prefix_cache: bool, status: dict[str, Any]
+) -> tuple[int | None, bool]:
+    """One run's `vllm bench serve` between two /metrics snapshots (after a prefix-cache reset when the plan
+    asks for one): (exit code or None, timed out). What happened, on both clocks, goes into `status`."""
+    code, body = http("GET", base + "/metrics")
+    if code == 200:
+        (run_dir / "metrics-before.txt").write_text(body)
+    status["metrics_before_status"] = code
+    if reset_prefix_cache:
+        code, body = http("POST", base + "/reset_prefix_cache")
+        status["prefix_cache_reset"] = {"status": code, "body": body[:200]}
+    status["started_mono_s"], status["started_wall"] = stamp()
+    status["started_unix_s"] = time.time()
+    rc, timed_out = run_bench(list(run["argv"]), run_dir, float(run["timeout_s"]))
+    status["ended_mono_s"], status["ended_wall"] = stamp()
+    status["ended_unix_s"] = time.time()
+    status.update(exit_code=rc, timed_out=timed_out)
+    code, body = http("GET", base + "/metrics")
+    if code == 200:
+        (run_dir / "metrics-after.txt").write_text(body)
+    status["metrics_after_status"] = code
+    return rc, timed_out
+
+
+def _run_failure(run: dict[str, Any], rc: int | None, timed_out: bool, result_path: Path) -> str:
+    """Why a run that was started failed, "" when it did not: a run is ok only if `vllm bench serve` exited 0
+    in time and its result.json says every request succeeded."""
+    if timed_out:
+        return f"vllm bench serve ran past the run timeout ({run['timeout_s']} s) and was stopped"
+    if rc != 0:
+        return f"vllm bench serve exited {rc} (stderr.log)"
+    if not result_path.is_file():
+        return "vllm bench serve wrote no result.json"
+    try:
+        result = json.loads(result_path.read_text())
+        if int(result.get("failed", 0)):
+            return f"{result['failed']} of {result.get('num_prompts', '?')} requests failed"
+    except (ValueError, OSError) as exc:
+        return f"result.json unreadable: {exc}"
+    return ""
+
+
 def run_plan(plan: dict[str, Any]) -> int:
     out = Path(plan["out"])
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -190,38 +233,8 @@ def run_plan(plan: dict[str, Any]) -> int:
             client["runs"].append({"id": run["id"], "status": "failed"})
             failed += 1
             continue
-        code, body = http("GET", base + "/metrics")
-        if code == 200:
-            (run_dir / "metrics-before.txt").write_text(body)
-        status["metrics_before_status"] = code
-        if plan.get("prefix_cache") == "fresh":
-            code, body = http("POST", base + "/reset_prefix_cache")
-            status["prefix_cache_reset"] = {"status": code, "body": body[:200]}
-        status["started_mono_s"], status["started_wall"] = stamp()
-        status["started_unix_s"] = time.time()
-        rc, timed_out = run_bench(list(run["argv"]), run_dir, float(run["timeout_s"]))
-        status["ended_mono_s"], status["ended_wall"] = stamp()
-        status["ended_unix_s"] = time.time()
-        status.update(exit_code=rc, timed_out=timed_out)
-        code, body = http("GET", base + "/metrics")
-        if code == 200:
-            (run_dir / "metrics-after.txt").write_text(body)
-        status["metrics_after_status"] = code
-        result_path = run_dir / "result.json"
-        reason = ""
-        if timed_out:
-            reason = f"vllm bench serve ran past the run timeout ({run['timeout_s']} s) and was stopped"
-        elif rc != 0:
-            reason = f"vllm bench serve exited {rc} (stderr.log)"
-        elif not result_path.is_file():
-            reason = "vllm bench serve wrote no result.json"
-        else:
-            try:
-                result = json.loads(result_path.read_text())
-                if int(result.get("failed", 0)):
-                    reason = f"{result['failed']} of {result.get('num_prompts', '?')} requests failed"
-            except (ValueError, OSError) as exc:
-                reason = f"result.json unreadable: {exc}"
+        rc, timed_out = _bench_between_snapshots(run, run_dir, base, plan.get("prefix_cache") == "fresh", status)
+        reason = _run_failure(run, rc, timed_out, run_dir / "result.json")
         if reason:
             failed += 1
             h, hbody = http("GET", base + "/health", timeout=5.0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from serving import gpu_facts, limits, numa, nvme, pinned_ram
 from serving.errors import InputError
 from serving.numa import NumaPlan
-from serving.profile import Profile
+from serving.profile import Gpu, Profile
 from serving.render import PROFILE_LABEL, SPEC_LABEL, render_container_spec, spec_digest
 
 SCHEMA_VERSION = 1
@@ -242,6 +242,50 @@ def serving_slice(profile: Profile, plan: numa.NumaPlan) -> dict[str, Any]:
     }
 
 
+def _check_runtime(readings: Mapping[str, str], host: str) -> list[str]:
+    """What the container runtime needs of the host: cgroup v2 for the serving slice, Docker's nvidia runtime."""
+    failures: list[str] = []
+    if readings["cgroup_fs"].strip() != "cgroup2fs":
+        failures.append(
+            f"{host} runs cgroup v1 ({readings['cgroup_fs'].strip()} at /sys/fs/cgroup): the serving slice needs "
+            "cgroup v2 (memory.max, cpu.max, pressure); boot with systemd.unified_cgroup_hierarchy=1"
+        )
+    if "nvidia" not in readings["docker_runtimes"]:
+        failures.append(
+            f"Docker on {host} has no nvidia runtime (docker info: {readings['docker_runtimes'].strip()[:120]}): "
+            "install the NVIDIA container toolkit and run `nvidia-ctk runtime configure --runtime=docker`"
+        )
+    return failures
+
+
+def _place_workers(
+    profile: Profile, gpu: Gpu, gpus: Sequence[gpu_facts.GpuInfo], sysfs: str
+) -> tuple[numa.NumaPlan | None, list[str]]:
+    """The NUMA plan for the profile's GPUs, one group of TP GPUs per pipeline stage: (the plan, failure lines).
+
+    `gpus` are the host's (nvidia-smi), all of the profile's devices among them; `sysfs` the host's listing.
+    """
+    bus = {g.index: g.pci_bus_id for g in gpus}
+    topology = topology_from_listing(sysfs)
+    pp = profile.vllm.pipeline_parallel_size or 1
+    tp = profile.vllm.tensor_parallel_size or 1
+    devices = gpu.devices
+    if pp * tp != len(devices):
+        return None, [f"profile {profile.name}: PP {pp} x TP {tp} needs {pp * tp} GPUs, devices lists {devices}"]
+    groups = [devices[i * tp : (i + 1) * tp] for i in range(pp)]
+    try:
+        plan = numa.plan_placement(
+            topology,
+            [bus[i] or "" for i in sorted(bus)],
+            [[sorted(bus).index(d) for d in g] for g in groups],
+            gpu.reserve_client_cpus,
+            gpu.reserve_probe_cpus,
+        )
+    except numa.NumaError as e:
+        return None, [str(e)]
+    return plan, []
+
+
 def plan_gpu_host(
     profile: Profile,
     class_spec: gpu_facts.GpuClassSpec,
@@ -275,16 +319,7 @@ def plan_gpu_host(
     listing = gpu_facts.parse_nvidia_smi_L(readings["nvidia_smi_L"])
     gpus = gpu_facts.parse_query_gpu(readings["query_gpu"])
     failures += gpu_facts.check_class(class_spec, gpus, host, listing)
-    if readings["cgroup_fs"].strip() != "cgroup2fs":
-        failures.append(
-            f"{host} runs cgroup v1 ({readings['cgroup_fs'].strip()} at /sys/fs/cgroup): the serving slice needs "
-            "cgroup v2 (memory.max, cpu.max, pressure); boot with systemd.unified_cgroup_hierarchy=1"
-        )
-    if "nvidia" not in readings["docker_runtimes"]:
-        failures.append(
-            f"Docker on {host} has no nvidia runtime (docker info: {readings['docker_runtimes'].strip()[:120]}): "
-            "install the NVIDIA container toolkit and run `nvidia-ctk runtime configure --runtime=docker`"
-        )
+    failures += _check_runtime(readings, host)
     known = {g.index for g in gpus}
     absent = [d for d in profile.gpu.devices if d not in known]
     if absent and gpus:
@@ -292,25 +327,8 @@ def plan_gpu_host(
 
     plan: numa.NumaPlan | None = None
     if not absent and gpus:
-        bus = {g.index: g.pci_bus_id for g in gpus}
-        topology = topology_from_listing(readings["sysfs"])
-        pp = profile.vllm.pipeline_parallel_size or 1
-        tp = profile.vllm.tensor_parallel_size or 1
-        devices = profile.gpu.devices
-        if pp * tp != len(devices):
-            failures.append(f"profile {profile.name}: PP {pp} x TP {tp} needs {pp * tp} GPUs, devices lists {devices}")
-        else:
-            groups = [devices[i * tp : (i + 1) * tp] for i in range(pp)]
-            try:
-                plan = numa.plan_placement(
-                    topology,
-                    [bus[i] or "" for i in sorted(bus)],
-                    [[sorted(bus).index(d) for d in g] for g in groups],
-                    profile.gpu.reserve_client_cpus,
-                    profile.gpu.reserve_probe_cpus,
-                )
-            except numa.NumaError as e:
-                failures.append(str(e))
+        plan, placement_failures = _place_workers(profile, profile.gpu, gpus, readings["sysfs"])
+        failures += placement_failures
 
     memlock = _planned_memlock(engine_memlock) if engine_memlock else _memlock(readings["dockerd_limits"])
     budget = pinned_ram.compute_budget(budget_inputs(profile, _mem_total(readings["meminfo"]), memlock))

@@ -122,6 +122,23 @@ def _source_date(paths: list[Path]) -> str:
     return out or "unknown"
 
 
+def _probes_image(images_dir: Path, base_tag: str, base_inputs: list[Path]) -> tuple[str, list[Path], list[str]]:
+    """The probe image's inputs hash, the probes package files in it and its `docker build` flags.
+
+    It is built on the same base as the runtime, so the base's tag is one of its inputs.
+    """
+    package = sorted((images_dir.parent / "probes").glob("*.py"))
+    probes_inputs = [images_dir / "probes" / "Dockerfile", *package]
+    probes_sha = _hash_files(probes_inputs, [base_tag])
+    probes_labels = {
+        "org.opencontainers.image.revision": probes_sha,
+        "org.opencontainers.image.created": _source_date([*base_inputs, *probes_inputs]),
+        "org.opencontainers.image.base.name": base_tag,
+    }
+    flags = [f"--build-arg=BASE_IMAGE={base_tag}"] + [f"--label={k}={v}" for k, v in sorted(probes_labels.items())]
+    return probes_sha, package, flags
+
+
 def plan_images(
     distribution: str,
     version: str,
@@ -175,15 +192,7 @@ def plan_images(
         "org.refdeploy.vllm.patch-series": ",".join(p.name for p in patches),
     }
     labels.update({PATCH_LABEL_PREFIX + p.name: f"sha256:{p.sha256}" for p in patches})
-    probes_dir = images_dir / "probes"
-    package = sorted((images_dir.parent / "probes").glob("*.py"))
-    probes_inputs = [probes_dir / "Dockerfile", *package]
-    probes_sha = _hash_files(probes_inputs, [base_tag])
-    probes_labels = {
-        "org.opencontainers.image.revision": probes_sha,
-        "org.opencontainers.image.created": _source_date([*base_inputs, *probes_inputs]),
-        "org.opencontainers.image.base.name": base_tag,
-    }
+    probes_sha, package, probes_build_flags = _probes_image(images_dir, base_tag, base_inputs)
     return ImagePlan(
         base_tag=base_tag,
         base_build=base_image is None,
@@ -203,6 +212,5 @@ def plan_images(
         probes_tag=f"refdeploy/probes:{probes_sha[:12]}",
         probes_inputs_sha256=probes_sha,
         probes_package_files=[str(p) for p in package],
-        probes_build_flags=[f"--build-arg=BASE_IMAGE={base_tag}"]
-        + [f"--label={k}={v}" for k, v in sorted(probes_labels.items())],
+        probes_build_flags=probes_build_flags,
     )

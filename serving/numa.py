@@ -216,6 +216,47 @@ def _reserve(cpus: Sequence[int], client: int, probes: int) -> tuple[list[int], 
     return client_cpus, probe_cpus
 
 
+def _place_groups(
+    topology: Topology,
+    gpu_bdfs_in_index_order: Sequence[str],
+    groups: Sequence[Sequence[int]],
+    node_of: Mapping[int, int],
+    client: Sequence[int],
+    probes: Sequence[int],
+) -> list[GroupPlacement]:
+    """Each group's ranks, numbered in group order, each on its GPU's node's CPUs less the reserved ones."""
+    reserved = set(client) | set(probes)
+    placed: list[GroupPlacement] = []
+    rank = 0
+    for index, group in enumerate(groups):
+        ranks: list[RankPlacement] = []
+        for gpu in group:
+            node = node_of[gpu]
+            cpus = [c for c in topology.nodes[node].cpus if c not in reserved]
+            if not cpus:
+                raise NumaError(
+                    f"group {index} (GPUs {format_cpulist(group)}) rank {rank} on NUMA node {node} has no CPUs left "
+                    f"after reserving {format_cpulist(client) or 'none'} for the client and "
+                    f"{format_cpulist(probes) or 'none'} for the probes: reserve fewer CPUs"
+                )
+            ranks.append(
+                RankPlacement(
+                    rank=rank, gpu=gpu, pci_bus_id=gpu_bdfs_in_index_order[gpu], node=node, cpus=format_cpulist(cpus)
+                )
+            )
+            rank += 1
+        group_cpus = {c for r in ranks for c in parse_cpulist(r.cpus)}
+        placed.append(
+            GroupPlacement(
+                gpus=tuple(group),
+                nodes=tuple(sorted({r.node for r in ranks})),
+                cpus=format_cpulist(group_cpus),
+                ranks=tuple(ranks),
+            )
+        )
+    return placed
+
+
 def plan_placement(
     topology: Topology,
     gpu_bdfs_in_index_order: Sequence[str],
@@ -259,36 +300,7 @@ def plan_placement(
             f"on NUMA node {last_node}, which has {len(last_cpus)}: reserve fewer"
         )
     client, probes = _reserve(last_cpus, reserve_client_cpus, reserve_probe_cpus)
-    reserved = set(client) | set(probes)
-
-    placed: list[GroupPlacement] = []
-    rank = 0
-    for index, group in enumerate(groups):
-        ranks: list[RankPlacement] = []
-        for gpu in group:
-            node = node_of[gpu]
-            cpus = [c for c in topology.nodes[node].cpus if c not in reserved]
-            if not cpus:
-                raise NumaError(
-                    f"group {index} (GPUs {format_cpulist(group)}) rank {rank} on NUMA node {node} has no CPUs left "
-                    f"after reserving {format_cpulist(client) or 'none'} for the client and "
-                    f"{format_cpulist(probes) or 'none'} for the probes: reserve fewer CPUs"
-                )
-            ranks.append(
-                RankPlacement(
-                    rank=rank, gpu=gpu, pci_bus_id=gpu_bdfs_in_index_order[gpu], node=node, cpus=format_cpulist(cpus)
-                )
-            )
-            rank += 1
-        group_cpus = {c for r in ranks for c in parse_cpulist(r.cpus)}
-        placed.append(
-            GroupPlacement(
-                gpus=tuple(group),
-                nodes=tuple(sorted({r.node for r in ranks})),
-                cpus=format_cpulist(group_cpus),
-                ranks=tuple(ranks),
-            )
-        )
+    placed = _place_groups(topology, gpu_bdfs_in_index_order, groups, node_of, client, probes)
 
     all_ranks = [r for g in placed for r in g.ranks]
     vllm_args = (

@@ -297,6 +297,29 @@ def _bench_targets(profile: Profile, launch: Launch, api_key: bool, client_cpus:
     )
 
 
+def _tokenizer_failures(tokenizer: str, volumes: Sequence[str]) -> list[str]:
+    """The bench client mounts the serving container's volumes to load the tokenizer: it must be inside one."""
+    if _volume_for(tokenizer, volumes) is not None:
+        return []
+    return [
+        f"the tokenizer {tokenizer} is not inside a volume of the serving container "
+        f"({', '.join(volumes)}): put it beside the model, or mount it"
+    ]
+
+
+def _api(profile: Profile, api_key_file: str | None, launch: Launch | None) -> Api:
+    """Where the API answers and its key; the secrets to redact are those of the environment the container
+    is started with (the launch's, a stand-in's included), the profile's where nothing is launched."""
+    return Api(
+        host_ip=profile.ports.host_ip,
+        host_port=profile.ports.host_port,
+        loopback=profile.ports.loopback,
+        key_file=api_key_file,
+        key_copy=api_key_copy(profile.container.name),
+        secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
+    )
+
+
 def build_plan(
     profile: Profile,
     host: str,
@@ -346,11 +369,7 @@ def build_plan(
             launch, gpu_access = standin.stand_in(profile, launch, stand_in, host)
             client_cpus = probe_cpus = ""
         bench = _bench_targets(profile, launch, api_key_file is not None, client_cpus)
-        if _volume_for(bench.tokenizer, launch.spec["volumes"]) is None:
-            failures.append(
-                f"the tokenizer {bench.tokenizer} is not inside a volume of the serving container "
-                f"({', '.join(launch.spec['volumes'])}): put it beside the model, or mount it"
-            )
+        failures += _tokenizer_failures(bench.tokenizer, launch.spec["volumes"])
     probes = ProbeTargets(
         data_dirs=served_dirs,
         data_file=data_file,
@@ -372,14 +391,7 @@ def build_plan(
         launch=launch,
         sidecar_spec=sidecar,
         base_url=_base_url(profile),
-        api=Api(
-            host_ip=profile.ports.host_ip,
-            host_port=profile.ports.host_port,
-            loopback=profile.ports.loopback,
-            key_file=api_key_file,
-            key_copy=api_key_copy(profile.container.name),
-            secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
-        ),
+        api=_api(profile, api_key_file, launch),
         model_action=model_action,
         served_dirs=served_dirs,
         probes=probes,
