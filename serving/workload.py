@@ -8,10 +8,10 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from serving.errors import InputError
+from serving.schema import StrictModel, YamlKind
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
 
@@ -20,11 +20,7 @@ class WorkloadError(InputError):
     """A workload that cannot be used: unknown name, unknown key, wrong type."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class Workload(_Strict):
+class Workload(StrictModel):
     schema_version: Literal[1]
     name: str
     description: str = ""
@@ -65,44 +61,37 @@ class Workload(_Strict):
         return v
 
 
+def _needs_a_point(workload: Workload) -> str | None:
+    """A bench with neither a concurrency level nor an arrival rate would measure nothing."""
+    if not workload.concurrency and not workload.arrival_rates:
+        return "give at least one concurrency level or one arrival rate"
+    return None
+
+
+_WORKLOADS = YamlKind(
+    model=Workload,
+    directory=WORKLOADS_DIR,
+    error=WorkloadError,
+    no_such_file="workload file {name} does not exist",
+    no_such_name=(
+        "unknown workload {name!r}: known workloads are {known} (serving/workloads/), or give a path to a workload YAML"
+    ),
+    not_a_mapping="{source}: a workload is a mapping, got {type}",
+    check=_needs_a_point,
+)
+
+
 def known_workloads() -> list[str]:
-    return sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml"))
+    return _WORKLOADS.known()
 
 
 def resolve_workload_path(name_or_path: str) -> Path:
-    if "/" in name_or_path or name_or_path.endswith((".yaml", ".yml")):
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise WorkloadError(f"workload file {name_or_path} does not exist")
-        return path
-    path = WORKLOADS_DIR / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise WorkloadError(
-            f"unknown workload {name_or_path!r}: known workloads are {', '.join(known_workloads())} "
-            f"(serving/workloads/), or give a path to a workload YAML"
-        )
-    return path
+    return _WORKLOADS.resolve(name_or_path)
 
 
 def parse_workload(data: Any, source: str = "<workload>") -> Workload:
-    if not isinstance(data, dict):
-        raise WorkloadError(f"{source}: a workload is a mapping, got {type(data).__name__}")
-    try:
-        workload = Workload.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors(include_url=False)
-        )
-        raise WorkloadError(f"{source}: {problems}") from None
-    if not workload.concurrency and not workload.arrival_rates:
-        raise WorkloadError(f"{source}: give at least one concurrency level or one arrival rate")
-    return workload
+    return _WORKLOADS.parse(data, source)
 
 
 def load_workload(name_or_path: str) -> Workload:
-    path = resolve_workload_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise WorkloadError(f"{path}: not valid YAML: {exc}") from None
-    return parse_workload(data, str(path))
+    return _WORKLOADS.load(name_or_path)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -10,8 +11,9 @@ from serving.profile import ProfileError, load_profile, parse_profile
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cpu_tiny() -> dict:
-    return yaml.safe_load((REPO / "serving/profiles/cpu-tiny.yaml").read_text())
+def _cpu_tiny() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((REPO / "serving/profiles/cpu-tiny.yaml").read_text())
+    return data
 
 
 def test_shipped_profile_loads_with_its_values() -> None:
