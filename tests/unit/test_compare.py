@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from probes.report import PANEL_COLOURS
+from probes.report_svg import PANEL_COLOURS
 from serving import bench, bench_report, compare, stats, workload
 from tests.unit.test_bench import FIXTURES, serving_plan
 

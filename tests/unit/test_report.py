@@ -1,4 +1,5 @@
-"""The evidence bundle's timeline report (probes/report.py): the HTML page's plots, the summary text, input checks, CLI.
+"""The evidence bundle's timeline report (probes/report.py, report_svg.py, report_input.py): the HTML page's plots,
+the summary text, input checks, CLI.
 
 Each panel's SVG is cut out of the page and parsed as XML, so the assertions are on what a browser would draw:
 polyline points in pixels, stroke colours, the text elements.
@@ -15,21 +16,9 @@ from typing import Any
 
 import pytest
 
-from probes.report import (
-    PANEL_COLOURS,
-    PANEL_KEYS,
-    PLOT_BOTTOM,
-    PLOT_LEFT,
-    PLOT_RIGHT,
-    PLOT_TOP,
-    ReportInputError,
-    load_timeline,
-    main,
-    render_html,
-    render_summary,
-    validate_timeline,
-    write_report,
-)
+from probes.report import main, render_html, render_summary, write_report
+from probes.report_input import PANEL_KEYS, ReportInputError, load_timeline, validate_timeline
+from probes.report_svg import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
 
 SVG = "{http://www.w3.org/2000/svg}"
 SECONDS = 20.0
