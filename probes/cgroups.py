@@ -483,27 +483,32 @@ def cgroup_snapshot(
             "run the probe with --cgroupns host",
             memberships=memberships,
         )
+    status, reason, version, levels = _hierarchy_levels(r, pid, memberships, cgroup_file, cgroup_root)
+    return result(status, reason, version, memberships, levels)
 
+
+def _hierarchy_levels(
+    r: _Reader, pid: int, memberships: list[CgroupMembership], cgroup_file: Path, cgroup_root: Path
+) -> tuple[Status, str | None, CgroupVersion | None, list[CgroupLevel]]:
+    """(status, reason, version, levels) of the walk up the hierarchy the memberships place the process in.
+
+    v1 when any membership is a v1 controller line, else v2 from the `0::` line; a hierarchy not found under
+    cgroup_root fails, with the reason and no levels. cgroup_snapshot has read and checked the memberships.
+    """
     v1_paths = {c: m.path for m in memberships if m.hierarchy_id != 0 for c in m.controllers if c in _V1_CONTROLLERS}
     unified = next((m.path for m in memberships if m.hierarchy_id == 0), None)
     if v1_paths:
-        levels = _v1_levels(r, v1_paths, unified, cgroup_root)
-        if levels is None:
-            reason = f"none of the controllers {sorted(v1_paths)} is mounted under {cgroup_root}"
-            return result("failed", reason, "v1", memberships)
-        return result("successful", None, "v1", memberships, levels)
+        v1_levels = _v1_levels(r, v1_paths, unified, cgroup_root)
+        if v1_levels is None:
+            return "failed", f"none of the controllers {sorted(v1_paths)} is mounted under {cgroup_root}", "v1", []
+        return "successful", None, "v1", v1_levels
     if unified is None:
-        return result(
-            "failed", f"{cgroup_file} has neither a v1 controller line nor a v2 '0::' line", None, memberships
-        )
+        return "failed", f"{cgroup_file} has neither a v1 controller line nor a v2 '0::' line", None, []
     v2 = v2_root(cgroup_root)
     if v2 is None:
-        return result(
-            "failed",
+        reason = (
             f"process {pid} is in a cgroup v2 hierarchy, but neither {cgroup_root} nor {cgroup_root / 'unified'} "
-            "holds cgroup.controllers: mount the host's /sys/fs/cgroup there",
-            "v2",
-            memberships,
+            "holds cgroup.controllers: mount the host's /sys/fs/cgroup there"
         )
-    levels = [_v2_level(r, path, v2 / _relative(path)) for path in cgroup_ancestors(unified)]
-    return result("successful", None, "v2", memberships, levels)
+        return "failed", reason, "v2", []
+    return "successful", None, "v2", [_v2_level(r, path, v2 / _relative(path)) for path in cgroup_ancestors(unified)]

@@ -310,13 +310,7 @@ def run_io_probe(
     timeout = float(timeout_s) if timeout_s is not None else runtime_s + _DEFAULT_TIMEOUT_MARGIN_S
     resolved = target.resolve(strict=True)
     started_at = _now()
-    fio = shutil.which("fio")
-    fio_version: str | None = None
-    skip: str | None = FIO_NOT_INSTALLED if fio is None else None
-    if fio is not None:
-        fio_version, skip = _fio_capability(fio)
-    if skip is None:
-        skip = _direct_io_problem(resolved)
+    fio, fio_version, skip = _fio_readiness(resolved)
 
     fields: dict[str, Any] = {
         "schema_version": RESULT_SCHEMA_VERSION,
@@ -372,6 +366,18 @@ def run_io_probe(
         target_unchanged=unchanged,
         runs=runs,
     )
+
+
+def _fio_readiness(resolved: Path) -> tuple[str | None, str | None, str | None]:
+    """(where fio is, its version, why the probe cannot run here or None): whatever stops it before a run."""
+    fio = shutil.which("fio")
+    fio_version: str | None = None
+    skip: str | None = FIO_NOT_INSTALLED if fio is None else None
+    if fio is not None:
+        fio_version, skip = _fio_capability(fio)
+    if skip is None:
+        skip = _direct_io_problem(resolved)
+    return fio, fio_version, skip
 
 
 def _read_target(resolved: Path, when: str) -> tuple[TargetState | None, list[str]]:
