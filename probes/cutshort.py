@@ -13,14 +13,13 @@ fetched bundle,
 The capture writes capture-started.json when its window opens (the parts asked for, the processes found, the
 window's start on both clocks); without it (killed before the window), the parts are named from the directories.
 
-  python -m probes.cutshort BUNDLE_DIR --exit-code N --why LINE [--serving-change FILE]
+`write` is called on the controller, by the action plugin refdeploy_cutshort once the probe container has exited,
+so this module has no command line of its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,24 +117,3 @@ def write(bundle: Path, exit_code: int, why: str, serving: Mapping[str, Any] | N
     (bundle / "bundle.json").write_text(json.dumps(idx, indent=2) + "\n")
     (bundle / "summary.txt").write_text(summary(idx))
     return idx
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.cutshort", description=__doc__.split("\n\n")[0])
-    ap.add_argument("bundle", type=Path)
-    ap.add_argument("--exit-code", type=int, required=True)
-    ap.add_argument("--why", required=True, help="one line: why the capture stopped")
-    ap.add_argument("--serving-change", type=Path, help="JSON of serving.continuity.serving_change")
-    a = ap.parse_args(argv)
-    serving = json.loads(a.serving_change.read_text()) if a.serving_change else None
-    try:
-        write(a.bundle, a.exit_code, a.why, serving)
-    except (OSError, ValueError) as e:
-        print(f"cutshort: could not index {a.bundle}: {e}", file=sys.stderr)
-        return 2
-    print((a.bundle / "summary.txt").read_text(), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
