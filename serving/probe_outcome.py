@@ -85,7 +85,7 @@ def io_outcome(run: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str,
 
 def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """`make capture` / `make probe`: the probe container's run and the serving container's change -> pass,
-    finding or error; `why` is what a bundle cut short records (probes/cutshort.py --why).
+    finding or error; `why` is what a bundle cut short records (probes.cutshort.write).
 
     run: the command task's result. change: serving.continuity.serving_change's (changed, line).
     settings: host, container, timeout_s, bundle (where the controller keeps what the capture wrote).
