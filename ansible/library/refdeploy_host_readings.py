@@ -17,10 +17,11 @@ docker_runtimes, dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvm
 tools the host lacks, `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead
 NFS mount, a dockerd that does not answer): the plan names each one.
 
-The test seam (tests/integration/test_gpu_hosts_ssh.py, never set in production): REPLAY_PATH puts replayers
-of nvidia-smi, lsblk, findmnt and nvme first on PATH, SYS_ROOT stands for /sys, and HOST_REPLAY holds
-host-level readings a container cannot have (meminfo.txt, cgroup-fs.txt, docker-runtimes.json,
-dockerd-limits.txt).
+The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
+directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
+container cannot have (meminfo.txt, cgroup-fs.txt, docker-runtimes.json, dockerd-limits.txt). The tools a
+test host cannot have (nvidia-smi, lsblk, findmnt, nvme, systemctl) are stand-ins found first on its PATH,
+which serve the same directory; this module runs tools by PATH like any other.
 """
 
 from __future__ import annotations
@@ -43,13 +44,12 @@ class Reader:
         self.timeout_s = timeout_s
         self.missing: list[str] = []
         self.timeout: list[str] = []
-        replay = os.environ.get("REPLAY_PATH") or ""
-        self.path = f"{replay}:{os.environ.get('PATH', '')}" if replay else os.environ.get("PATH", "")
-        self.sys_root = os.environ.get("SYS_ROOT") or "/sys"
-        self.host_replay = os.environ.get("HOST_REPLAY") or ""
+        replay = os.environ.get("REFDEPLOY_REPLAY_DIR") or ""
+        self.sys_root = f"{replay}/sys" if replay else "/sys"
+        self.host_replay = f"{replay}/host" if replay else ""
 
     def which(self, tool: str) -> str | None:
-        return shutil.which(tool, path=self.path)
+        return shutil.which(tool)
 
     def run(self, argv: list[str], stderr: bool = False) -> str:
         """A command's stdout (and stderr, if asked), bounded; "" when it cannot run."""
@@ -63,7 +63,6 @@ class Reader:
                 stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
                 timeout=self.timeout_s,
                 check=False,
-                env={**os.environ, "PATH": self.path},
             )
         except subprocess.TimeoutExpired:
             self.timeout.append(f"{' '.join(argv)} (after {self.timeout_s} s)")
@@ -71,7 +70,7 @@ class Reader:
         return cp.stdout.decode(errors="replace")
 
     def replayed(self, name: str) -> str | None:
-        """A host-level reading a test host replays (HOST_REPLAY), else None."""
+        """A host-level reading a test host replays (REFDEPLOY_REPLAY_DIR/host), else None."""
         if not self.host_replay:
             return None
         f = Path(self.host_replay) / name

@@ -7,7 +7,8 @@ each sshd on its own port, so that the port a host's serving container publishes
 as on a real host. What a container cannot be is REPLAYED from tests/fixtures/gpu-hosts (nvidia-smi,
 lsblk, findmnt and nvme through tests/replay/, the sysfs tree, and the host-level readings in <class>/host/,
 see HOST-READINGS.md); systemctl is a stand-in that records its calls (no systemd in a container, and the
-engine it would restart runs these tests).
+engine it would restart runs these tests). All of it goes through the one replay seam, the inventory's
+refdeploy_replay_environment (tests/replay/README.md); no role has a test input.
 
 What cannot exist here at all, the GPUs and the CUDA engine, is replaced at the one test seam, the stand-in
 (serving/standin.py, switched on by REFDEPLOY_STAND_IN for these `make` runs only): the class is planned as
@@ -51,6 +52,8 @@ HOSTS = {
     "rdtest-gpupro": (2220, "gpu_rtxpro6000", "rtxpro6000-8gpu", 18020),
 }
 FIXTURES = REPO / "tests" / "fixtures" / "gpu-hosts"
+# The PATH a root SSH session on a Debian test host gets (sshd's default for root).
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STAND_IN: dict[str, str] = {}
 
 
@@ -111,6 +114,12 @@ def _remove() -> None:
         for suffix in ("-samplers", "", "-previous", "-failed", "-bench"):
             docker("rm", "-f", _container(name) + suffix, check=False)
         docker("rm", "-f", name, check=False)
+
+
+def _replay_environment(recordings: str) -> dict[str, str]:
+    """The one replay seam (tests/replay/README.md), as a test host's inventory sets it: the stand-ins of
+    tests/replay (mounted at /opt/replay/bin) first on PATH, and the recordings they and the host readings serve."""
+    return {"PATH": f"/opt/replay/bin:{HOST_PATH}", "REFDEPLOY_REPLAY_DIR": recordings}
 
 
 @pytest.fixture(scope="module")
@@ -175,11 +184,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
             "ansible_host": "127.0.0.1",
             "ansible_port": ssh_port,
             "serving_profile": str(profiles[name]),
-            "preflight_replay_path": "/opt/replay/bin",
-            "preflight_replay_dir": replay,
-            "preflight_sys_root": f"{replay}/sys",
-            "preflight_replay_host_dir": f"{replay}/host",
-            "runtime_systemctl": "/opt/replay/bin/systemctl",
+            "refdeploy_replay_environment": _replay_environment(replay),
             # The hosts share this machine's engine (live-restore off, the other tests' containers running),
             # which the stand-in systemctl never restarts: the restart is accepted here, and refused in
             # test_an_engine_restart_that_would_stop_containers_is_refused_before_any_change.
@@ -347,16 +352,13 @@ def test_a_bad_3090_host_is_refused_with_one_line_before_any_change(
     replay = scratch / case
     shutil.copytree(FIXTURES / "rtx3090-3gpu", replay)
     change(replay)
-    inside = f"/opt/replay/scratch/{case}"
+    case_vars = scratch / f"{case}.json"
+    case_vars.write_text(
+        json.dumps({"refdeploy_replay_environment": _replay_environment(f"/opt/replay/scratch/{case}")})
+    )
     before, files_before = host_state(), _host_files("rdtest-gpu3090")
     # The whole deploy, not preflight alone: it must stop before the roles that change the host.
-    r = make(
-        "deploy",
-        f"INVENTORY={inv}",
-        "HOST=rdtest-gpu3090",
-        f"ANSIBLE_ARGS=-e preflight_replay_dir={inside} -e preflight_sys_root={inside}/sys "
-        f"-e preflight_replay_host_dir={inside}/host {extra}",
-    )
+    r = make("deploy", f"INVENTORY={inv}", "HOST=rdtest-gpu3090", f"ANSIBLE_ARGS=-e @{case_vars} {extra}")
     out = " ".join(r.output.split())
     assert r.rc != 0, out[-3000:]
     assert "rdtest-gpu3090 cannot be deployed to; nothing was changed" in out, out[-3000:]

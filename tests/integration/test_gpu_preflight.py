@@ -6,6 +6,7 @@ in preflight, with one line per problem, before anything changes."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -28,13 +29,15 @@ CLASS = {
 
 
 def _deploy(tmp_path: Path, replay_dir: Path) -> tuple[int, str]:
+    """Deploy with the one replay seam (tests/replay/README.md): the stand-ins first on PATH, and the GPU
+    recordings without their host/ readings, so this machine's own are read."""
+    gpu_only = tmp_path / "gpu-only"
+    shutil.copytree(replay_dir, gpu_only)
+    shutil.rmtree(gpu_only / "host")
+    replay = {"PATH": f"{REPO / 'tests' / 'replay'}:{os.environ['PATH']}", "REFDEPLOY_REPLAY_DIR": str(gpu_only)}
     vars_file = tmp_path / "class.json"
-    vars_file.write_text(json.dumps(CLASS))
-    args = (
-        f"-e @{vars_file} -e preflight_replay_path={REPO / 'tests' / 'replay'} "
-        f"-e preflight_replay_dir={replay_dir} -e preflight_sys_root={replay_dir / 'sys'}"
-    )
-    r = make("deploy", "PROFILE=rtx3090-pp3", f"ANSIBLE_ARGS={args}")
+    vars_file.write_text(json.dumps({**CLASS, "refdeploy_replay_environment": replay}))
+    r = make("deploy", "PROFILE=rtx3090-pp3", f"ANSIBLE_ARGS=-e @{vars_file}")
     return r.rc, r.output
 
 

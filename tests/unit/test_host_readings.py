@@ -36,13 +36,9 @@ def read_host(args: dict[str, Any], env: dict[str, str] | None = None) -> dict[s
     return result
 
 
-def replay_env() -> dict[str, str]:
-    return {
-        "REPLAY_PATH": str(REPO / "tests" / "replay"),
-        "REFDEPLOY_REPLAY_DIR": str(FIXTURE),
-        "SYS_ROOT": str(FIXTURE / "sys"),
-        "HOST_REPLAY": str(FIXTURE / "host"),
-    }
+def replay_env(stand_ins: Path = REPO / "tests" / "replay") -> dict[str, str]:
+    """The one replay seam, as a GPU test host has it: the stand-ins first on PATH, the recordings' directory."""
+    return {"PATH": f"{stand_ins}:{os.environ.get('PATH', '')}", "REFDEPLOY_REPLAY_DIR": str(FIXTURE)}
 
 
 def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_its_contents(tmp_path: Path) -> None:
@@ -103,7 +99,7 @@ def test_a_tool_that_does_not_answer_is_named_and_a_missing_one_listed(tmp_path:
     smi = slow / "nvidia-smi"
     smi.write_text("#!/bin/sh\nsleep 30\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    env = {**replay_env(), "REPLAY_PATH": str(slow)}  # no nvme, lsblk, findmnt replayers: the host's own
+    env = replay_env(stand_ins=slow)  # no nvme, lsblk, findmnt replayers: the host's own
     got = read_host({"mode": "gpu", "host": "h", "served_dirs": [], "timeout_s": 1}, env)
     r = got["readings"]
     assert "nvidia-smi -L (after 1 s)" in r["timeout"].splitlines()
