@@ -141,17 +141,24 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
         assert r["server"]["generation_tokens"] == r["output_tokens"] == 8 * 32
         assert (d / "runs" / r["id"] / "result.json").is_file()
         assert (d / "runs" / r["id"] / "metrics-before.txt").is_file()
+
     # The scaling experiment: aggregate throughput grows with concurrency, each request's decode rate does not.
     # Per request, c4 and c1 are close on this tiny model (a batch of 4 costs a step little more than 1; a CI
     # run measured 85.95 vs 85.26 tok/s), so "does not grow" means: no faster than the run-to-run spread allows.
     # The per-request rate is the server's (its TPOT histogram): the client's own is lost when a stream arrives in
     # one burst, which happens here on 2 shared cores at c1 and c4 alike (REFERENCE §11; one run measured a
     # client decode median of 436,366 tok/s at c4, TPOT 0.0018 ms, while the server's TPOT was 1.47 ms).
-    c1, c4 = point(s, "c1"), point(s, "c4")
-    assert c4["output_tok_s"]["median"] > 1.3 * c1["output_tok_s"]["median"]
-    server_c1, server_c4 = (1000 / p["server_tpot_mean_ms"]["median"] for p in (c1, c4))
+    # Over the four default benches (the median of their medians), not the first alone: within one bench every
+    # c1 run precedes every c4 run, so a slow minute falls on one point only. A CI run's first bench had a c1
+    # server TPOT of 3.62 ms and c4 of 3.09 ms, where the next three had 2.53-2.95 (c1) and 3.37-4.37 (c4).
+    def pooled(pid: str, figure: str) -> float:
+        return float(statistics.median(point(summary(b), pid)[figure]["median"] for b in default_benches))
+
+    c1_out, c4_out = pooled("c1", "output_tok_s"), pooled("c4", "output_tok_s")
+    assert c4_out > 1.3 * c1_out
+    server_c1, server_c4 = (1000 / pooled(pid, "server_tpot_mean_ms") for pid in ("c1", "c4"))
     assert server_c4 < (1 + SPREAD) * server_c1
-    assert c4["output_tok_s"]["median"] > 2 * server_c4  # aggregate is not a request's rate
+    assert c4_out > 2 * server_c4  # aggregate is not a request's rate
     assert (d / "samplers" / "vmstat.log").stat().st_size > 0
 
 
@@ -242,8 +249,14 @@ def test_compare_max_num_seqs_1_vs_8_at_concurrency_4(default_benches: list[Path
     c4 = r.output.split("\nc4:\n", 1)[1]
     ttft = next(ln for ln in c4.splitlines() if ln.strip().startswith("TTFT"))
     agg = next(ln for ln in c4.splitlines() if ln.strip().startswith("aggregate output"))
-    assert ttft.endswith("B higher (worse)"), r.output
+    # Aggregate output per run is what max_num_seqs=1 caps, and its interval excludes 0 with room to spare (a CI
+    # run: -70.3% [-877.8, -187.3]). TTFT's effect is as large but its interval is not a safe test here: behind
+    # max_num_seqs=1 the first request of each wave is served at once and the rest queue, so 8 requests a run
+    # are bimodal and resampling them can put 0 inside (the same CI run: +1361% [-32.7, +523.6], runs' medians
+    # A 21-37 ms, B 340-537 ms). Its point estimate must still say B is far higher.
     assert agg.endswith("B lower (worse)"), r.output
+    rel = re.search(r"B-A \S+ \(\+([\d.]+)%\)", ttft)
+    assert rel and float(rel.group(1)) > 100, ttft
 
 
 def test_compare_refuses_runs_whose_manifests_differ(default_benches: list[Path], seqs1_bench: Path) -> None:
