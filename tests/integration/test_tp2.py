@@ -79,14 +79,16 @@ def capture(deployed: dict[str, Any]) -> Path:
     """`make capture SECONDS=8` while requests flow: both ranks busy while perf samples them."""
     run = BackgroundMake("capture", "SECONDS=8")
     run.wait_for(WINDOW_OPEN)
-    # Load, with pauses, until both ranks' perf records sample, and 3 s more; then stop. Not a fixed time, nor
-    # until perf has opened its data file: under load perf's set-up here took 5 to 17 s before it sampled
-    # (both CPUs busy), and a CI run's load had ended by then. Not until perf ends either: with the CPUs kept
-    # busy perf record's set-up and post-processing ran past its 38 s bound, and it was killed.
+    # No load until both ranks' perf records sample, then 4 s of it (perf samples for 8 s); then stop. perf
+    # opens its data file at once but samples only once its events are enabled, and under load that set-up
+    # took 5 to 17 s here, or never finished: with both CPUs busy (the two ranks busy-poll under load), perf
+    # record did not reach its workload within its 38 s bound. Loading until it sampled kept it from ever
+    # sampling (a CI run), and a fixed burst from the window's start ended before it sampled (another).
+    deadline = time.monotonic() + 60
     while run.running and _perf_sampling() < 2:
-        complete("import os", 32)
-        time.sleep(0.3)
-    stop = time.monotonic() + 3
+        assert time.monotonic() < deadline, "perf record did not start sampling both ranks within 60 s"
+        time.sleep(0.1)
+    stop = time.monotonic() + 4
     while run.running and time.monotonic() < stop:
         complete("import os", 32)
         time.sleep(0.3)
