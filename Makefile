@@ -113,8 +113,8 @@ $(STAMP): requirements.lock pyproject.toml
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
-	$(BIN)/ruff check serving probes tests ansible/action_plugins ansible/filter_plugins ansible/library
-	$(BIN)/ruff format --check serving probes tests ansible/action_plugins ansible/filter_plugins ansible/library
+	$(BIN)/ruff check serving probes images tests ansible/action_plugins ansible/filter_plugins ansible/library
+	$(BIN)/ruff format --check serving probes images tests ansible/action_plugins ansible/filter_plugins ansible/library
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	cd ansible && ../$(BIN)/ansible-lint --offline --strict

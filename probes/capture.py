@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from probes import cutshort, hoststate, kernel, metrics, procs, report, samplers, stacks
+from probes import cutshort, hoststate, kernel, metrics, procs, progress, report, samplers, stacks
 from probes.parts import DEFAULT_PARTS, PARTS
 from probes.timeline import (
     LATENCY_SERIES,
@@ -446,14 +446,32 @@ class _Capture:
         return bundle
 
 
+def _say_window(c: _Capture, every_s: float = 5.0) -> None:
+    """A progress line every few seconds while the window is open: how much of it is left."""
+
+    def tick() -> None:
+        progress.say(f"capture: window open, {c.cfg.seconds:g} s left of {c.cfg.seconds:g} s")
+        while not c.stop.wait(every_s):
+            left = c.t0 + c.cfg.seconds - time.monotonic()
+            if left <= 0:
+                progress.say("capture: the window has ended; waiting for its parts to finish")
+                return
+            progress.say(f"capture: window open, {left:.0f} s left of {c.cfg.seconds:g} s")
+
+    threading.Thread(target=tick, name="capture-progress", daemon=True).start()
+
+
 def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
     """One evidence bundle in cfg.out: the window's samplers, scrapes, stacks, wchan, perf and host state."""
     found = _check_input(cfg)
     cfg.out.mkdir(parents=True, exist_ok=True)
     c = _Capture(cfg, found)
+    progress.say(f"capture: the state before the window ({', '.join(cfg.parts)})")
     c.before()
     c.open_window()
+    _say_window(c)
     c.through_window()
+    progress.say("capture: the window closed; reading what the parts wrote")
     c.sampler_results()
     c.metrics_after()
     c.thread_results()

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from probes import progress
 from probes.bounded import run_bounded
 from probes.fio import (
     BLOCK_SIZE_BYTES,
@@ -342,7 +343,8 @@ def run_io_probe(
     before, failures = _read_target(resolved, "before")
     runs: list[DepthRun] = []
     if before is not None:
-        for d in depths:
+        for i, d in enumerate(depths, 1):
+            progress.say(f"fio QD{d} random reads: depth {i} of {len(depths)}, {runtime_s:g} s")
             qd_out = out_dir / f"qd{d}"
             limits = (thresholds or {}).get(d)
             runs.append(

@@ -1,7 +1,7 @@
 """The benchmark protocol: the client's plan and the conditions two compared benches must share.
 
 `make bench` runs `vllm bench serve` from the runtime image in a client container on the serving host
-(serving/bench_client.py drives it there); the modules around it:
+(images/vllm/bench_client.py drives it there); the modules around it:
 
 - serving/workload.py: a workload (serving/workloads/<name>.yaml) fixes the conditions.
 - here: `plan_bench` turns a workload and the deployment's plan into the client's run list (each run's exact
@@ -291,7 +291,7 @@ def plan_bench(
         "out": f"{CLIENT_DIR}/out",
         "samplers_dir": CLIENT_SAMPLERS_DIR if samplers_dir else None,
         "prefix_cache": workload.prefix_cache,
-        # The client reads the key from the key file among the volumes below (serving/bench_client.py).
+        # The client reads the key from the key file among the volumes below (images/vllm/bench_client.py).
         "api_key": targets.api_key,
         "runs": runs,
     }

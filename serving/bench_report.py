@@ -504,7 +504,7 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
     return s
 
 
-# The client's exits (serving/bench_client.py) and timeout(1)'s.
+# The client's exits (images/vllm/bench_client.py) and timeout(1)'s.
 CLIENT_EXITS = {1: "a run failed", 2: "bad plan"}
 
 

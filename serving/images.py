@@ -164,7 +164,8 @@ def plan_images(
     base_tag = base_image or f"refdeploy/base:{BASE_SUITE}-{base_sha[:12]}"
 
     patches = list_patches(patches_dir)
-    tinymodel = images_dir.parent / "serving" / "tinymodel.py"
+    # The tiny-model generator runs in the runtime image (serve/tasks/model.yml), so it is one of its inputs.
+    tinymodel = vllm_dir / "tinymodel.py"
     runtime_inputs = [
         vllm_dir / "Dockerfile",
         vllm_dir / "apply-patches.sh",

@@ -78,7 +78,7 @@ class Model(StrictModel):
     # Where it appears inside the container.
     container_path: str = "/models/model"
     # "tiny": make the deterministic tiny model there when absent (never into a directory it did not make:
-    # serving/tinymodel.py); "none": it must exist.
+    # images/vllm/tinymodel.py); "none": it must exist.
     generate: Literal["tiny", "none"] = "none"
     served_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 

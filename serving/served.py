@@ -48,7 +48,7 @@ def model_format_failures(model: Model, files: Sequence[tuple[int, str]], versio
     return []
 
 
-# The tiny-model generator's marker (serving/tinymodel.py MARKER; a unit test keeps the two equal). Not
+# The tiny-model generator's marker (images/vllm/tinymodel.py MARKER; a unit test keeps the two equal). Not
 # imported: tinymodel.py sets thread variables in os.environ when imported, meant for the image it runs in.
 TINYMODEL_MARKER = ".refdeploy-tinymodel"
 

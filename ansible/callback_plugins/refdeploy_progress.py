@@ -2,22 +2,24 @@
 REFDEPLOY_PROGRESS_S sets it), a line every interval says which task is still running and for how long, and
 for a task with a known bound (its `timeout` keyword) how long it may still take:
 
-      ... Bench | Run vllm bench serve in the client container: 30 s so far (at most 870 s more)
+      ... Serve | Wait for the new container to report healthy: 30 s so far (at most 570 s more)
 
-Ansible's own output shows a task only when it ends; image builds, the I/O gate, benches and captures run for
-minutes. The lines go through Ansible's display, beside the default stdout callback (ansible.cfg
-callbacks_enabled); nothing else changes.
+Ansible's own output shows a task only when it ends. The long commands (image builds, the I/O gate, benches,
+captures) run under refdeploy_watch, which says what they are doing instead (step, run n of m, the window);
+this callback leaves those tasks to it. The lines go through Ansible's display, beside the default stdout
+callback (ansible.cfg callbacks_enabled); nothing else changes.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
+
+from serving import progress
 
 DOCUMENTATION = """
 name: refdeploy_progress
@@ -27,7 +29,8 @@ description: While a task runs longer than the interval, print which task is sti
 requirements: []
 """
 
-DEFAULT_INTERVAL_S = 10.0
+# Tasks whose action shows its own progress (ansible/action_plugins/refdeploy_watch.py).
+WATCHED = frozenset(("refdeploy_watch",))
 
 
 class CallbackModule(CallbackBase):  # type: ignore[misc]
@@ -39,7 +42,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self._display: Display = Display()
-        self._interval = float(os.environ.get("REFDEPLOY_PROGRESS_S") or DEFAULT_INTERVAL_S)
+        self._interval = progress.interval_s()
         self._stop: threading.Event | None = None
 
     def _begin(self, name: str, bound_s: float | None) -> None:
@@ -49,9 +52,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
 
         def tick() -> None:
             while not stop.wait(self._interval):
-                elapsed = time.monotonic() - started
-                left = f" (at most {max(0.0, bound_s - elapsed):.0f} s more)" if bound_s else ""
-                self._display.display(f"      ... {name}: {elapsed:.0f} s so far{left}")
+                self._display.display(progress.ticker(name, None, time.monotonic() - started, bound_s))
 
         self._stop = stop
         threading.Thread(target=tick, name="refdeploy-progress", daemon=True).start()
@@ -62,6 +63,9 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
             self._stop = None
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        if task.action in WATCHED:  # it says what it is doing itself
+            self._end()
+            return
         bound = getattr(task, "timeout", None)
         try:
             bound_s = float(bound) if bound else None

@@ -12,11 +12,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def images_copy(tmp_path: Path) -> Path:
-    """A copy of images/ (and serving/tinymodel.py) to change inputs in."""
+    """A copy of images/ (with images/vllm/tinymodel.py) to change inputs in."""
     shutil.copytree(REPO / "images", tmp_path / "images")
     shutil.copytree(REPO / "probes", tmp_path / "probes", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "serving").mkdir()
-    shutil.copy(REPO / "serving/tinymodel.py", tmp_path / "serving/tinymodel.py")
     return tmp_path / "images"
 
 

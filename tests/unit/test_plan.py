@@ -15,6 +15,7 @@ from serving import playbooks
 from serving.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
 from serving.profile import load_profile, parse_profile
 from serving.render import SPEC_LABEL, render_vllm_argv
+from tests.image_scripts import image_script
 from tests.unit.test_gpu_plan import HOSTS, INVENTORY, _readings
 
 SERVED = (
@@ -287,7 +288,7 @@ def test_the_stand_in_gives_the_probes_the_replayed_nvidia_smi() -> None:
 
 
 def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> None:
-    from serving import tinymodel
+    tinymodel = image_script("tinymodel")
     from serving.served import TINYMODEL_MARKER
 
     assert TINYMODEL_MARKER == tinymodel.MARKER
@@ -305,7 +306,7 @@ def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> No
 
 
 def test_the_generator_itself_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
-    from serving import tinymodel
+    tinymodel = image_script("tinymodel")
 
     foreign = tmp_path / "real-model"
     foreign.mkdir()

@@ -44,6 +44,14 @@ API_KEY_MOUNT = Path("/run/refdeploy/api-key")
 HEADER_WORDS = (["procs"], ["r"], ["Device"], ["Device:"], ["#"], ["Linux"])
 
 
+# The product's progress lines on stderr (serving/progress.py MARK; this file runs inside the runtime image).
+PROGRESS_MARK = "refdeploy-progress: "
+
+
+def say(text: str) -> None:
+    print(PROGRESS_MARK + text, file=sys.stderr, flush=True)
+
+
 def stamp() -> tuple[float, str]:
     return time.monotonic(), datetime.now(UTC).isoformat()
 
@@ -205,6 +213,7 @@ def run_plan(plan: dict[str, Any]) -> int:
     client["started_mono_s"], client["started_wall"] = stamp()
     t0 = time.monotonic()
     import_started = time.monotonic()
+    say(f"importing vLLM's benchmark module, then {len(plan['runs'])} runs")
     try:
         import vllm.benchmarks.serve  # type: ignore[import-not-found]  # noqa: F401 - imported once, before the forks
     except Exception as exc:  # recorded; the runs fail one by one below
@@ -214,7 +223,8 @@ def run_plan(plan: dict[str, Any]) -> int:
     gauges.start()
     server_lost: str | None = None
     failed = 0
-    for run in plan["runs"]:
+    for i, run in enumerate(plan["runs"], 1):
+        say(f"run {i} of {len(plan['runs'])}: {run['id']} ({run['phase']})")
         run_dir = out / "runs" / run["id"]
         run_dir.mkdir(parents=True, exist_ok=True)
         argv = ["vllm", "bench", "serve", *run["argv"]]

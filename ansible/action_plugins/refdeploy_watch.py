@@ -1,0 +1,137 @@
+"""Action plugin refdeploy_watch: run a long command on the host, bounded, and say what it is doing every 10 s
+(REFDEPLOY_PROGRESS_S sets the interval) until it ends:
+
+  - name: Images | Build the runtime image
+    refdeploy_watch:
+      argv: [docker, build, ...]
+      timeout_s: 3600          # timeout(1) --kill-after=10: rc 124 past it
+      progress: docker_build   # or marked (the product's own progress lines), last_line; serving/progress.py
+    environment: {DOCKER_BUILDKIT: "0"}
+    register: build            # as the command module's: rc, stdout, stderr, *_lines, start, end, delta
+
+      ... Images | Build the runtime image: step 9/14 RUN pip install … | Collecting torch (40 s so far, …)
+
+Why not the command module with Ansible's async: its output comes back only at the end, and each async_status
+poll is a Python module run on the host (a few hundred ms of CPU on a 2-core host that is being measured).
+Here one command-module run starts the command detached (setsid -f), its stdout and stderr in a private
+mktemp directory; polls are `cat`/`tail` through the connection's shell, once a second; the end reads both
+files and removes the directory. The task's environment reaches the command (the command module starts
+it). An interrupted run (Ctrl-C, the task's timeout) stops the command before the task ends.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+# $1 timeout_s, then the argv. Prints the scratch directory. Inside it: pid (timeout(1)'s), stdout, stderr,
+# and rc once the command has ended (written to rc.tmp first, so a poll never reads half of it).
+_START = r"""
+d=$(mktemp -d "${TMPDIR:-/tmp}/refdeploy-watch.XXXXXX") || exit 1
+setsid -f sh -c '
+  d=$1; t=$2; shift 2
+  timeout --kill-after=10 "$t" "$@" </dev/null >"$d/stdout" 2>"$d/stderr" &
+  echo $! >"$d/pid"
+  wait $!
+  echo $? >"$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
+' refdeploy-watch "$d" "$@" </dev/null >/dev/null 2>&1 || exit 1
+echo "$d"
+"""
+POLL_S = 1.0
+TAIL_BYTES = 4096
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("argv", "timeout_s", "progress"))
+
+    def _sh(self, cmd: str) -> dict[str, Any]:
+        return dict(self._low_level_execute_command(cmd, sudoable=True))
+
+    def _read(self, path: str, tail: bool = False) -> str:
+        q = shlex.quote(path)
+        got = self._sh(f"tail -c {TAIL_BYTES} {q} 2>/dev/null" if tail else f"cat {q} 2>/dev/null")
+        return str(got.get("stdout", "")) if got.get("rc") == 0 else ""
+
+    def _args(self) -> tuple[list[str], float, str]:
+        from serving import progress
+
+        argv = [str(a) for a in self._task.args.get("argv") or []]
+        mode = str(self._task.args.get("progress", "last_line"))
+        try:
+            bound_s = float(self._task.args["timeout_s"])
+        except (KeyError, TypeError, ValueError):
+            bound_s = 0.0
+        if not argv or bound_s <= 0 or mode not in progress.MODES:
+            raise AnsibleActionFail(
+                f"refdeploy_watch needs argv (a list), timeout_s (seconds) and progress ({', '.join(progress.MODES)})"
+            )
+        return argv, bound_s, mode
+
+    def _wait(self, scratch: str, mode: str, bound_s: float, started: float) -> int:
+        """The command's exit code, once it has ended; a progress line every interval until then."""
+        from serving import progress
+
+        name, interval = self._task.get_name().strip(), progress.interval_s()
+        shown = started
+        while not (rc_text := self._read(f"{scratch}/rc").strip()):
+            time.sleep(POLL_S)
+            now = time.monotonic()
+            if now - shown >= interval:
+                shown = now
+                tails = self._read(f"{scratch}/stdout", tail=True), self._read(f"{scratch}/stderr", tail=True)
+                display.display(progress.ticker(name, progress.status_line(mode, *tails), now - started, bound_s))
+        return int(rc_text)
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        from serving import progress
+
+        task_vars = task_vars or {}
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        argv, bound_s, mode = self._args()
+        if self._task.check_mode:
+            return {**result, "changed": False, "skipped": True, "msg": "check mode: not run"}
+        started, start_wall = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S")
+        begun = self._execute_module(
+            module_name="ansible.legacy.command",
+            module_args={"argv": ["sh", "-c", _START, "refdeploy-watch", f"{bound_s:g}", *argv]},
+            task_vars=task_vars,
+        )
+        scratch = str(begun.get("stdout", "")).strip()
+        if begun.get("rc") != 0 or not scratch.startswith("/"):
+            why = begun.get("stderr") or begun.get("msg")
+            return {**result, "failed": True, "rc": begun.get("rc"), "msg": f"could not start {argv[0]}: {why}"}
+        rc = None
+        try:
+            rc = self._wait(scratch, mode, bound_s, started)
+            stdout, stderr = self._read(f"{scratch}/stdout"), self._read(f"{scratch}/stderr")
+        finally:
+            if rc is None:  # interrupted: stop the command (timeout(1) passes the signal on)
+                self._sh(f"kill -TERM $(cat {shlex.quote(scratch)}/pid) 2>/dev/null")
+            self._sh(f"rm -rf -- {shlex.quote(scratch)}")
+        if mode == "marked":
+            stderr = progress.without_marked(stderr)
+        stdout, stderr = stdout.rstrip("\n"), stderr.rstrip("\n")
+        msg = "" if rc == 0 else f"{argv[0]} exited {rc}" + (f" (past its bound of {bound_s:g} s)" if rc == 124 else "")
+        return {
+            **result,
+            "changed": True,
+            "failed": rc != 0,
+            "rc": rc,
+            "cmd": argv,
+            "stdout": stdout,
+            "stderr": stderr,
+            "stdout_lines": stdout.splitlines(),
+            "stderr_lines": stderr.splitlines(),
+            "start": start_wall,
+            "end": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "delta": f"{time.monotonic() - started:.1f} s",
+            "msg": msg,
+        }
