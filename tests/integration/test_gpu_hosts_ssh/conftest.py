@@ -78,10 +78,11 @@ def _remove() -> None:
         docker("rm", "-f", name, check=False)
 
 
-@pytest.fixture(scope="package")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    """(inventory dir, scratch dir mounted at /opt/replay/scratch in every test host)."""
-    tmp = tmp_path_factory.mktemp("gpu-hosts")
+SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
+
+
+def _build_images() -> str:
+    """The runtime image's tag, after building the images and the GPU test host's image on its base."""
     # The CPU runtime image (the stand-in's engine and the tiny model's generator), its base and the probe image.
     r = make_here("images")
     assert r.rc == 0, r.output[-3000:]
@@ -93,15 +94,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
         capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"},
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-3000:]
-    _remove()
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    scratch = tmp / "scratch"
-    scratch.mkdir()
-    share = tmp / "share"
-    _stage_models(share, image)
-    profiles = _test_profiles(tmp / "profiles", share)
-    stand_in = tmp / "stand-in.json"
+    return image
+
+
+def _write_stand_in(stand_in: Path) -> None:
     stand_in.write_text(
         json.dumps(
             {
@@ -118,7 +114,9 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
             }
         )
     )
-    STAND_IN["REFDEPLOY_STAND_IN"] = str(stand_in)
+
+
+def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
     for name, (ssh_port, _group, _fixture, _port) in HOSTS.items():
         docker(
             "run", "-d", "--name", name, "--hostname", name, "--network", "host",
@@ -130,9 +128,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
             "--volume", f"{share}:{share}",
             IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
         )  # fmt: skip
-    inv = tmp / "inventory"
+
+
+def _write_inventory(inv: Path, key: Path, profiles: dict[str, Path], share: Path) -> None:
     shutil.copytree(REPO / "inventory" / "production-example" / "group_vars", inv / "group_vars")
-    ssh_args = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
     groups: dict[str, dict[str, Any]] = {}
     for name, (ssh_port, group, fixture, _port) in HOSTS.items():
         replay = f"/opt/replay/fixtures/{fixture}"
@@ -163,18 +162,21 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
                     "vars": {
                         "ansible_user": "root",
                         "ansible_ssh_private_key_file": str(key),
-                        "ansible_ssh_common_args": ssh_args,
+                        "ansible_ssh_common_args": SSH_ARGS,
                         "ansible_python_interpreter": "/usr/bin/python3",
                     },
                 }
             }
         )
     )
+
+
+def _wait_for_sshd(key: Path) -> None:
     for name, (ssh_port, _g, _f, _p) in HOSTS.items():
         deadline = time.monotonic() + 60
         while True:
             probe = subprocess.run(
-                ["ssh", "-i", str(key), "-p", str(ssh_port), *ssh_args.split(), "root@127.0.0.1", "hostname"],
+                ["ssh", "-i", str(key), "-p", str(ssh_port), *SSH_ARGS.split(), "root@127.0.0.1", "hostname"],
                 capture_output=True, text=True,
             )  # fmt: skip
             if probe.returncode == 0:
@@ -182,6 +184,28 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
                 break
             assert time.monotonic() < deadline, f"{name}: sshd did not answer on port {ssh_port}: {probe.stderr}"
             time.sleep(1)
+
+
+@pytest.fixture(scope="package")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(inventory dir, scratch dir mounted at /opt/replay/scratch in every test host)."""
+    tmp = tmp_path_factory.mktemp("gpu-hosts")
+    image = _build_images()
+    _remove()
+    key = tmp / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    scratch = tmp / "scratch"
+    scratch.mkdir()
+    share = tmp / "share"
+    _stage_models(share, image)
+    profiles = _test_profiles(tmp / "profiles", share)
+    stand_in = tmp / "stand-in.json"
+    _write_stand_in(stand_in)
+    STAND_IN["REFDEPLOY_STAND_IN"] = str(stand_in)
+    _start_hosts(key, scratch, share)
+    inv = tmp / "inventory"
+    _write_inventory(inv, key, profiles, share)
+    _wait_for_sshd(key)
     yield inv, scratch
     _remove()
     STAND_IN.clear()
