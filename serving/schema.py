@@ -71,6 +71,15 @@ def yaml_syntax_error(source: str, exc: yaml.YAMLError, text: str) -> str:
     return f"{where}: YAML syntax error: {' '.join(f'{problem}{context}'.split())}"
 
 
+def read_yaml(path: Path, error: type[InputError] = InputError) -> Any:
+    """A YAML file read with yaml.safe_load (no arbitrary tags); `error` with the one line when it is not YAML."""
+    text = path.read_text()
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise error(yaml_syntax_error(str(path), exc, text)) from None
+
+
 def slash_or_suffix(name_or_path: str) -> bool:
     """A path, not a name, when it has a '/' or a YAML suffix: a file in the working directory never shadows a name."""
     return "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
@@ -132,9 +141,4 @@ class YamlKind(Generic[M]):
     def load(self, name_or_path: str) -> M:
         """Resolve, read with yaml.safe_load (no arbitrary tags), and parse: the model, or one error saying why."""
         path = self.resolve(name_or_path)
-        text = path.read_text()
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise self.error(yaml_syntax_error(str(path), exc, text)) from None
-        return self.parse(data, str(path))
+        return self.parse(read_yaml(path, self.error), str(path))

@@ -98,6 +98,18 @@ def test_a_yaml_syntax_error_in_a_profile_is_one_line_from_the_cli(
     assert captured.err == f"{path}:4:18: YAML syntax error: mapping values are not allowed here\n"
 
 
+def test_a_yaml_syntax_error_in_the_gpu_class_file_is_one_line_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "class.yml"
+    path.write_text("gpu_class:\n  name: [rtx3090\n")
+    assert cli.main(["plan", "--profile", "cpu-tiny", "--gpu-class", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}:3:1: YAML syntax error: expected ',' or ']', but got '<stream end>'"
+        " (while parsing a flow sequence at line 2)\n"
+    )
+
+
 def test_served_dirs_are_the_model_then_a_gpu_profiles_data_paths() -> None:
     assert load_profile("cpu-tiny").served_dirs == ["/var/lib/refdeploy/models/tiny-llama"]
     gpu = load_profile("rtx3090-pp3")
