@@ -32,14 +32,13 @@ def cmd_check_host(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    import yaml
-
     from serving.plan import plan_from_profile
     from serving.profile import load_profile
+    from serving.schema import read_yaml
     from serving.standin import load_config
 
     readings = json.loads(Path(a.readings).read_text()) if a.readings else None
-    gpu_class = yaml.safe_load(Path(a.gpu_class).read_text()) if a.gpu_class else None
+    gpu_class = read_yaml(Path(a.gpu_class)) if a.gpu_class else None
     if isinstance(gpu_class, dict) and "gpu_class" in gpu_class:
         gpu_class = gpu_class["gpu_class"]
     plan = plan_from_profile(

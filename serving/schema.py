@@ -41,6 +41,45 @@ def one_line(source: str, exc: ValidationError) -> str:
     return f"{source}: {problems}"
 
 
+def _line_col(text: str, position: int) -> tuple[int, int]:
+    """1-based line and column of a character offset."""
+    line_start = text.rfind("\n", 0, position) + 1
+    return text.count("\n", 0, position) + 1, position - line_start + 1
+
+
+def yaml_syntax_error(source: str, exc: yaml.YAMLError, text: str) -> str:
+    """PyYAML's error as one line that points at the spot to fix, as compilers do:
+    `<source>:<line>:<col>: YAML syntax error: <problem> (<context> at line N)`.
+
+    Built from the error's marks, not its str(), which spans lines (a caret under a copy of the line) and names
+    "<unicode string>" rather than the file. Lines and columns are 1-based (the marks are 0-based).
+    """
+    where, problem, context = source, str(exc), ""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        if mark is not None:
+            where = f"{source}:{mark.line + 1}:{mark.column + 1}"
+        problem = exc.problem or exc.context or "malformed YAML"
+        if exc.problem and exc.context:
+            at = f" at line {exc.context_mark.line + 1}" if exc.context_mark is not None else ""
+            context = f" ({exc.context}{at})"
+    elif isinstance(exc, yaml.reader.ReaderError):
+        # A control character in the text (read as str, so never a byte it could not decode).
+        line, col = _line_col(text, exc.position)
+        where, problem = f"{source}:{line}:{col}", f"unacceptable character #x{exc.character:04x}: {exc.reason}"
+    # Whatever PyYAML put in its own texts, the operator gets one line.
+    return f"{where}: YAML syntax error: {' '.join(f'{problem}{context}'.split())}"
+
+
+def read_yaml(path: Path, error: type[InputError] = InputError) -> Any:
+    """A YAML file read with yaml.safe_load (no arbitrary tags); `error` with the one line when it is not YAML."""
+    text = path.read_text()
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise error(yaml_syntax_error(str(path), exc, text)) from None
+
+
 def slash_or_suffix(name_or_path: str) -> bool:
     """A path, not a name, when it has a '/' or a YAML suffix: a file in the working directory never shadows a name."""
     return "/" in name_or_path or name_or_path.endswith((".yaml", ".yml"))
@@ -102,8 +141,4 @@ class YamlKind(Generic[M]):
     def load(self, name_or_path: str) -> M:
         """Resolve, read with yaml.safe_load (no arbitrary tags), and parse: the model, or one error saying why."""
         path = self.resolve(name_or_path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise self.error(f"{path}: not valid YAML: {exc}") from None
-        return self.parse(data, str(path))
+        return self.parse(read_yaml(path, self.error), str(path))

@@ -2,8 +2,8 @@
 
 A GPU class's container cannot start where there are no GPUs, no NVIDIA driver and no CUDA engine: this
 project's machines. When the environment variable REFDEPLOY_STAND_IN names a stand-in file (JSON, written by
-tests/integration/test_gpu_hosts_ssh.py), `serving.plan.build_plan` plans the class as on a real host (class,
-NUMA plan, RAM budget, data drive, slice, the container spec and its digest) and then hands its launch to
+tests/integration/test_gpu_hosts_ssh/conftest.py), `serving.plan.build_plan` plans the class as on a real host
+(class, NUMA plan, RAM budget, data drive, slice, the container spec and its digest) and then hands its launch to
 `stand_in`, which replaces what cannot exist here and nothing else:
 
 - the image: the CPU runtime image of the same vLLM version, base and patch series, for the CUDA one;

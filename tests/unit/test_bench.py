@@ -72,6 +72,16 @@ def test_workload_with_a_misspelled_key_is_refused(tmp_path: Path) -> None:
         workload.load_workload(str(p))
 
 
+def test_workload_with_a_yaml_syntax_error_is_one_line_with_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "w.yaml"
+    p.write_text("schema_version: 1\nname: w\nconcurrency: [1, 4\nnum_prompts: 2\n")
+    with pytest.raises(workload.WorkloadError) as err:
+        workload.load_workload(str(p))
+    assert str(err.value) == (
+        f"{p}:4:12: YAML syntax error: expected ',' or ']', but got ':' (while parsing a flow sequence at line 3)"
+    )
+
+
 def test_workload_needs_a_point_and_two_output_tokens() -> None:
     base = {"schema_version": 1, "name": "w", "input_len": 8, "output_len": 8, "num_prompts": 2}
     with pytest.raises(workload.WorkloadError, match="at least one concurrency level or one arrival rate"):

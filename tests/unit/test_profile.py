@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 import yaml
 
+from serving import cli
 from serving.profile import ProfileError, load_profile, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,8 +79,35 @@ def test_unknown_profile_name_lists_known_ones() -> None:
 def test_invalid_yaml_is_reported_with_the_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("vllm: [unclosed\n")
-    with pytest.raises(ProfileError, match=rf"^{path}: not valid YAML"):
+    with pytest.raises(ProfileError) as err:
         load_profile(str(path))
+    assert str(err.value) == (
+        f"{path}:2:1: YAML syntax error: expected ',' or ']', but got '<stream end>'"
+        " (while parsing a flow sequence at line 1)"
+    )
+
+
+def test_a_yaml_syntax_error_in_a_profile_is_one_line_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad-indent.yaml"
+    path.write_text("name: bad\nmodel:\n  host_path: /srv/models/x\n   container_path: /models/x\n")
+    assert cli.main(["plan", "--profile", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"{path}:4:18: YAML syntax error: mapping values are not allowed here\n"
+
+
+def test_a_yaml_syntax_error_in_the_gpu_class_file_is_one_line_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "class.yml"
+    path.write_text("gpu_class:\n  name: [rtx3090\n")
+    assert cli.main(["plan", "--profile", "cpu-tiny", "--gpu-class", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}:3:1: YAML syntax error: expected ',' or ']', but got '<stream end>'"
+        " (while parsing a flow sequence at line 2)\n"
+    )
 
 
 def test_served_dirs_are_the_model_then_a_gpu_profiles_data_paths() -> None:

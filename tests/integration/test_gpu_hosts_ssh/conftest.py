@@ -1,0 +1,216 @@
+"""The test hosts, started once for this package (package scope: as once per module when these tests were
+one module), and torn down after its last test."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from serving.numa import format_cpulist
+from tests.integration.conftest import REPO, docker
+from tests.integration.conftest import make as make_here
+from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
+    FIXTURES,
+    HOSTS,
+    IMAGE,
+    STAND_IN,
+    _container,
+    _replay_environment,
+)
+
+
+def _runtime_image() -> str:
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    return str(json.loads(out.stdout)["images"]["runtime_tag"])
+
+
+def _stage_models(share: Path, image: str) -> None:
+    """The tiny model (serving/tinymodel.py, from the CPU runtime image) at each class's model path: what the
+    stand-in engine serves, and what the fio gate and the probes read. The PRO 6000 class keeps its tokenizer
+    beside the weights (--tokenizer /models/moe-gguf/tokenizer)."""
+    for model in ("served", "moe-gguf"):
+        d = share / "models" / model
+        d.mkdir(parents=True)
+        docker("run", "--rm", "--user", "0", "--network", "none", "-v", f"{d}:/out", image,
+               "python3", "/opt/refdeploy/tinymodel.py", "/out")  # fmt: skip
+    tok = share / "models" / "moe-gguf" / "tokenizer"
+    tok.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(share / "models" / "moe-gguf" / f, tok / f)
+    for sub in ("probe-runs", "bench-runs"):
+        (share / sub).mkdir()
+
+
+def _test_profiles(out: Path, share: Path) -> dict[str, Path]:
+    """The classes' profiles with what the test hosts change: the model where they have it, and a container
+    name and host port of each host's own (they share this machine's engine with each other and with the
+    local deployment)."""
+    out.mkdir()
+    paths = {}
+    for host, (_ip, group, _fixture, port) in HOSTS.items():
+        name = {"gpu_rtx3090": "rtx3090-pp3", "gpu_rtxpro6000": "rtxpro6000-tp8"}[group]
+        data = yaml.safe_load((REPO / "serving" / "profiles" / f"{name}.yaml").read_text())
+        data["model"]["host_path"] = str(share / "models" / Path(data["model"]["host_path"]).name)
+        data["container"]["name"] = _container(host)
+        data["ports"]["host_port"] = port
+        paths[host] = out / f"{name}.yaml"
+        paths[host].write_text(yaml.safe_dump(data, sort_keys=False))
+    return paths
+
+
+def _remove() -> None:
+    for name in HOSTS:
+        for suffix in ("-samplers", "", "-previous", "-failed", "-bench"):
+            docker("rm", "-f", _container(name) + suffix, check=False)
+        docker("rm", "-f", name, check=False)
+
+
+SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
+
+
+def _build_images() -> str:
+    """The runtime image's tag, after building the images and the GPU test host's image on its base."""
+    # The CPU runtime image (the stand-in's engine and the tiny model's generator), its base and the probe image.
+    r = make_here("images")
+    assert r.rc == 0, r.output[-3000:]
+    image = _runtime_image()
+    base = json.loads(docker("image", "inspect", image))[0]["Config"]["Labels"]["org.opencontainers.image.base.name"]
+    build = subprocess.run(
+        ["docker", "build", "--quiet", "--target", "gpu", "--tag", IMAGE, "--build-arg", f"BASE_IMAGE={base}",
+         str(REPO / "images" / "testhost")],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    return image
+
+
+def _write_stand_in(stand_in: Path) -> None:
+    stand_in.write_text(
+        json.dumps(
+            {
+                "cpus": format_cpulist(os.sched_getaffinity(0)),
+                "mems": "0",
+                "ulimits_max": {
+                    "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+                    "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
+                },
+                "nvidia_smi": {
+                    "replayer": str(REPO / "tests" / "replay" / "nvidia-smi"),
+                    "recordings": {h: str(FIXTURES / f) for h, (_i, _g, f, _p) in HOSTS.items()},
+                },
+            }
+        )
+    )
+
+
+def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
+    for name, (ssh_port, _group, _fixture, _port) in HOSTS.items():
+        docker(
+            "run", "-d", "--name", name, "--hostname", name, "--network", "host",
+            "--volume", "/var/run/docker.sock:/var/run/docker.sock",
+            "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro",
+            "--volume", f"{FIXTURES}:/opt/replay/fixtures:ro",
+            "--volume", f"{REPO / 'tests' / 'replay'}:/opt/replay/bin:ro",
+            "--volume", f"{scratch}:/opt/replay/scratch:ro",
+            "--volume", f"{share}:{share}",
+            IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
+        )  # fmt: skip
+
+
+def _write_inventory(inv: Path, key: Path, profiles: dict[str, Path], share: Path) -> None:
+    shutil.copytree(REPO / "inventory" / "production-example" / "group_vars", inv / "group_vars")
+    groups: dict[str, dict[str, Any]] = {}
+    for name, (ssh_port, group, fixture, _port) in HOSTS.items():
+        replay = f"/opt/replay/fixtures/{fixture}"
+        groups.setdefault(group, {"hosts": {}})["hosts"][name] = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": ssh_port,
+            "serving_profile": str(profiles[name]),
+            "refdeploy_replay_environment": _replay_environment(replay),
+            # The hosts share this machine's engine (live-restore off, the other tests' containers running),
+            # which the stand-in systemctl never restarts: the restart is accepted here, and refused in
+            # test_an_engine_restart_that_would_stop_containers_is_refused_before_any_change.
+            "runtime_restart_stops_containers": True,
+            "probes_host_dir": str(share / "probe-runs"),
+            "bench_host_dir": str(share / "bench-runs"),
+            "probes_io_runtime_s": 2,
+            # The staged data sits on this machine's virtio disk, not a class NVMe drive: the gate is real,
+            # with floors it clears with margin (measured while other tests ran: QD1 11k-24k IOPS, QD64
+            # 37k-75k IOPS; p99.9 at QD64 26-34 ms, 90 ms under load, so no latency cap).
+            "probes_io_thresholds": {1: {"min_iops": 1000}, 64: {"min_iops": 5000}},
+        }
+    # The 3090 host also has the deploy raise the engine's memlock (the drop-ins and a restart).
+    groups["gpu_rtx3090"]["hosts"]["rdtest-gpu3090"]["pinned_ram_engine_memlock"] = "infinity"
+    (inv / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": groups,
+                    "vars": {
+                        "ansible_user": "root",
+                        "ansible_ssh_private_key_file": str(key),
+                        "ansible_ssh_common_args": SSH_ARGS,
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                    },
+                }
+            }
+        )
+    )
+
+
+def _wait_for_sshd(key: Path) -> None:
+    for name, (ssh_port, _g, _f, _p) in HOSTS.items():
+        deadline = time.monotonic() + 60
+        while True:
+            probe = subprocess.run(
+                ["ssh", "-i", str(key), "-p", str(ssh_port), *SSH_ARGS.split(), "root@127.0.0.1", "hostname"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if probe.returncode == 0:
+                assert probe.stdout.strip() == name
+                break
+            assert time.monotonic() < deadline, f"{name}: sshd did not answer on port {ssh_port}: {probe.stderr}"
+            time.sleep(1)
+
+
+@pytest.fixture(scope="package")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(inventory dir, scratch dir mounted at /opt/replay/scratch in every test host)."""
+    tmp = tmp_path_factory.mktemp("gpu-hosts")
+    image = _build_images()
+    _remove()
+    key = tmp / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    scratch = tmp / "scratch"
+    scratch.mkdir()
+    share = tmp / "share"
+    _stage_models(share, image)
+    profiles = _test_profiles(tmp / "profiles", share)
+    stand_in = tmp / "stand-in.json"
+    _write_stand_in(stand_in)
+    STAND_IN["REFDEPLOY_STAND_IN"] = str(stand_in)
+    _start_hosts(key, scratch, share)
+    inv = tmp / "inventory"
+    _write_inventory(inv, key, profiles, share)
+    _wait_for_sshd(key)
+    yield inv, scratch
+    _remove()
+    STAND_IN.clear()
+
+
+@pytest.fixture(scope="package")
+def share(hosts: tuple[Path, Path]) -> Path:
+    return hosts[0].parent / "share"

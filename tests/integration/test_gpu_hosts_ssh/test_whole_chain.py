@@ -1,0 +1,203 @@
+"""The whole chain on each class's host over SSH: deploy, a second deploy, status, bench, capture, probe-io,
+undeploy."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import REPO, docker, inspect
+from tests.integration.test_gpu_hosts_ssh.gpu_hosts import FIXTURES, HOSTS, _container, _flat, make
+
+pytestmark = pytest.mark.integration
+
+
+def _recap(output: str, host: str) -> dict[str, int]:
+    m = re.search(rf"^{re.escape(host)}\s+: (ok=\d+.*)$", output, re.M)
+    assert m, output[-3000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
+
+
+def _changed_tasks(output: str) -> list[str]:
+    tasks, task = [], ""
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6 : line.index("]")]
+        elif line.startswith("changed: "):
+            tasks.append(task)
+    return tasks
+
+
+def _newest(host: str, pattern: str) -> Path:
+    found = sorted((REPO / "runs" / host).glob(pattern))
+    assert found, f"no {pattern} under runs/{host}"
+    return found[-1]
+
+
+# host, fixture, model dir, the plan's cpuset and memory nodes, the stand-in's kind of parallelism
+CHAIN = [
+    ("rdtest-gpu3090", "rtx3090-3gpu", "served", "0-27", "0", "pipeline_parallel_size"),
+    ("rdtest-gpupro", "rtxpro6000-8gpu", "moe-gguf", None, "0-1", "tensor_parallel_size"),
+]
+
+
+@pytest.mark.parametrize(("host", "fixture", "model", "cpus", "mems", "parallel"), CHAIN, ids=[c[0] for c in CHAIN])
+def test_a_gpu_host_runs_the_whole_chain_over_ssh(
+    hosts: tuple[Path, Path], share: Path, host: str, fixture: str, model: str, cpus: str | None, mems: str,
+    parallel: str,
+) -> None:  # fmt: skip
+    """deploy (the container started: the stand-in plays the class's), a second deploy that changes nothing,
+    status, bench, capture, probe-io and undeploy, all against the class's plan. Before this, no GPU chain ran
+    past the container start, and bench was refused on every GPU host (it compared the running argv with a
+    plan that had no --numa-bind*)."""
+    inv = hosts[0]
+    name = _container(host)
+    docker("exec", host, "rm", "-f", "/var/log/refdeploy-systemctl.log")
+    first = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
+    assert first.rc == 0, first.output[-6000:]
+    manifest = json.loads(_newest(host, "*/manifest.json").read_text())
+    running = inspect(name)
+    assert running is not None and running["State"]["Status"] == "running"
+
+    second = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
+    assert second.rc == 0, second.output[-5000:]
+    assert _recap(second.output, host)["changed"] == 0, _changed_tasks(second.output)
+    assert inspect(name)["Id"] == running["Id"]  # type: ignore[index]
+
+    # The manifest: the launched (stand-in) container verified, the class's plan beside it.
+    assert manifest["kind"] == "deploy" and manifest["verified"] is True, manifest["verification"]
+    plan = manifest["plan"]
+    stand_in = manifest["stand_in"]
+    assert stand_in and stand_in["module"] == "serving/standin.py"
+    assert running["Config"]["Labels"]["org.refdeploy.stand-in"] == "serving/standin.py"
+    assert plan["container_spec"]["image"].startswith("refdeploy/vllm:0.32.0-cuda-")
+    assert manifest["container_spec"]["image"] == running["Config"]["Image"] == plan["images"]["runtime_tag"]
+    assert "device_requests" in plan["container_spec"] and "device_requests" not in manifest["container_spec"]
+    assert stand_in["replaced"]["image"] == [plan["container_spec"]["image"], running["Config"]["Image"]]
+    # Two ranks of the class's kind, each on its own CPU, verified rank by rank.
+    argv = running["Config"]["Cmd"]
+    assert argv[argv.index("--" + parallel.replace("_", "-")) + 1] == "2"
+    ranks = manifest["placement"]["ranks"]
+    assert [(r["rank"], r["cpus_allowed"], r["ok"]) for r in ranks] == [(0, "0", True), (1, "1", True)]
+    titles = {r["title"] for r in ranks}
+    assert titles == ({"VLLM::Worker_PP0", "VLLM::Worker_PP1"} if "pipeline" in parallel
+                      else {"VLLM::Worker_TP0", "VLLM::Worker_TP1"})  # fmt: skip
+    # The class's plan: facts, NUMA plan, budget table, the data's drive, the slice.
+    gpu = manifest["gpu"]
+    assert len(gpu["gpus"]) == len(plan["container_spec"]["device_requests"][0]["device_ids"])
+    assert gpu["numa_plan"]["cpuset_mems"] == mems
+    if cpus:
+        assert gpu["numa_plan"]["cpuset_cpus"] == cpus
+    assert any("verdict: FITS" in ln for ln in gpu["ram_budget_table"]), gpu["ram_budget_table"]
+    assert [(d["path"], d["disk"], d["transport"]) for d in gpu["data"]] == [
+        (f"{share}/models/{model}", "nvme1n1", "nvme")
+    ]
+    assert gpu["data"][0]["smart"]["media_errors"] == 0
+    assert gpu["slice"]["name"] == "refdeploy.slice" and gpu["slice"]["allowed_memory_nodes"] == mems
+    # Read back from the cgroup tree, or why not (a test host's /sys/fs/cgroup has no refdeploy.slice).
+    assert (gpu["slice"]["limits_read_back"] is None) != (gpu["slice"]["absent"] is None), gpu["slice"]
+    assert manifest["host_facts"]["hostname"] == host
+    assert manifest["effective_config"]["mismatches"] == []
+
+    # What the host roles wrote, and what they asked systemd to do (once, on the first run).
+    daemon = json.loads(docker("exec", host, "cat", "/etc/docker/daemon.json"))
+    assert daemon["log-opts"] == {"max-size": "100m", "max-file": "5"} and daemon["live-restore"] is True
+    assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+    unit = docker("exec", host, "cat", "/etc/systemd/system/refdeploy.slice")
+    assert unit == gpu["slice"]["unit"] and f"AllowedMemoryNodes={mems}\n" in unit
+    calls = docker("exec", host, "cat", "/var/log/refdeploy-systemctl.log").splitlines()
+    memlock = docker(
+        "exec",
+        host,
+        "bash",
+        "-c",
+        "cat /etc/systemd/system/docker.service.d/refdeploy-memlock.conf 2>/dev/null || true",
+    )
+    # Only the 3090 host's inventory asks the deploy to raise the engine's memlock.
+    assert ("LimitMEMLOCK=infinity" in memlock) == (host == "rdtest-gpu3090"), memlock
+    restarts = ["restart containerd.service"] if memlock else []
+    assert calls == ["daemon-reload", *restarts, "restart docker.service"]
+
+    # The class's container spec is the reviewed golden one, but for what the test host changes: the model's
+    # path, the container's name and port, and the image tag (the golden uses a placeholder).
+    planned = plan["container_spec"]
+    golden = json.loads((FIXTURES / fixture / "container-spec.golden.json").read_text())
+    planned["image"] = golden["image"]
+    planned["volumes"] = [v.replace(f"{share}/models/", "/srv/models/") for v in planned["volumes"]]
+    port = str(HOSTS[host][3])
+    assert planned["name"] == name and planned["published_ports"] == [f"127.0.0.1:{port}:8000"]
+    planned["name"], planned["published_ports"] = golden["name"], golden["published_ports"]
+    for spec in (planned, golden):
+        spec["labels"].pop("org.refdeploy.spec-sha256")
+        spec["labels"]["org.refdeploy.profile"] = golden["labels"]["org.refdeploy.profile"]
+    assert planned == golden
+
+    # status: the running container is the plan's (its digest), and the stand-in is named.
+    status = make("status", f"INVENTORY={inv}", f"HOST={host}")
+    assert status.rc == 0, status.output[-3000:]
+    out = _flat(status.output)
+    assert f"container {name}: running" in out and "health: 200" in out and "spec: matches the plan" in out
+    assert "STAND-IN: the CPU engine" in out
+
+    # bench: runs against the class's plan (refused before: the running argv carries --numa-bind*).
+    bench = make("bench", f"INVENTORY={inv}", f"HOST={host}", "WORKLOAD=smoke", "RUNS=1", timeout=900)
+    assert bench.rc == 0, bench.output[-5000:]
+    bench_dir = _newest(host, "*/bench/summary.json").parent
+    summary = json.loads((bench_dir / "summary.json").read_text())
+    # Valid by the bench's own rules, except a stream that reached the client in bursts (a CPU client on 2 cores,
+    # seen in about 1 run in 8; the bench flags it, issue 14 is its cause): that is the bench working.
+    measured = [r for r in summary["runs"] if r["phase"] == "measured"]
+    assert summary["status"] == "ok" and measured, summary["runs"]
+    assert all(r["valid"] or all(f.startswith("buffered stream:") for f in r["flags"]) for r in measured), [
+        r["flags"] for r in summary["runs"]
+    ]
+    bm = summary["manifest"]
+    assert bm["stand_in"] and bm["server"]["spec_digest"] == running["Config"]["Labels"]["org.refdeploy.spec-sha256"]
+    # The tokenizer the server uses: the PRO 6000 class's lies beside its weights, not in the model directory.
+    assert bm["tokenizer"] == ("/models/moe-gguf/tokenizer" if model == "moe-gguf" else "/models/served")
+    report = _flat((bench_dir / "report.txt").read_text())
+    assert "STAND-IN engine ran here" in report
+    # The sidecar's replayed nvidia-smi over the bench: GPU 1 of the 3090 host runs at Gen 1 x8 while busy.
+    assert ("FLAG GPU 1: PCIe link at Gen 1 x8" in report) == (host == "rdtest-gpu3090"), report[-3000:]
+
+    # capture: every rank's stacks and perf, the replayed nvidia-smi through the sidecar and the capture
+    # container, the largest served file's page cache.
+    capture = make("capture", f"INVENTORY={inv}", f"HOST={host}", "SECONDS=6", timeout=900)
+    assert capture.rc == 0, capture.output[-5000:]
+    bundle = _newest(host, "*/capture/bundle.json").parent
+    index = json.loads((bundle / "bundle.json").read_text())
+    workers = sorted(p["pid"] for p in index["processes"] if p["role"] == "worker")
+    assert len(workers) == 2
+    dumped = {d["pid"] for d in json.loads((bundle / "stacks" / "result.json").read_text())["dumps"]
+              if d["status"] == "successful"}  # fmt: skip
+    assert set(workers) <= dumped
+    perf = [json.loads(f.read_text()) for f in sorted((bundle / "kernel").glob("perf-*.result.json"))]
+    assert sorted(r["pid"] for r in perf) == workers, perf
+    assert index["parts"]["samplers"]["status"] == "successful", index["parts"]["samplers"]
+    gpu_samples = (bundle / "samplers" / "nvidia-smi.log").read_text().splitlines()
+    assert len(gpu_samples) >= len(gpu["gpus"]), "the replayed nvidia-smi stream did not reach the capture"
+    links = index["gpu_links"]
+    assert links["judged"] is True
+    if host == "rdtest-gpu3090":
+        # GPU 1's link is replayed at Gen 1 x8 while busy: below the class's Gen 4 x16.
+        assert [f.split(":")[0] for f in links["flags"]] == ["GPU 1"], links
+        assert "PCIe link at Gen 1 x8" in (bundle / "summary.txt").read_text()
+    else:
+        assert links["flags"] == [], links
+    state = json.loads((bundle / "host-state" / "after" / "host-state.json").read_text())
+    assert state["page_cache"]["status"] == "successful", state["page_cache"]
+    assert [f["path"] for f in state["page_cache"]["files"]] == [f"{share}/models/{model}/model.safetensors"]
+
+    # probe-io on the largest served file (the tiny model's weights), not a model.safetensors it may lack.
+    io = make("probe-io", f"INVENTORY={inv}", f"HOST={host}", timeout=600)
+    assert io.rc == 0, io.output[-4000:]
+    result = json.loads(_newest(host, "*/probe-io/result.json").read_text())
+    assert result["target"] == f"{share}/models/{model}/model.safetensors" and result["verdict"] == "PASS"
+
+    # undeploy: the class's containers go, the host's files stay.
+    gone = make("undeploy", f"INVENTORY={inv}", f"HOST={host}")
+    assert gone.rc == 0, gone.output[-3000:]
+    assert inspect(name) is None and inspect(f"{name}-samplers") is None

@@ -1,0 +1,108 @@
+"""Deltas between two cgroup snapshots (probes/cgroup_delta.py): throttling, OOM kills, pressure stalls,
+a changed level set and counter resets."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from probes.cgroup_delta import cgroup_delta
+from probes.cgroups import cgroup_snapshot
+from tests.unit.cgroup_trees import CID, NEW_CID, V2_SCOPE, cgroup_lines_v1, set_v1_counters, set_v2_counters, write
+
+
+def test_v1_delta_throttling_oom_kill_and_pressure(v1: tuple[Path, Path]) -> None:
+    proc, cg = v1
+    before = cgroup_snapshot(1, proc, cg)
+    set_v1_counters(
+        cg,
+        usage_ns=50_433_533_520 + 3_500_000_000,
+        nr_periods=1400,
+        nr_throttled=180,
+        throttled_ns=5_500_000_000,
+        failcnt=5,
+        oom_kill=2,
+        cpu_some_us=5_670_541 + 2_000_000,
+        io_full_us=1_250_000,
+    )
+    after = cgroup_snapshot(1, proc, cg)
+    d = cgroup_delta(before, after)
+    assert not d.levels_changed and not d.reset_detected
+    assert d.window_s >= 0
+    assert [lv.path for lv in d.levels] == [f"/docker/{CID}", "/docker", "/"]
+    inner = d.levels[0]
+    assert inner.cpu_usage_s == pytest.approx(3.5)
+    assert (inner.nr_periods, inner.nr_throttled) == (400, 80)
+    assert inner.throttled_s == pytest.approx(3.5)
+    assert inner.throttled_share == pytest.approx(0.2)
+    assert inner.memory_failcnt_increase == 5
+    assert inner.oom_kill_increase == 2
+    assert inner.memory_events_increase is None  # v1 has no memory.events
+    assert inner.memory_max_usage_bytes == 2596503552
+    assert inner.cpu_some_stall_s == pytest.approx(2.0)
+    assert inner.io_full_stall_s == pytest.approx(0.25) and inner.io_some_stall_s == pytest.approx(0.5)
+    assert inner.memory_some_stall_s == 0.0
+    root = d.levels[2]
+    assert root.cpu_usage_s == 0.0 and root.nr_periods == 0
+    assert root.throttled_share is None  # no period elapsed
+
+
+def test_v2_delta_memory_events_and_pressure(v2: tuple[Path, Path]) -> None:
+    proc, cg = v2
+    before = cgroup_snapshot(1, proc, cg)
+    set_v2_counters(
+        cg,
+        usage_usec=50_433_836 + 1_250_000,
+        nr_periods=600,
+        nr_throttled=25,
+        throttled_usec=400_000,
+        events="low 0\nhigh 10\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n",
+        memory_full_us=750_000,
+    )
+    d = cgroup_delta(before, cgroup_snapshot(1, proc, cg))
+    inner = d.levels[0]
+    assert inner.path == V2_SCOPE
+    assert inner.cpu_usage_s == pytest.approx(1.25)
+    assert inner.throttled_s == pytest.approx(0.4) and inner.throttled_share == pytest.approx(0.25)
+    assert inner.memory_events_increase == {"low": 0, "high": 7, "max": 3, "oom": 1, "oom_kill": 1, "oom_group_kill": 0}
+    assert inner.oom_kill_increase == 1
+    assert inner.memory_failcnt_increase is None  # v2 has no failcnt
+    assert inner.memory_full_stall_s == pytest.approx(0.75) and inner.memory_some_stall_s == pytest.approx(1.5)
+
+
+def test_delta_flags_a_changed_level_set(v1: tuple[Path, Path]) -> None:
+    proc, cg = v1
+    before = cgroup_snapshot(1, proc, cg)
+    # The container comes back under a new ID; the old cgroup is still there (Docker removes it a little later).
+    for sub in ("cpu,cpuacct", "cpuset", "memory", "pids", "unified"):
+        shutil.copytree(cg / sub / "docker" / CID, cg / sub / "docker" / NEW_CID)
+    write(proc / "1" / "cgroup", cgroup_lines_v1(NEW_CID))
+    after = cgroup_snapshot(1, proc, cg)
+    d = cgroup_delta(before, after)
+    assert d.levels_changed
+    assert d.levels_only_before == [f"/docker/{CID}"]
+    assert d.levels_only_after == [f"/docker/{NEW_CID}"]
+    assert [lv.path for lv in d.levels] == ["/docker", "/"]
+    assert any("restarted or moved" in n for n in d.notes)
+
+
+def test_delta_counter_that_went_down_is_a_reset(v1: tuple[Path, Path]) -> None:
+    proc, cg = v1
+    before = cgroup_snapshot(1, proc, cg)
+    set_v1_counters(cg, usage_ns=1_000_000_000, nr_periods=10, nr_throttled=1, throttled_ns=5_000_000)
+    d = cgroup_delta(before, cgroup_snapshot(1, proc, cg))
+    inner = d.levels[0]
+    assert d.reset_detected and inner.reset_detected and not d.levels_changed
+    assert inner.cpu_usage_s == pytest.approx(1.0)  # the count since the cgroup was made anew
+    assert (inner.nr_periods, inner.nr_throttled) == (10, 1)
+    assert any("cpu usage_ns went down" in n for n in inner.notes)
+    assert not d.levels[1].reset_detected
+
+
+def test_delta_refuses_snapshots_in_the_wrong_order(v1: tuple[Path, Path]) -> None:
+    proc, cg = v1
+    first, second = cgroup_snapshot(1, proc, cg), cgroup_snapshot(1, proc, cg)
+    with pytest.raises(ValueError, match="taken before"):
+        cgroup_delta(second, first)

