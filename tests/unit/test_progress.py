@@ -101,7 +101,9 @@ def test_a_watched_command_past_its_bound_exits_124_and_an_interrupted_one_is_st
         "      timeout: 3\n      ignore_errors: true\n",
     )
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    assert re.search(r"^      \.\.\. Watch \| Run past the bound: \d+ s so far \(at most \d+ s more\)$", cp.stdout, re.M)
+    assert re.search(
+        r"^      \.\.\. Watch \| Run past the bound: \d+ s so far \(at most \d+ s more\)$", cp.stdout, re.M
+    )
     pid = int(pidfile.read_text())
     for _ in range(50):
         if not Path(f"/proc/{pid}").exists():

@@ -41,7 +41,9 @@ def test_marked_lines_are_read_from_stderr_and_kept_out_of_what_the_roles_judge(
 
 
 def test_last_line_and_an_unknown_mode() -> None:
-    assert progress.status_line("last_line", "build.sh: debootstrap bookworm\n\n", "") == "build.sh: debootstrap bookworm"
+    assert (
+        progress.status_line("last_line", "build.sh: debootstrap bookworm\n\n", "") == "build.sh: debootstrap bookworm"
+    )
     assert progress.status_line("last_line", "", "only stderr\n") == "only stderr"
     with pytest.raises(ValueError, match="unknown progress mode 'steps'"):
         progress.status_line("steps", "", "")

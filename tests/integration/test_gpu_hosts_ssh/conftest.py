@@ -38,7 +38,7 @@ def _runtime_image() -> str:
 
 
 def _stage_models(share: Path, image: str) -> None:
-    """The tiny model (serving/tinymodel.py, from the CPU runtime image) at each class's model path: what the
+    """The tiny model (images/vllm/tinymodel.py, from the CPU runtime image) at each class's model path: what the
     stand-in engine serves, and what the fio gate and the probes read. The PRO 6000 class keeps its tokenizer
     beside the weights (--tokenizer /models/moe-gguf/tokenizer)."""
     for model in ("served", "moe-gguf"):
