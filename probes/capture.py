@@ -11,7 +11,8 @@ dumps spread over the window; then `/metrics` and host state after. The bundle:
 
   bundle.json            what ran, each part's status (successful / failed / skipped: reason), the window
   summary.txt            the plain-text summary (also printed)
-  timeline.html          plots of GPU, CPU, I/O, request latency and queue against time (self-contained)
+  timeline.html          plots of GPU, CPU, I/O, request latency and queue against time (self-contained; drawn on
+                         the controller from timeline.json once fetched: serving/capture_report.py)
   timeline.json          the series behind the plots, traceable to the files below
   samplers/              vmstat.log iostat.log pidstat.log nvidia-smi.log (stamped lines), samplers.json
   metrics/               before.prom after.prom scrapes/NNNN.prom delta.json delta.txt gauges.json
@@ -403,7 +404,7 @@ class _Capture:
         return panels
 
     def write(self) -> dict[str, Any]:
-        """timeline.json, bundle.json and the report pages."""
+        """timeline.json, bundle.json and summary.txt (the page is drawn on the controller)."""
         cfg, parts = self.cfg, self.parts
         for name, ps in parts.items():
             if name in cfg.parts and ps.status != "successful":
@@ -442,7 +443,7 @@ class _Capture:
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         }
         (cfg.out / "bundle.json").write_text(json.dumps(bundle, indent=2, default=str) + "\n")
-        report.write_report(cfg.out)
+        report.write_summary(cfg.out)
         return bundle
 
 

@@ -5,32 +5,27 @@ plan.json and client.json, runs/<id>/ (status.json, result.json, the /metrics pa
 samplers' window in samplers/. Every figure is computed here from those raw artifacts (serving/bench.py), so
 each one can be traced back to the file it came from.
 
-The HTML page is one file of inline SVG, no scripts, in probes/report.py's style and colours: latency CDFs per
-run, chunk (or token) intervals over time, concurrency scaling, and the samplers' and gauges' series on the
-bench's timeline with the runs marked.
+The HTML page is one file of inline SVG, no scripts, drawn by serving/plots.py in the capture timeline's
+colours: latency CDFs per run, chunk (or token) intervals over time, concurrency scaling, and the samplers' and
+gauges' series on the bench's timeline with the runs marked.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes.report import AXIS, BACKGROUND, FRAME, GRID, MUTED, PANEL_COLOURS, TEXT
 from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
 from serving import bench, bench_runs
 from serving.errors import InputError
+from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
 REPORT_HTML = "report.html"
-
-W, H = 900, 260
-L, R, T, B = 80, 690, 34, 214
-LEGEND_X = 704
 
 
 def _load(path: Path) -> Any:
@@ -290,97 +285,7 @@ def _table(header: Sequence[str], rows: Sequence[tuple[str, ...]]) -> list[str]:
     return out
 
 
-# --- SVG --------------------------------------------------------------------------------------------------------
-
-
-def _e(x: object) -> str:
-    return html.escape(str(x), quote=True)
-
-
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    span = hi - lo
-    if span <= 0:
-        return [lo]
-    raw = span / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    start = math.ceil(lo / step) * step
-    return [start + i * step for i in range(int((hi - start) / step) + 1)]
-
-
-def plot(
-    title: str,
-    series: Sequence[tuple[str, Sequence[tuple[float, float]], str]],
-    x_label: str,
-    y_label: str,
-    mode: str = "line",
-    bands: Sequence[tuple[float, float, str]] = (),
-    message: str = "",
-) -> str:
-    """One panel: series of (label, points, colour) drawn as lines, steps or dots, grey bands behind."""
-    pts = [p for _, ps, _ in series for p in ps if all(math.isfinite(v) for v in p)]
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
-        f'aria-label="{_e(title)}"><rect width="{W}" height="{H}" fill="{BACKGROUND}"/>',
-        f'<text x="{L}" y="20" font-size="14" font-weight="bold" fill="{TEXT}">{_e(title)}</text>',
-        f'<rect x="{L}" y="{T}" width="{R - L}" height="{B - T}" fill="none" stroke="{FRAME}"/>',
-    ]
-    if not pts:
-        parts.append(
-            f'<text x="{(L + R) / 2}" y="{(T + B) / 2}" text-anchor="middle" font-size="13" fill="{MUTED}">'
-            f"{_e(message or 'no data')}</text></svg>"
-        )
-        return "".join(parts)
-    xs = [p[0] for p in pts] + [b[0] for b in bands] + [b[1] for b in bands]
-    ys = [p[1] for p in pts]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(0.0, min(ys)), max(ys)
-    if x1 <= x0:
-        x0, x1 = x0 - 0.5, x1 + 0.5
-    if y1 <= y0:
-        y1 = y0 + 1.0
-
-    def sx(x: float) -> float:
-        return L + (x - x0) / (x1 - x0) * (R - L)
-
-    def sy(y: float) -> float:
-        return B - (y - y0) / (y1 - y0) * (B - T)
-
-    for a, b, label in bands:
-        parts.append(
-            f'<rect x="{sx(a):.1f}" y="{T}" width="{max(1.0, sx(b) - sx(a)):.1f}" height="{B - T}" fill="{GRID}"/>'
-            f'<text x="{sx(a) + 2:.1f}" y="{T + 11}" font-size="9" fill="{MUTED}">{_e(label)}</text>'
-        )
-    for v in _ticks(y0, y1):
-        parts.append(
-            f'<line x1="{L}" y1="{sy(v):.1f}" x2="{R}" y2="{sy(v):.1f}" stroke="{GRID}"/>'
-            f'<text x="{L - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="11" fill="{AXIS}">{v:g}</text>'
-        )
-    for v in _ticks(x0, x1):
-        parts.append(
-            f'<text x="{sx(v):.1f}" y="{B + 15}" text-anchor="middle" font-size="11" fill="{AXIS}">{v:g}</text>'
-        )
-    parts.append(
-        f'<text x="{(L + R) / 2}" y="{B + 32}" text-anchor="middle" font-size="12" fill="{AXIS}">{_e(x_label)}</text>'
-        f'<text x="16" y="{(T + B) / 2}" text-anchor="middle" font-size="12" fill="{AXIS}" '
-        f'transform="rotate(-90 16 {(T + B) / 2})">{_e(y_label)}</text>'
-    )
-    for i, (label, ps, colour) in enumerate(series):
-        good = [p for p in ps if all(math.isfinite(v) for v in p)]
-        if mode == "dots":
-            parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2" fill="{colour}"/>' for x, y in good]
-        elif good:
-            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-            if len(good) < 12:
-                parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>' for x, y in good]
-        y = T + 10 + i * 15
-        parts.append(
-            f'<rect x="{LEGEND_X}" y="{y - 8}" width="12" height="4" fill="{colour}"/>'
-            f'<text x="{LEGEND_X + 18}" y="{y - 3}" font-size="11" fill="{TEXT}">{_e(label[:28])}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+# --- HTML --------------------------------------------------------------------------------------------------------
 
 
 def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
@@ -413,7 +318,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
             for i, (r, os) in enumerate(obs.items()):
                 values = [v * 1000 for v in (getattr(o, field) for o in os) if v is not None]
                 series.append((r, _cdf(values), _colour(colours, i)))
-            panels.append(plot(f"{label}: {title} CDF per run", series, axis, "fraction of requests"))
+            panels.append(xy_panel(f"{label}: {title} CDF per run", series, axis, "fraction of requests"))
         itl_title = (
             f"{label}: chunk intervals over time (chunks carried several tokens: NOT inter-token latency)"
             if p["grouped_streaming"]
@@ -428,7 +333,9 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
                     t += dt
                     pts.append((t, dt * 1000))
             series.append((r, pts, _colour("queue", i)))
-        panels.append(plot(itl_title, series, "seconds since the run's first request", "interval (ms)", mode="dots"))
+        panels.append(
+            xy_panel(itl_title, series, "seconds since the run's first request", "interval (ms)", mode="dots")
+        )
     conc = [p for p in s["points"] if p.get("request_rate") is None and p["output_tok_s"]["n"]]
     if conc:
         agg = [(float(p["max_concurrency"]), p["output_tok_s"]["median"]) for p in conc]
@@ -436,7 +343,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
         hi = [(float(p["max_concurrency"]), p["output_tok_s"]["max"]) for p in conc]
         per = [(float(p["max_concurrency"]), p["decode_tok_s"]["median"]) for p in conc if p["decode_tok_s"]["n"]]
         panels.append(
-            plot(
+            xy_panel(
                 "concurrency scaling: aggregate output tok/s (median, min, max over runs) and per-request decode rate",
                 [("aggregate median", agg, _colour("gpu", 0)), ("aggregate min", lo, _colour("gpu", 3)),
                  ("aggregate max", hi, _colour("gpu", 2)), ("per request (median)", per, _colour("cpu", 0))],
@@ -446,9 +353,9 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
     panels.append(_timeline(s, bench_dir))
     m = manifest
     head = (
-        f"<h1>bench {_e(m['workload']['name'])} on {_e(m['host'])}</h1>"
-        f"<p>status <b>{_e(s['status'])}</b> {_e(s['reason'])}</p>"
-        f'<pre style="overflow-x:auto">{_e(render_text(s))}</pre>'
+        f"<h1>bench {escape(m['workload']['name'])} on {escape(m['host'])}</h1>"
+        f"<p>status <b>{escape(s['status'])}</b> {escape(s['reason'])}</p>"
+        f'<pre style="overflow-x:auto">{escape(render_text(s))}</pre>'
     )
     body = "".join(f"<div>{p}</div>" for p in panels)
     return (
@@ -462,7 +369,7 @@ def _timeline(s: Mapping[str, Any], bench_dir: Path) -> str:
     client = s.get("client") or {}
     t0 = client.get("started_mono_s")
     if not isinstance(t0, int | float):
-        return plot("samplers and gauges over the bench", [], "s", "", message="no client.json: no timeline")
+        return xy_panel("samplers and gauges over the bench", [], "s", "", message="no client.json: no timeline")
     bands = []
     for r in s["runs"]:
         st = _load(bench_dir / "runs" / r["id"] / "status.json") or {}
@@ -486,7 +393,7 @@ def _timeline(s: Mapping[str, Any], bench_dir: Path) -> str:
     for i, name in enumerate(("num_requests_running", "num_requests_waiting")):
         if name in gauges:
             series.append((f"{name} (x10)", [(t, v * 10) for t, v in gauges[name]], _colour("queue", i)))
-    return plot(
+    return xy_panel(
         "samplers and server gauges on the bench's timeline (grey: runs)",
         series,
         "seconds since the client started",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from probes import samplers
-from probes.report import PANEL_COLOURS
+from serving.plots import PANEL_COLOURS
 from tests.integration.conftest import PROBE_RUNS, REPO, WINDOW_OPEN, BackgroundMake, complete, docker, inspect, make
 from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
 

@@ -1,6 +1,6 @@
 """The timeline page as a browser draws it: headless Chromium screenshots timeline.html; each panel's colour is there.
 
-Each panel draws its series in colours no other panel uses (probes.report.PANEL_COLOURS), and everything else on the
+Each panel draws its series in colours no other panel uses (serving.plots.PANEL_COLOURS), and everything else on the
 page is grey, black or white; so a panel's first colour found in enough pixels proves that panel's lines were drawn.
 A second page, the same but with the latency series emptied, proves the check can fail. Pillow reads the PNG.
 
@@ -25,7 +25,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from probes.report import PANEL_COLOURS, PANEL_KEYS, render_html
+from probes.report_input import PANEL_KEYS
+from serving.capture_report import render_html
+from serving.plots import PANEL_COLOURS
 
 pytestmark = pytest.mark.integration
 

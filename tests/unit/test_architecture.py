@@ -63,3 +63,15 @@ def test_the_probes_never_import_serving() -> None:
         m: sorted(d for d in deps if d.startswith("serving.")) for m, deps in graph.items() if m.startswith("probes.")
     }
     assert {m: d for m, d in crossing.items() if d} == {}
+
+
+def test_the_probes_never_import_matplotlib() -> None:
+    # The probe image carries no plotting library: the pages are drawn on the controller (serving/plots.py).
+    heavy = {}
+    for path in sorted((REPO / "probes").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            if any(n.split(".")[0] == "matplotlib" for n in names):
+                heavy[path.name] = names
+    assert heavy == {}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from probes.report_svg import PANEL_COLOURS
 from serving import bench, bench_report, compare, stats, workload
+from serving.plots import PANEL_COLOURS
 from tests.unit.test_bench import FIXTURES, serving_plan
 
 SMOKE = workload.load_workload("smoke")

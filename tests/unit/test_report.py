@@ -1,8 +1,9 @@
-"""The evidence bundle's timeline report (probes/report.py, report_svg.py, report_input.py): the HTML page's plots,
-the summary text, input checks, CLI.
+"""The evidence bundle's timeline report: the HTML page and its plots (serving/capture_report.py, serving/plots.py),
+the summary text (probes/report.py), input checks (probes/report_input.py), CLI.
 
-Each panel's SVG is cut out of the page and parsed as XML, so the assertions are on what a browser would draw:
-polyline points in pixels, stroke colours, the text elements.
+Each panel's SVG (matplotlib's) is cut out of the page and parsed as XML, so the assertions are on what a browser
+would draw: a line's path points in pixels, its style's colours, the text elements. serving/plots.py names the
+elements looked for by id: <panel>-line-<i>, -dots-<i>, -legend-<i>, -swatch-<i>, -event-<n>.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from probes.report import main, render_html, render_summary, write_report
+from probes.report import render_summary, write_summary
 from probes.report_input import PANEL_KEYS, ReportInputError, load_timeline, validate_timeline
-from probes.report_svg import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
+from serving.capture_report import main, render_html, write_report
+from serving.plots import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
 
 SVG = "{http://www.w3.org/2000/svg}"
 SECONDS = 20.0
@@ -100,22 +102,49 @@ def _svgs(page: str) -> dict[str, ET.Element]:
     return {str(e.get("data-panel")): e for e in parsed}
 
 
-def _points(polyline: ET.Element) -> list[tuple[float, float]]:
-    return [(float(x), float(y)) for x, y in (p.split(",") for p in str(polyline.get("points")).split())]
+def _by_id(svg: ET.Element, gid: str) -> ET.Element | None:
+    return next((e for e in svg.iter() if e.get("id") == gid), None)
 
 
-def _lines_of(svg: ET.Element, series: str) -> list[ET.Element]:
-    return [e for e in svg.iter(f"{SVG}polyline") if e.get("data-series") == series]
+def _path(svg: ET.Element, gid: str) -> ET.Element:
+    """The <path> drawn for element `gid` (a series' line, a legend swatch, an event mark)."""
+    group = _by_id(svg, gid)
+    assert group is not None, f"no element {gid}"
+    path = group.find(f"{SVG}path")
+    assert path is not None, f"{gid} draws no path"
+    return path
+
+
+def _runs(path: ET.Element) -> list[list[tuple[float, float]]]:
+    """A path's subpaths (one per unbroken run of a series) as points in px."""
+    runs: list[list[tuple[float, float]]] = []
+    tokens = str(path.get("d")).split()
+    while tokens:
+        op, x, y, *tokens = tokens
+        assert op in ("M", "L"), op
+        if op == "M":
+            runs.append([])
+        runs[-1].append((float(x), float(y)))
+    return runs
+
+
+def _style(e: ET.Element) -> dict[str, str]:
+    pairs = (kv.split(":", 1) for kv in str(e.get("style", "")).split(";") if kv.strip())
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _series_drawn(svg: ET.Element) -> list[str]:
+    """The ids of every series line and dot group in a panel."""
+    return [str(e.get("id")) for e in svg.iter() if re.fullmatch(r"[a-z]+-(line|dots)-\d+", str(e.get("id")))]
 
 
 def _texts(svg: ET.Element) -> list[str]:
     return ["".join(t.itertext()) for t in svg.iter(f"{SVG}text")]
 
 
-def _strokes(svg: ET.Element) -> set[str]:
-    return {str(e.get("stroke")) for e in svg.iter() if e.get("stroke")} | {
-        str(e.get("fill")) for e in svg.iter() if e.get("fill")
-    }
+def _colours(svg: ET.Element) -> set[str]:
+    """Every colour anywhere in the panel's markup: attributes and styles."""
+    return set(re.findall(r"#[0-9a-f]{6}\b", ET.tostring(svg, encoding="unicode")))
 
 
 # --- the page ------------------------------------------------------------------------------------------------
@@ -142,22 +171,21 @@ def test_page_title_names_host_and_wall_start() -> None:
     assert title.group(1) == "timeline localhost 2026-11-29T12:00:00.123456+00:00"
 
 
-def test_series_is_one_polyline_with_a_point_per_sample_in_the_panels_first_colours() -> None:
-    svgs = _svgs(render_html(_timeline()))
-    (us,) = _lines_of(svgs["cpu"], "vmstat us")
-    (sy,) = _lines_of(svgs["cpu"], "vmstat sy")
-    assert len(_points(us)) == 5
-    assert len(_points(sy)) == 3
-    assert us.get("stroke") == PANEL_COLOURS["cpu"][0]
-    assert sy.get("stroke") == PANEL_COLOURS["cpu"][1]
-    assert float(str(us.get("stroke-width"))) >= 2
-    assert us.get("fill") == "none"
+def test_series_is_one_line_with_a_point_per_sample_in_the_panels_first_colours() -> None:
+    cpu = _svgs(render_html(_timeline()))["cpu"]
+    us, sy = _path(cpu, "cpu-line-0"), _path(cpu, "cpu-line-1")  # vmstat us, vmstat sy: timeline.json's order
+    assert [len(r) for r in _runs(us)] == [5]
+    assert [len(r) for r in _runs(sy)] == [3]
+    assert _style(us)["stroke"] == PANEL_COLOURS["cpu"][0]
+    assert _style(sy)["stroke"] == PANEL_COLOURS["cpu"][1]
+    assert float(_style(us)["stroke-width"]) >= 2
+    assert _style(us)["fill"] == "none"
+    assert _series_drawn(cpu) == ["cpu-line-0", "cpu-line-1"]
 
 
 def test_values_and_times_are_scaled_to_the_plot_area() -> None:
     svgs = _svgs(render_html(_timeline()))
-    (line,) = _lines_of(svgs["io"], "sda r/s")
-    (x0, y0), (_, y5), (x10, y10), (x20, y20) = _points(line)
+    ((x0, y0), (_, y5), (x10, y10), (x20, y20)) = _runs(_path(svgs["io"], "io-line-0"))[0]
     assert (x0, y0) == (PLOT_LEFT, PLOT_BOTTOM)  # t=0, value 0: the origin
     assert y10 == PLOT_TOP  # the maximum is the top
     assert x10 == pytest.approx((PLOT_LEFT + PLOT_RIGHT) / 2, abs=0.05)
@@ -183,9 +211,8 @@ def test_x_axis_is_the_same_on_every_panel_and_y_ticks_carry_the_unit() -> None:
 def test_skipped_panel_shows_its_reason_and_no_lines() -> None:
     gpu = _svgs(render_html(_timeline()))["gpu"]
     assert f"SKIPPED: {GPU_SKIPPED}" in _texts(gpu)
-    assert list(gpu.iter(f"{SVG}polyline")) == []
-    assert list(gpu.iter(f"{SVG}circle")) == []
-    assert not _strokes(gpu) & set(PANEL_COLOURS["gpu"])
+    assert _series_drawn(gpu) == []
+    assert not _colours(gpu) & set(PANEL_COLOURS["gpu"])
 
 
 def test_failed_panel_with_series_draws_none_of_them() -> None:
@@ -193,7 +220,7 @@ def test_failed_panel_with_series_draws_none_of_them() -> None:
     tl["panels"]["io"].update(status="failed", reason="iostat exited 1")
     io = _svgs(render_html(tl))["io"]
     assert "FAILED: iostat exited 1" in _texts(io)
-    assert list(io.iter(f"{SVG}polyline")) == []
+    assert _series_drawn(io) == []
 
 
 def test_empty_series_has_no_colour_anywhere_in_its_panel() -> None:
@@ -202,25 +229,32 @@ def test_empty_series_has_no_colour_anywhere_in_its_panel() -> None:
     latency = _svgs(render_html(tl))["latency"]
     assert "no samples in the window" in _texts(latency)
     assert "TTFT mean (no samples)" in _texts(latency)
-    assert not _strokes(latency) & set(PANEL_COLOURS["latency"])
+    assert not _colours(latency) & set(PANEL_COLOURS["latency"])
 
 
 def test_legend_lists_every_series_with_its_colour() -> None:
     latency = _svgs(render_html(_timeline()))["latency"]
-    legend = {str(g.get("data-legend")): g for g in latency.iter(f"{SVG}g") if g.get("data-legend")}
-    assert list(legend) == ["TTFT mean", "ITL mean", "e2e mean"]
-    swatch = legend["ITL mean"].find(f"{SVG}line")
-    assert swatch is not None
-    assert swatch.get("stroke") == PANEL_COLOURS["latency"][1]
-    assert legend["e2e mean"].find(f"{SVG}line") is None  # empty: named, but no colour
+    legend = [_by_id(latency, f"latency-legend-{i}") for i in range(4)]
+    assert ["".join(g.itertext()).strip() if g is not None else None for g in legend] == [
+        "TTFT mean",
+        "ITL mean",
+        "e2e mean (no samples)",
+        None,
+    ]
+    assert _style(_path(latency, "latency-swatch-1"))["stroke"] == PANEL_COLOURS["latency"][1]
+    empty = _by_id(latency, "latency-swatch-2")  # empty: named, but no colour
+    assert empty is None or empty.find(f"{SVG}path") is None
 
 
 def test_lone_sample_is_a_dot() -> None:
     queue = _svgs(render_html(_timeline()))["queue"]
-    dots = [c for c in queue.iter(f"{SVG}circle") if c.get("data-series") == "waiting"]
+    waiting = _by_id(queue, "queue-dots-1")
+    assert waiting is not None
+    dots = list(waiting.iter(f"{SVG}use"))
     assert len(dots) == 1
-    assert dots[0].get("fill") == PANEL_COLOURS["queue"][1]
-    assert float(str(dots[0].get("cx"))) == PLOT_LEFT
+    assert _style(dots[0])["fill"] == PANEL_COLOURS["queue"][1]
+    assert float(str(dots[0].get("x"))) == PLOT_LEFT
+    assert _by_id(queue, "queue-line-1") is None  # one point draws no line
 
 
 def test_null_value_breaks_the_line_and_samples_outside_the_window_are_dropped() -> None:
@@ -229,21 +263,21 @@ def test_null_value_breaks_the_line_and_samples_outside_the_window_are_dropped()
         "sda r/s": [[-1.0, 9.0], [0.0, 1.0], [1.0, 2.0], [2.0, None], [3.0, 4.0], [4.0, 3.0], [21.0, 99.0]]
     }
     page = render_html(tl)
-    lines = _lines_of(_svgs(page)["io"], "sda r/s")
-    assert [len(_points(e)) for e in lines] == [2, 2]
-    assert lines[1].get("points", "").split()[0].split(",")[1] == f"{PLOT_TOP:.1f}"  # 4, not 99, is the maximum
+    runs = _runs(_path(_svgs(page)["io"], "io-line-0"))
+    assert [len(r) for r in runs] == [2, 2]
+    assert runs[1][0][1] == PLOT_TOP  # 4, not 99, is the maximum
     assert "2 samples outside the window not drawn" in page
 
 
 def test_events_are_dashed_markers_on_every_panel() -> None:
     svgs = _svgs(render_html(_timeline()))
-    for svg in svgs.values():
-        markers = [g for g in svg.iter(f"{SVG}g") if g.get("data-event")]
-        assert [m.get("data-event") for m in markers] == ["1", "2"]
-        line = markers[0].find(f"{SVG}line")
-        assert line is not None
-        assert float(str(line.get("x1"))) == pytest.approx(PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) / 4, abs=0.05)
-        assert line.get("stroke-dasharray")
+    for key, svg in svgs.items():
+        marks = [m.group(1) for e in svg.iter() if (m := re.fullmatch(rf"{key}-event-(\d+)", str(e.get("id"))))]
+        assert marks == ["1", "2"]
+        line = _path(svg, f"{key}-event-1")
+        ((x_top, _), (x_bottom, _)) = _runs(line)[0]
+        assert x_top == x_bottom == pytest.approx(PLOT_LEFT + (PLOT_RIGHT - PLOT_LEFT) / 4, abs=0.05)
+        assert _style(line).get("stroke-dasharray")
 
 
 def test_text_is_escaped() -> None:
@@ -259,8 +293,10 @@ def test_text_is_escaped() -> None:
     assert "<script" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co" in page
     svgs = _svgs(page)  # still well-formed XML
-    (line,) = _lines_of(svgs["cpu"], evil)
-    assert len(_points(line)) == 2
+    legend = _by_id(svgs["cpu"], "cpu-legend-0")
+    assert legend is not None
+    assert "".join(legend.itertext()).strip() == evil[:25] + "\u2026"  # the legend's 26 characters
+    assert [len(r) for r in _runs(_path(svgs["cpu"], "cpu-line-0"))] == [2]
 
 
 def test_page_is_self_contained() -> None:
@@ -268,10 +304,10 @@ def test_page_is_self_contained() -> None:
     assert "<script" not in page
     assert "<link" not in page
     assert "@import" not in page
-    assert "url(" not in page
-    assert re.findall(r"https?://[^\"' ]+", page) == ["http://www.w3.org/2000/svg"] * len(
-        PANEL_KEYS
-    )  # a name, not fetched
+    assert re.findall(r"url\((?!#)", page) == []  # only references inside the page (clip paths)
+    # namespace names, not fetched
+    namespaces = ["http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"]
+    assert re.findall(r"https?://[^\"' ]+", page) == namespaces * len(PANEL_KEYS)
 
 
 def test_artifacts_link_only_inside_the_bundle() -> None:
@@ -311,10 +347,10 @@ def test_more_series_than_colours_repeat_dashed() -> None:
     n = len(PANEL_COLOURS["cpu"]) + 1
     tl["panels"]["cpu"]["series"] = {f"s{i}": [[0.0, float(i)], [1.0, float(i)]] for i in range(n)}
     cpu = _svgs(render_html(tl))["cpu"]
-    first, last = _lines_of(cpu, "s0")[0], _lines_of(cpu, f"s{n - 1}")[0]
-    assert last.get("stroke") == first.get("stroke") == PANEL_COLOURS["cpu"][0]
-    assert first.get("stroke-dasharray") is None
-    assert last.get("stroke-dasharray")
+    first, last = _style(_path(cpu, "cpu-line-0")), _style(_path(cpu, f"cpu-line-{n - 1}"))
+    assert last["stroke"] == first["stroke"] == PANEL_COLOURS["cpu"][0]
+    assert "stroke-dasharray" not in first
+    assert last["stroke-dasharray"]
 
 
 # --- summary.txt ---------------------------------------------------------------------------------------------
@@ -405,6 +441,14 @@ def test_write_report_writes_both_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.html", "timeline.json"]
 
 
+def test_the_capture_writes_the_summary_only(tmp_path: Path) -> None:
+    # In the probe image, which has no matplotlib: the page is drawn on the controller.
+    (tmp_path / "timeline.json").write_text(json.dumps(_timeline()))
+    assert write_summary(tmp_path) == tmp_path / "summary.txt"
+    assert (tmp_path / "summary.txt").read_text() == render_summary(_timeline())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.json"]
+
+
 def test_cli_prints_the_two_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "timeline.json").write_text(json.dumps(_timeline()))
     assert main([str(tmp_path)]) == 0
@@ -416,7 +460,7 @@ def test_cli_missing_dir_is_one_line_on_stderr_and_exit_2(tmp_path: Path, capsys
     assert main([str(tmp_path / "nope")]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"python -m probes.report: {tmp_path / 'nope'}: not a directory\n"
+    assert captured.err == f"python -m serving.capture_report: {tmp_path / 'nope'}: not a directory\n"
 
 
 def test_cli_bad_timeline_is_exit_2_naming_the_panel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
