@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,30 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     assert second.rc == 0, second.output[-5000:]
     assert _recap(second.output, host)["changed"] == 0, _changed_tasks(second.output)
     assert inspect(name)["Id"] == running["Id"]  # type: ignore[index]
+    _check_manifest(manifest, running, share, model, cpus, mems, parallel, host)
+    gpu = manifest["gpu"]
+    _check_host_writes(host, gpu, mems)
+    _check_golden_spec(manifest["plan"], share, fixture, name, host)
+    _check_status(inv, host, name)
+    _check_bench(inv, host, model, running)
+    _check_capture(inv, host, share, model, gpu)
+    _check_probe_io(inv, host, share, model)
+    # undeploy: the class's containers go, the host's files stay.
+    gone = make("undeploy", f"INVENTORY={inv}", f"HOST={host}")
+    assert gone.rc == 0, gone.output[-3000:]
+    assert inspect(name) is None and inspect(f"{name}-samplers") is None
 
+
+def _check_manifest(
+    manifest: dict[str, Any],
+    running: dict[str, Any],
+    share: Path,
+    model: str,
+    cpus: str | None,
+    mems: str,
+    parallel: str,
+    host: str,
+) -> None:
     # The manifest: the launched (stand-in) container verified, the class's plan beside it.
     assert manifest["kind"] == "deploy" and manifest["verified"] is True, manifest["verification"]
     plan = manifest["plan"]
@@ -102,6 +126,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     assert manifest["host_facts"]["hostname"] == host
     assert manifest["effective_config"]["mismatches"] == []
 
+
+def _check_host_writes(host: str, gpu: dict[str, Any], mems: str) -> None:
     # What the host roles wrote, and what they asked systemd to do (once, on the first run).
     daemon = json.loads(docker("exec", host, "cat", "/etc/docker/daemon.json"))
     assert daemon["log-opts"] == {"max-size": "100m", "max-file": "5"} and daemon["live-restore"] is True
@@ -121,6 +147,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     restarts = ["restart containerd.service"] if memlock else []
     assert calls == ["daemon-reload", *restarts, "restart docker.service"]
 
+
+def _check_golden_spec(plan: dict[str, Any], share: Path, fixture: str, name: str, host: str) -> None:
     # The class's container spec is the reviewed golden one, but for what the test host changes: the model's
     # path, the container's name and port, and the image tag (the golden uses a placeholder).
     planned = plan["container_spec"]
@@ -135,6 +163,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
         spec["labels"]["org.refdeploy.profile"] = golden["labels"]["org.refdeploy.profile"]
     assert planned == golden
 
+
+def _check_status(inv: Path, host: str, name: str) -> None:
     # status: the running container is the plan's (its digest), and the stand-in is named.
     status = make("status", f"INVENTORY={inv}", f"HOST={host}")
     assert status.rc == 0, status.output[-3000:]
@@ -142,6 +172,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     assert f"container {name}: running" in out and "health: 200" in out and "spec: matches the plan" in out
     assert "STAND-IN: the CPU engine" in out
 
+
+def _check_bench(inv: Path, host: str, model: str, running: dict[str, Any]) -> None:
     # bench: runs against the class's plan (refused before: the running argv carries --numa-bind*).
     bench = make("bench", f"INVENTORY={inv}", f"HOST={host}", "WORKLOAD=smoke", "RUNS=1", timeout=900)
     assert bench.rc == 0, bench.output[-5000:]
@@ -163,6 +195,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     # The sidecar's replayed nvidia-smi over the bench: GPU 1 of the 3090 host runs at Gen 1 x8 while busy.
     assert ("FLAG GPU 1: PCIe link at Gen 1 x8" in report) == (host == "rdtest-gpu3090"), report[-3000:]
 
+
+def _check_capture(inv: Path, host: str, share: Path, model: str, gpu: dict[str, Any]) -> None:
     # capture: every rank's stacks and perf, the replayed nvidia-smi through the sidecar and the capture
     # container, the largest served file's page cache.
     capture = make("capture", f"INVENTORY={inv}", f"HOST={host}", "SECONDS=6", timeout=900)
@@ -191,13 +225,10 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     assert state["page_cache"]["status"] == "successful", state["page_cache"]
     assert [f["path"] for f in state["page_cache"]["files"]] == [f"{share}/models/{model}/model.safetensors"]
 
+
+def _check_probe_io(inv: Path, host: str, share: Path, model: str) -> None:
     # probe-io on the largest served file (the tiny model's weights), not a model.safetensors it may lack.
     io = make("probe-io", f"INVENTORY={inv}", f"HOST={host}", timeout=600)
     assert io.rc == 0, io.output[-4000:]
     result = json.loads(_newest(host, "*/probe-io/result.json").read_text())
     assert result["target"] == f"{share}/models/{model}/model.safetensors" and result["verdict"] == "PASS"
-
-    # undeploy: the class's containers go, the host's files stay.
-    gone = make("undeploy", f"INVENTORY={inv}", f"HOST={host}")
-    assert gone.rc == 0, gone.output[-3000:]
-    assert inspect(name) is None and inspect(f"{name}-samplers") is None
