@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from probes import cutshort, hoststate, kernel, metrics, procs, progress, report, samplers, stacks
+from probes import cutshort, hoststate, kernel, metrics, procs, progress, samplers, stacks, summary
 from probes.parts import DEFAULT_PARTS, PARTS
 from probes.timeline import (
     LATENCY_SERIES,
@@ -443,7 +443,7 @@ class _Capture:
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         }
         (cfg.out / "bundle.json").write_text(json.dumps(bundle, indent=2, default=str) + "\n")
-        report.write_summary(cfg.out)
+        summary.write_summary(cfg.out)
         return bundle
 
 
@@ -522,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         bundle = run_capture(cfg)
-    except (CaptureInputError, report.ReportInputError) as e:
+    except (CaptureInputError, summary.ReportInputError) as e:
         print(f"capture: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # a broken capture is not a finding: one line, its own status; the files stay

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes.report import TIMELINE_FILE, figures, write_atomic, write_summary
 from probes.report_input import (
     PANEL_KEYS,
     ReportInputError,
@@ -32,6 +31,7 @@ from probes.report_input import (
     read_window,
     seconds_text,
 )
+from probes.summary import TIMELINE_FILE, figures, write_atomic, write_summary
 from serving.plots import BACKGROUND, MUTED, TEXT, escape, timeline_panel
 
 HTML_FILE = "timeline.html"

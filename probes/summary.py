@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-# Re-exported (`X as X`): capture.py catches report.ReportInputError.
+# Re-exported (`X as X`): capture.py catches summary.ReportInputError.
 from probes.report_input import PANEL_KEYS, as_text, load_timeline, panel_series, read_window, seconds_text
 from probes.report_input import ReportInputError as ReportInputError
 
