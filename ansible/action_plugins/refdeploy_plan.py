@@ -2,7 +2,8 @@
 
 It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
 profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`,
-with the lines an operator reads first as `refdeploy_plan_summary`. It changes nothing. Bad input (a profile
+with the lines an operator reads first as `refdeploy_plan_summary`, and the host's facts read in the same run
+(ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts). It changes nothing. Bad input (a profile
 that does not load, a GPU profile without gpu_class) fails the task with the one line that says what to fix.
 A host the plan cannot deploy to is not an error here (status and capture still run there);
 `refdeploy_plan.failures` says why, and the preflight role stops a deploy on them.
@@ -71,7 +72,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         except InputError as e:
             return {**result, "failed": True, "msg": str(e)}
         data = plan.model_dump(mode="json")
-        result.update(changed=False, ansible_facts={"refdeploy_plan": data, "refdeploy_plan_summary": describe(plan)})
+        # The host's facts come with the plan's read (the module's host_facts): a playbook needs no gather_facts.
+        facts = {**dict(read.get("host_facts") or {}), "refdeploy_plan": data, "refdeploy_plan_summary": describe(plan)}
+        result.update(changed=False, ansible_facts=facts)
         if plan.api.secret_env:
             # The launch spec carries them to Docker; -v output must not (serving/redact.py).
             result["_ansible_no_log"] = True

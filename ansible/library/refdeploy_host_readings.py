@@ -15,7 +15,10 @@ Readings (each the tool's own output, in its own format): hostname, served_files
 query_gpu, topo, sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo, cgroup_fs,
 docker_runtimes, dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the
 tools the host lacks, `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead
-NFS mount, a dockerd that does not answer): the plan names each one.
+NFS mount, a dockerd that does not answer): the plan names each one. `host_facts` are the setup module's own
+facts for the platform, the distribution, the CPUs and the memory (ansible_hostname, ansible_distribution_version,
+ansible_processor_vcpus, ansible_memtotal_mb, ...), read by its own collectors in this same run: a playbook gets
+them without gathering facts, whose hardware subset also scans mounts, devices and DMI.
 
 The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
 directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
@@ -33,6 +36,9 @@ import subprocess
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.facts.hardware.linux import LinuxHardware
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+from ansible.module_utils.facts.system.platform import PlatformFactCollector
 
 # The NUMA topology: each node's CPUs, and each PCI device's node and local CPUs.
 SYSFS = ("devices/system/node/node*/cpulist", "bus/pci/devices/*/numa_node", "bus/pci/devices/*/local_cpulist")
@@ -133,6 +139,16 @@ def readings(mode: str, host: str, dirs: list[str], key_file: str, fields: list[
     return out
 
 
+def host_facts(module: AnsibleModule) -> dict[str, object]:
+    """The facts `gather_facts` would give for these subsets, named as it names them (ansible_ prefixed)."""
+    facts: dict[str, object] = dict(PlatformFactCollector().collect(module=module))
+    facts.update(DistributionFactCollector().collect(module=module, collected_facts=facts))
+    hardware = LinuxHardware(module)
+    facts.update(hardware.get_cpu_facts(collected_facts=facts))
+    facts.update(hardware.get_memory_facts())
+    return {f"ansible_{k}": v for k, v in facts.items()}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -153,7 +169,7 @@ def main() -> None:
         result["missing"] = _text("\n".join(r.missing))
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
-    module.exit_json(changed=False, readings=result)
+    module.exit_json(changed=False, readings=result, host_facts=host_facts(module))
 
 
 if __name__ == "__main__":

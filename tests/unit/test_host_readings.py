@@ -61,6 +61,20 @@ def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_
     assert gone["readings"]["api_key_file"] == "missing\n" and gone["readings"]["served_files"] == ""
 
 
+def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_records() -> None:
+    got = read_host({"mode": "cpu", "host": "h1"})["host_facts"]
+    cp = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "setup",
+         "-a", "gather_subset=min,hardware", "-e", f"ansible_python_interpreter={sys.executable}", "-o"],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    setup = json.loads(cp.stdout.split(" => ", 1)[1])["ansible_facts"]
+    names = ("hostname", "fqdn", "distribution", "distribution_version", "kernel", "architecture", "os_family",
+             "processor_vcpus", "processor", "memtotal_mb")  # fmt: skip
+    assert {n: got[f"ansible_{n}"] for n in names} == {n: setup[f"ansible_{n}"] for n in names}
+
+
 def test_a_replayed_3090_host_reads_as_recorded_and_plans_the_reviewed_spec(tmp_path: Path) -> None:
     served = tmp_path / "served"
     served.mkdir()
