@@ -14,13 +14,16 @@
 Why not the command module with Ansible's async: its output comes back only at the end, and each async_status
 poll is a Python module run on the host (a few hundred ms of CPU on a 2-core host that is being measured).
 Here one command-module run starts the command detached (setsid -f), its stdout and stderr in a private
-mktemp directory; polls are `cat`/`tail` through the connection's shell, once a second; the end reads both
-files and removes the directory. The task's environment reaches the command (the command module starts
+mktemp directory; polls are `cat`/`tail` through the connection's shell, once a second (over SSH these may carry
+login noise: the exit code is the one numeric line); the end reads both files exactly (slurp) and removes the
+directory. The task's environment reaches the command (the command module starts
 it). An interrupted run (Ctrl-C, the task's timeout) stops the command before the task ends.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 import shlex
 import time
 from typing import Any
@@ -55,10 +58,23 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def _sh(self, cmd: str) -> dict[str, Any]:
         return dict(self._low_level_execute_command(cmd, sudoable=True))
 
-    def _read(self, path: str, tail: bool = False) -> str:
-        q = shlex.quote(path)
-        got = self._sh(f"tail -c {TAIL_BYTES} {q} 2>/dev/null" if tail else f"cat {q} 2>/dev/null")
+    def _tail(self, path: str) -> str:
+        """The end of a file, for the progress line (over SSH with a tty, login noise may come first)."""
+        got = self._sh(f"tail -c {TAIL_BYTES} {shlex.quote(path)} 2>/dev/null")
         return str(got.get("stdout", "")) if got.get("rc") == 0 else ""
+
+    def _exit_code(self, scratch: str) -> int | None:
+        """The command's exit code once it has ended: the one line of rc that is a number."""
+        got = self._sh(f"cat {shlex.quote(scratch)}/rc 2>/dev/null")
+        codes = re.findall(r"(?m)^\s*(\d+)\s*$", str(got.get("stdout", ""))) if got.get("rc") == 0 else []
+        return int(codes[-1]) if codes else None
+
+    def _whole(self, path: str, task_vars: dict[str, Any]) -> str:
+        """A file's exact content, through the slurp module (no tty, no login noise, any bytes)."""
+        got = self._execute_module(module_name="ansible.legacy.slurp", module_args={"src": path}, task_vars=task_vars)
+        if got.get("failed") or "content" not in got:
+            return ""
+        return base64.b64decode(str(got["content"])).decode(errors="replace")
 
     def _args(self) -> tuple[list[str], float, str]:
         from serving import progress
@@ -81,14 +97,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
         name, interval = self._task.get_name().strip(), progress.interval_s()
         shown = started
-        while not (rc_text := self._read(f"{scratch}/rc").strip()):
+        while (rc := self._exit_code(scratch)) is None:
             time.sleep(POLL_S)
             now = time.monotonic()
             if now - shown >= interval:
                 shown = now
-                tails = self._read(f"{scratch}/stdout", tail=True), self._read(f"{scratch}/stderr", tail=True)
+                tails = self._tail(f"{scratch}/stdout"), self._tail(f"{scratch}/stderr")
                 display.display(progress.ticker(name, progress.status_line(mode, *tails), now - started, bound_s))
-        return int(rc_text)
+        return rc
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving import progress
@@ -111,7 +127,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         rc = None
         try:
             rc = self._wait(scratch, mode, bound_s, started)
-            stdout, stderr = self._read(f"{scratch}/stdout"), self._read(f"{scratch}/stderr")
+            stdout, stderr = self._whole(f"{scratch}/stdout", task_vars), self._whole(f"{scratch}/stderr", task_vars)
         finally:
             if rc is None:  # interrupted: stop the command (timeout(1) passes the signal on)
                 self._sh(f"kill -TERM $(cat {shlex.quote(scratch)}/pid) 2>/dev/null")
