@@ -16,6 +16,7 @@ import pytest
 
 from serving import gpu_facts, gpu_plan
 from serving.profile import load_profile
+from tests.ansible_run import run_module
 from tests.unit.test_gpu_plan import IMAGE, _class, _readings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,17 +24,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu"
 
 
 def read_host(args: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-    cp = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-         "-M", str(REPO / "ansible" / "library"), "-m", "refdeploy_host_readings", "-a", json.dumps(args),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-o"],
-        capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
-    )  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    # -o: one line, "localhost | SUCCESS => {the module's JSON}"
-    result: dict[str, Any] = json.loads(cp.stdout.split(" => ", 1)[1])
-    return result
+    return run_module("refdeploy_host_readings", args, env=env)
 
 
 def replay_env(stand_ins: Path = REPO / "tests" / "replay") -> dict[str, str]:

@@ -4,25 +4,14 @@ module run takes the lock or says who holds it, and release removes only the nam
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.ansible_run import run_module
 
 
 def lock_dir(args: dict[str, Any], *extra: str) -> dict[str, Any]:
-    cp = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-         "-M", str(REPO / "ansible" / "library"), "-m", "refdeploy_lock_dir", "-a", json.dumps(args),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-o", *extra],
-        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    result: dict[str, Any] = json.loads(cp.stdout.split(" => ", 1)[1])
-    return result
+    return run_module("refdeploy_lock_dir", args, *extra)
 
 
 def test_the_first_take_makes_the_lock_and_the_second_says_who_holds_it(tmp_path: Path) -> None:

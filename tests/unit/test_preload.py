@@ -5,11 +5,11 @@ does not."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.ansible_run import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,11 +34,7 @@ def _imported_in_the_worker(tmp_path: Path, callbacks: str) -> str:
         "ANSIBLE_CALLBACKS_ENABLED": callbacks,
         "ANSIBLE_NOCOLOR": "1",
     }
-    cp = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+    cp = run_playbook(play, env)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     return cp.stdout
 

@@ -8,11 +8,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from serving.progress import MARK
+from tests.ansible_run import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,11 +31,7 @@ def test_a_long_task_says_it_is_still_running_and_a_quick_one_says_nothing(tmp_p
         "ANSIBLE_NOCOLOR": "1",
         "REFDEPLOY_PROGRESS_S": "1",
     }
-    cp = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+    cp = run_playbook(play, env)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     lines = re.findall(r"^\s+\.\.\. (.*)$", cp.stdout, re.M)
     assert lines and all(ln.startswith("Wait a while: ") for ln in lines), cp.stdout
@@ -56,11 +52,7 @@ def _play(tmp_path: Path, tasks: str) -> subprocess.CompletedProcess[str]:
         "TMPDIR": str(tmp_path / "scratch"),  # where the plugin's scratch directory goes (mktemp)
     }
     (tmp_path / "scratch").mkdir()
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+    return run_playbook(play, env)
 
 
 def test_a_watched_command_says_what_it_is_doing_and_returns_what_the_command_module_would(tmp_path: Path) -> None:

@@ -4,27 +4,16 @@ mode touches nothing."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.ansible_run import run_module
 
 
 def write_file(args: dict[str, Any], *extra: str) -> dict[str, Any]:
     owner = {"owner": str(os.getuid()), "group": str(os.getgid())}
-    cp = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-         "-M", str(REPO / "ansible" / "library"), "-m", "refdeploy_write_file", "-a", json.dumps({**owner, **args}),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-o", *extra],
-        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    result: dict[str, Any] = json.loads(cp.stdout.split(" => ", 1)[1])
-    return result
+    return run_module("refdeploy_write_file", {**owner, **args}, *extra)
 
 
 def test_the_directory_and_file_are_made_with_their_modes_then_left_alone(tmp_path: Path) -> None:
