@@ -20,6 +20,9 @@ KEYS: dict[str, str] = {
     "effective": "serve",
     "healthy_observed_utc": "serve",
     "placement": "placement",
+    # The running container as read once after the launch (its inspection, its image's, what it sees inside):
+    # placement checks the workers in it, the manifest records it.
+    "container_readings": "placement",
 }
 
 
