@@ -155,6 +155,11 @@ def api_key_copy(container_name: str) -> str:
     return f"{SECRETS_DIR}/{container_name}.api-key"
 
 
+def sidecar_host_dir(profile: Profile) -> str:
+    """The samplers sidecar's one writable directory on the host."""
+    return f"{profile.probes.sidecar_host_dir}/{profile.container.name}"
+
+
 def with_api_key(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec with the key's copy mounted read-only and the entrypoint that hands it to vLLM."""
     return {
@@ -204,10 +209,10 @@ def render_sidecar_spec(
         "cap_drop": ["ALL"],
         "security_opts": ["no-new-privileges"],
         "memory": "256m",
-        "volumes": [f"{p.sidecar_host_dir}/{name}:/out"],
+        "volumes": [f"{sidecar_host_dir(profile)}:/out"],
         "env": {"LC_ALL": "C"},
         "restart_policy": "unless-stopped",
-        "host_dir": f"{p.sidecar_host_dir}/{name}",
+        "host_dir": sidecar_host_dir(profile),
     }  # fmt: skip
     if gpu_access:
         if gpu_access.get("device_requests"):

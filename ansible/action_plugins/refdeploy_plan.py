@@ -3,7 +3,12 @@
 It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
 profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`,
 with the lines an operator reads first as `refdeploy_plan_summary`, and the host's facts read in the same run
-(ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts). It changes nothing. Bad input (a profile
+(ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts). The same read says what is on the
+host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does not answer, the
+containers on the serving port, the project's images, the serving container, one set aside and the sidecar,
+and whether the API key's copy and the sidecar's directory exist). A run that installs Docker Engine plans
+again after it. It is kept out of the plan, which the manifest records and must not vary with what a deploy
+found there. It changes nothing. Bad input (a profile
 that does not load, a GPU profile without gpu_class) fails the task with the one line that says what to fix.
 A host the plan cannot deploy to is not an error here (status and capture still run there);
 `refdeploy_plan.failures` says why, and the preflight role stops a deploy on them.
@@ -31,8 +36,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving import gpu_facts, standin
-        from serving.plan import describe, plan_from_profile
+        from serving.images import plan_images
+        from serving.plan import build_plan, describe
         from serving.profile import load_profile
+        from serving.render import api_key_copy, sidecar_host_dir
 
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
@@ -43,6 +50,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             key_file = str(args.get("api_key_file") or "") or None
             if key_file is not None:
                 key_file = _api_key_path(key_file)
+            name = profile.container.name
+            base_image = str(args.get("base_image") or "") or None
+            images = plan_images(
+                profile.image.distribution, profile.image.version, _path(args.get("patches_dir")), base_image=base_image
+            )
             read = self._execute_module(
                 module_name="refdeploy_host_readings",
                 module_args={
@@ -51,19 +63,24 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "served_dirs": list(profile.served_dirs),
                     "api_key_file": key_file or "",
                     "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
+                    "docker_port": profile.ports.host_port,
+                    # By repository: a GPU test host's stand-in runs the CPU images (serving/standin.py).
+                    "images": sorted({t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag)}),
+                    "paths": [api_key_copy(profile.container.name), sidecar_host_dir(profile)],
+                    # The serving container, one an interrupted replacement set aside, and its samplers sidecar.
+                    "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers")],
                 },
                 task_vars=task_vars,
             )
             if read.get("failed") or "readings" not in read:
                 said = str(read.get("msg") or "no result").strip()[-400:]
                 return {**result, "failed": True, "msg": f"reading {host} for the plan failed: {said}"}
-            plan = plan_from_profile(
+            plan = build_plan(
                 profile,
                 host,
+                images,
                 {str(k): str(v) for k, v in read["readings"].items()},
                 args.get("gpu_class") or None,
-                patches_dir=_path(args.get("patches_dir")),
-                base_image=str(args.get("base_image") or "") or None,
                 data_disk=str(args.get("data_disk") or "") or None,
                 engine_memlock=str(args.get("engine_memlock") or "") or None,
                 stand_in=standin.load_config(),
@@ -73,7 +90,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             return {**result, "failed": True, "msg": str(e)}
         data = plan.model_dump(mode="json")
         # The host's facts come with the plan's read (the module's host_facts): a playbook needs no gather_facts.
-        facts = {**dict(read.get("host_facts") or {}), "refdeploy_plan": data, "refdeploy_plan_summary": describe(plan)}
+        facts = {
+            **dict(read.get("host_facts") or {}),
+            "refdeploy_plan": data,
+            "refdeploy_plan_summary": describe(plan),
+            "refdeploy_host": read.get("host_state") or {},
+        }
         result.update(changed=False, ansible_facts=facts)
         if plan.api.secret_env:
             # The launch spec carries them to Docker; -v output must not (serving/redact.py).

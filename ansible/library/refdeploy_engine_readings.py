@@ -1,25 +1,41 @@
 #!/usr/bin/python
-"""Ansible module refdeploy_engine_readings: what the engine resolved at start-up, read on the managed host.
+"""Ansible module refdeploy_engine_readings: wait for the engine to answer /health, then read what it resolved
+at start-up, on the managed host.
 
-  - name: Read the engine's start-up lines and metrics
+  - name: Wait for the engine, then read its start-up lines and metrics
     refdeploy_engine_readings:
       container: refdeploy-vllm
       port: 8000                      # the container's own port, read from inside it
       kept_dir: /var/lib/refdeploy/effective
-      timeout_s: 60
-    register: readings                # readings.id, .log, .kept, .metrics
+      timeout_s: 60                   # each docker call
+      health_timeout_s: 300           # how long the engine has to answer /health
+      interval_s: 1
+      restarts: 0                     # the restart count it has now: one more means it crashed meanwhile
+      read: true                      # false: only wait (a rollback's restored container)
+    register: readings                # .healthy, .health_state, .healthy_utc; .id, .log, .kept, .metrics
 
-Returns the container's ID, the start-up lines still in its log (`Initializing a V1 LLM engine`, `Starting
-vLLM server on`), the lines kept under <kept_dir>/<ID>.startup when it was verified at launch (Docker's log
-rotation drops the start-up lines of a long-running engine), and /metrics fetched from inside the container.
-Each docker call is an argv with its own timeout; a failure is the module's one-line `msg`. It runs on the host
-(Ansible ships it there), so it imports nothing of the project: the decisions stay in serving/effective.py.
+The wait: each poll reads the container's state and restart count from Docker and asks /health from inside
+the container (curl is in the image); it ends on HTTP 200, and at once when the container stopped or restarted
+(a crash under a restart policy shows only as a restart count). An engine that does not answer is not a module
+failure: `healthy` is false and `health_state` ("state running, restarts 0, /health HTTP 000") says what was
+seen, for the role's own message. Docker's own healthcheck (every 5 s) is for `docker ps`; polling every second
+here saves its latency. One module run for the wait and the readings: on a converged host they are most of the
+deploy's time on the host.
+
+The readings, once healthy: the container's ID, the start-up lines still in its log (`Initializing a V1 LLM
+engine`, `Starting vLLM server on`), the lines kept under <kept_dir>/<ID>.startup when it was verified at
+launch (Docker's log rotation drops the start-up lines of a long-running engine), and /metrics fetched from
+inside the container. Each docker call is an argv with its own timeout; a failure is the module's one-line
+`msg`. It runs on the host (Ansible ships it there), so it imports nothing of the project: the decisions stay
+in serving/effective.py.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
@@ -54,6 +70,39 @@ def _startup_lines(name: str, started: str, timeout_s: int) -> list[str]:
     return sorted(found.values(), key=lambda ln: 0 if "Initializing" in ln else 1)
 
 
+def _health(name: str, port: int, timeout_s: int) -> tuple[str, int, str, list[str]]:
+    """(state, restart count, /health HTTP code, [ID, StartedAt]) of the container now; state "gone" when Docker
+    has no such container, code "000" when the engine did not answer."""
+    fmt = "{{.State.Status}} {{.RestartCount}} {{.Id}} {{.State.StartedAt}}"
+    state = _run(["docker", "inspect", "--format", fmt, name], timeout_s)
+    if state.returncode != 0:
+        return "gone", 0, "000", []
+    status, restarts, *started = state.stdout.split()
+    url = f"http://127.0.0.1:{port}/health"
+    code = _run(["docker", "exec", name, "curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url],
+                timeout_s)  # fmt: skip
+    return status, int(restarts), (code.stdout.strip() or "000") if code.returncode == 0 else "000", started
+
+
+def wait_healthy(name: str, port: int, restarts: int, health_timeout_s: int, interval_s: float,
+                 timeout_s: int) -> tuple[dict[str, object], list[str]]:  # fmt: skip
+    """Poll until /health answers 200, the container stops or restarts, or health_timeout_s passes."""
+    deadline = time.monotonic() + health_timeout_s
+    while True:
+        status, now_restarts, code, started = _health(name, port, timeout_s)
+        done = status != "running" or now_restarts > restarts or code == "200"
+        if done or time.monotonic() >= deadline:
+            break
+        time.sleep(interval_s)
+    healthy = status == "running" and now_restarts <= restarts and code == "200"
+    said = {
+        "healthy": healthy,
+        "health_state": f"state {status}, restarts {now_restarts}, /health HTTP {code}",
+        "healthy_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if healthy else None,
+    }
+    return said, started
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -61,15 +110,20 @@ def main() -> None:
             "port": {"type": "int", "required": True},
             "kept_dir": {"type": "path", "required": True},
             "timeout_s": {"type": "int", "default": 60},
+            "health_timeout_s": {"type": "int", "default": 300},
+            "interval_s": {"type": "float", "default": 1.0},
+            "restarts": {"type": "int", "default": 0},
+            "read": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     name, port, timeout_s = module.params["container"], module.params["port"], module.params["timeout_s"]
     try:
-        inspected = _run(["docker", "inspect", "--format", "{{.Id}} {{.State.StartedAt}}", name], timeout_s)
-        if inspected.returncode != 0:
-            module.fail_json(msg=f"docker inspect {name}: {inspected.stderr.strip() or 'failed'}")
-        cid, started = inspected.stdout.split()
+        health, seen = wait_healthy(name, port, module.params["restarts"], module.params["health_timeout_s"],
+                                    module.params["interval_s"], timeout_s)  # fmt: skip
+        if not (health["healthy"] and module.params["read"]):
+            module.exit_json(changed=False, **health)
+        cid, started = seen
         lines = _startup_lines(name, started, timeout_s)
         kept_file = Path(module.params["kept_dir"]) / f"{cid}.startup"
         kept = kept_file.read_text() if kept_file.is_file() else ""
@@ -82,7 +136,9 @@ def main() -> None:
             )
     except subprocess.TimeoutExpired as e:
         module.fail_json(msg=f"`{' '.join(map(str, e.cmd))}` did not finish within {timeout_s} s")
-    module.exit_json(changed=False, id=cid, log="".join(f"{ln}\n" for ln in lines), kept=kept, metrics=metrics.stdout)
+    module.exit_json(
+        changed=False, **health, id=cid, log="".join(f"{ln}\n" for ln in lines), kept=kept, metrics=metrics.stdout
+    )
 
 
 if __name__ == "__main__":

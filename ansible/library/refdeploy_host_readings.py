@@ -8,7 +8,12 @@
       served_dirs: [/srv/models/llama]
       api_key_file: /etc/refdeploy/api-key    # its owner, mode, size and type; never its contents
       query_gpu_fields: [index, name, ...]    # serving.gpu_facts.QUERY_GPU_FIELDS
-    register: got                             # got.readings: {name: text}, as serving/gpu_plan.py reads them
+      docker_port: 8000                       # Docker Engine's state (0: not read), see `host_state`
+      images: [refdeploy/vllm, refdeploy/probes]   # references (a repository: all its tags)
+      paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
+      containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
+    register: got                             # got.readings: {name: text}, as serving/gpu_plan.py reads them;
+                                              # got.host_state: what the roles act on, see below
 
 Readings (each the tool's own output, in its own format): hostname, served_files (`find -type f -printf
 '%s\\t%p\\n'`), api_key_file (`stat -c '%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L,
@@ -20,6 +25,13 @@ facts for the platform, the distribution, the CPUs and the memory (ansible_hostn
 ansible_processor_vcpus, ansible_memtotal_mb, ...), read by its own collectors in this same run: a playbook gets
 them without gathering facts, whose hardware subset also scans mounts, devices and DMI.
 
+`host_state` is what is on the host now, for the roles to act on (not for the plan, which must not vary with
+it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker version`, and `port_owners`, the
+containers that publish docker_port), `images_present` (the repository:tag the engine has of `images`),
+`containers` (`docker container inspect` of those of `containers` that exist, cut to what a deploy decides on:
+Id, Name, RestartCount, State, Config.Image and Config.Labels; never their environment) and `paths` (each of
+`paths` as directory, file or missing). One read for what preflight, images and serve would each ask again.
+
 The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
 directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
 container cannot have (meminfo.txt, cgroup-fs.txt, docker-runtimes.json, dockerd-limits.txt). The tools a
@@ -29,6 +41,7 @@ which serve the same directory; this module runs tools by PATH like any other.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -139,6 +152,51 @@ def readings(mode: str, host: str, dirs: list[str], key_file: str, fields: list[
     return out
 
 
+def _docker(argv: list[str], timeout_s: int) -> tuple[int, str, str]:
+    """rc, stdout, last stderr line of `docker ARGV`, bounded (127: no docker CLI, 124: no answer in time)."""
+    try:
+        cp = subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return 127, "", "docker: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"docker {argv[0]}: no answer within {timeout_s} s"
+    return cp.returncode, cp.stdout, (cp.stderr.strip().splitlines() or [""])[-1]
+
+
+def _decided_on(c: dict[str, object]) -> dict[str, object]:
+    config = c.get("Config") if isinstance(c.get("Config"), dict) else {}
+    kept = {k: c.get(k) for k in ("Id", "Name", "RestartCount", "State")}
+    return {**kept, "Config": {"Image": config.get("Image"), "Labels": config.get("Labels") or {}}}
+
+
+def host_state(port: int, images: list[str], containers: list[str], paths: list[str],
+               timeout_s: int) -> dict[str, object]:  # fmt: skip
+    kinds = {p: "directory" if Path(p).is_dir() else "file" if Path(p).exists() else "missing" for p in paths}
+    state: dict[str, object] = {"docker": None, "images_present": [], "containers": [], "paths": kinds}
+    if not port:
+        return state
+    rc, out, err = _docker(["version", "--format", "{{.Server.Version}}"], timeout_s)
+    docker: dict[str, object] = {"rc": rc, "version": out.strip(), "error": err, "port_owners": []}
+    state["docker"] = docker
+    if rc != 0:
+        return state
+    _, out, _ = _docker(["ps", "--filter", f"publish={port}", "--format", "{{.Names}}"], timeout_s)
+    docker["port_owners"] = out.split()
+    if images:
+        refs = [a for tag in images for a in ("--filter", f"reference={tag}")]
+        _, out, _ = _docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}", *refs], timeout_s)
+        state["images_present"] = sorted(set(out.split()))
+    if containers:
+        # Exit status 1 when one of them does not exist: the output still holds those that do.
+        _, out, _ = _docker(["container", "inspect", *containers], timeout_s)
+        try:
+            found = json.loads(out or "[]")
+        except ValueError:
+            found = []
+        state["containers"] = [_decided_on(c) for c in found if isinstance(c, dict)]
+    return state
+
+
 def host_facts(module: AnsibleModule) -> dict[str, object]:
     """The facts `gather_facts` would give for these subsets, named as it names them (ansible_ prefixed)."""
     facts: dict[str, object] = dict(PlatformFactCollector().collect(module=module))
@@ -158,6 +216,10 @@ def main() -> None:
             "api_key_file": {"type": "str", "default": ""},
             "query_gpu_fields": {"type": "list", "elements": "str", "default": []},
             "timeout_s": {"type": "int", "default": 30},
+            "docker_port": {"type": "int", "default": 0},
+            "images": {"type": "list", "elements": "str", "default": []},
+            "paths": {"type": "list", "elements": "str", "default": []},
+            "containers": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -169,7 +231,8 @@ def main() -> None:
         result["missing"] = _text("\n".join(r.missing))
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
-    module.exit_json(changed=False, readings=result, host_facts=host_facts(module))
+    state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["timeout_s"])
+    module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state)
 
 
 if __name__ == "__main__":
