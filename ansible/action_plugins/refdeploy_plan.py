@@ -6,10 +6,10 @@ with the lines an operator reads first as `refdeploy_plan_summary`, and the host
 (ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts). The same read says what is on the
 host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does not answer, the
 containers on the serving port, the project's images, the serving container, one set aside and the sidecar,
-and whether the API key's copy and the sidecar's directory exist). A run that installs Docker Engine plans
-again after it. It is kept out of the plan, which the manifest records and must not vary with what a deploy
-found there. It changes nothing. Bad input (a profile
-that does not load, a GPU profile without gpu_class) fails the task with the one line that says what to fix.
+whether the API key's copy and the sidecar's directory exist, and the rendered spec's sum, mode and owner). A
+run that installs Docker Engine plans again after it. It is kept out of the plan, which the manifest records and
+must not vary with what a deploy found there. It changes nothing. Bad input (a profile that does not load, a
+GPU profile without gpu_class) fails the task with the one line that says what to fix.
 A host the plan cannot deploy to is not an error here (status and capture still run there);
 `refdeploy_plan.failures` says why, and the preflight role stops a deploy on them.
 
@@ -39,7 +39,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.images import plan_images
         from serving.plan import build_plan, describe
         from serving.profile import load_profile
-        from serving.render import api_key_copy, sidecar_host_dir
+        from serving.render import RENDERED_DIR, api_key_copy, sidecar_host_dir
 
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
@@ -69,6 +69,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "paths": [api_key_copy(profile.container.name), sidecar_host_dir(profile)],
                     # The serving container, one an interrupted replacement set aside, and its samplers sidecar.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers")],
+                    "files": [f"{RENDERED_DIR}/{name}.json"],
                 },
                 task_vars=task_vars,
             )

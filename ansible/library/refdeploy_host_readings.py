@@ -12,6 +12,7 @@
       images: [refdeploy/vllm, refdeploy/probes]   # references (a repository: all its tags)
       paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
+      files: [/var/lib/refdeploy/rendered/refdeploy-vllm.json]
     register: got                             # got.readings: {name: text}, as serving/gpu_plan.py reads them;
                                               # got.host_state: what the roles act on, see below
 
@@ -29,8 +30,10 @@ them without gathering facts, whose hardware subset also scans mounts, devices a
 it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker version`, and `port_owners`, the
 containers that publish docker_port), `images_present` (the repository:tag the engine has of `images`),
 `containers` (`docker container inspect` of those of `containers` that exist, cut to what a deploy decides on:
-Id, Name, RestartCount, State, Config.Image and Config.Labels; never their environment) and `paths` (each of
-`paths` as directory, file or missing). One read for what preflight, images and serve would each ask again.
+Id, Name, RestartCount, State, Config.Image and Config.Labels; never their environment), `paths` (each of
+`paths` as directory, file or missing) and `files` (each regular file of `files` as its sha256, mode, uid and
+gid: a role skips writing a file the host has as it would write it). One read for what preflight, images and
+serve would each ask again.
 
 The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
 directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
@@ -41,10 +44,12 @@ which serve the same directory; this module runs tools by PATH like any other.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -169,10 +174,23 @@ def _decided_on(c: dict[str, object]) -> dict[str, object]:
     return {**kept, "Config": {"Image": config.get("Image"), "Labels": config.get("Labels") or {}}}
 
 
-def host_state(port: int, images: list[str], containers: list[str], paths: list[str],
+def _file(path: str) -> dict[str, object] | None:
+    try:
+        st = Path(path).stat()
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return {"sha256": digest, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid}
+
+
+def host_state(port: int, images: list[str], containers: list[str], paths: list[str], files: list[str],
                timeout_s: int) -> dict[str, object]:  # fmt: skip
     kinds = {p: "directory" if Path(p).is_dir() else "file" if Path(p).exists() else "missing" for p in paths}
-    state: dict[str, object] = {"docker": None, "images_present": [], "containers": [], "paths": kinds}
+    found_files = {p: f for p in files if (f := _file(p)) is not None}
+    state: dict[str, object] = {"docker": None, "images_present": [], "containers": [], "paths": kinds,
+                                "files": found_files}  # fmt: skip
     if not port:
         return state
     rc, out, err = _docker(["version", "--format", "{{.Server.Version}}"], timeout_s)
@@ -220,6 +238,7 @@ def main() -> None:
             "images": {"type": "list", "elements": "str", "default": []},
             "paths": {"type": "list", "elements": "str", "default": []},
             "containers": {"type": "list", "elements": "str", "default": []},
+            "files": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -231,7 +250,7 @@ def main() -> None:
         result["missing"] = _text("\n".join(r.missing))
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
-    state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["timeout_s"])
+    state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["files"], p["timeout_s"])
     module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state)
 
 

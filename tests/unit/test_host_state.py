@@ -5,12 +5,17 @@ engine is the integration tests' (every deploy plans through it)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
+
+from serving.render import RENDERED_DIR
 from tests.ansible_run import LIBRARY, run_module
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/refdeploy-test.sock"}
@@ -81,3 +86,21 @@ def test_the_engine_wait_gives_up_at_once_on_a_container_that_is_gone(tmp_path: 
     assert got["healthy"] is False and got["healthy_utc"] is None
     assert got["health_state"] == "state gone, restarts 0, /health HTTP 000"
     assert "log" not in got and "metrics" not in got  # nothing read from an engine that did not answer
+
+
+def test_files_are_their_sum_mode_and_owner_and_the_rendered_dir_is_the_serve_roles(tmp_path: Path) -> None:
+    spec = tmp_path / "refdeploy-vllm.json"
+    spec.write_text('{"name": "refdeploy-vllm"}\n')
+    spec.chmod(0o600)
+    state = _state({"files": [str(spec), str(tmp_path), str(tmp_path / "gone")]})
+    # A directory and a missing path are not files: a role writes them.
+    assert state["files"] == {
+        str(spec): {
+            "sha256": hashlib.sha256(spec.read_bytes()).hexdigest(),
+            "mode": "0600",
+            "uid": os.getuid(),
+            "gid": os.getgid(),
+        }
+    }
+    defaults = yaml.safe_load((LIBRARY.parent / "roles/serve/defaults/main.yml").read_text())
+    assert defaults["serve_rendered_dir"] == RENDERED_DIR  # the file the plan's read reports is the one serve writes
