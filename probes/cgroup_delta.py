@@ -20,6 +20,10 @@ class LevelDelta:
     """What one cgroup counted between two snapshots."""
 
     path: str
+    # The level's own limits at the second snapshot (None: none set, or not readable): a throttled level is one
+    # with a CPU quota, which on a GPU host is an ancestor (refdeploy.slice), not the container's own cgroup.
+    cpu_quota_cpus: float | None
+    memory_limit_bytes: int | None
     cpu_usage_s: float | None
     nr_periods: int | None
     nr_throttled: int | None
@@ -110,8 +114,16 @@ def _level_delta(b: CgroupLevel, a: CgroupLevel) -> LevelDelta:
     events_inc = (
         {k: v for k in events_a if (v := inc(f"memory.events {k}")) is not None} if events_a and events_b else None
     )
+    quota = ac.quota_us if ac else None
+    limit = am.limit_bytes if am else None
     return LevelDelta(
         path=a.path,
+        cpu_quota_cpus=(
+            quota.value / ac.period_us
+            if ac and quota is not None and quota.value is not None and ac.period_us
+            else None
+        ),
+        memory_limit_bytes=limit.value if limit is not None and not limit.unlimited else None,
         cpu_usage_s=seconds("cpu usage_ns", 1e9),
         nr_periods=nr_periods,
         nr_throttled=nr_throttled,

@@ -391,15 +391,21 @@ def _cgroup_lines(c: CgroupSnapshot) -> list[str]:
         lines.append(
             f"  memory at {mem_level.path}: {_mib(usage)} used, limit {_limit_text(m.limit_bytes)}{tightest}{oom}"
         )
-    cpu = next((lv.cpu for lv in c.levels if lv.cpu and lv.cpu.nr_periods is not None), None)
-    if cpu is not None:
-        quota = "none"
-        if cpu.quota_us and cpu.quota_us.value is not None and cpu.period_us:
-            quota = f"{cpu.quota_us.value / cpu.period_us:g} CPUs"
+    # Every level with a CPU quota, named: on a GPU host the quota is an ancestor's (refdeploy.slice).
+    quotas = [
+        (lv.path, lv.cpu)
+        for lv in c.levels
+        if lv.cpu and lv.cpu.quota_us and lv.cpu.quota_us.value is not None and lv.cpu.period_us
+    ]
+    for path, cpu in quotas:
+        assert cpu.quota_us is not None and cpu.quota_us.value is not None and cpu.period_us
         throttled_s = (cpu.throttled_ns or 0) / 1e9
         lines.append(
-            f"  cpu quota {quota}: throttled in {cpu.nr_throttled} of {cpu.nr_periods} periods ({throttled_s:.3f} s)"
+            f"  cpu quota {cpu.quota_us.value / cpu.period_us:g} CPUs at {path}: throttled in {cpu.nr_throttled} "
+            f"of {cpu.nr_periods} periods ({throttled_s:.3f} s)"
         )
+    if not quotas:
+        lines.append(f"  cpu quota: none at any of the {len(c.levels)} levels")
     pressure = []
     for res in PRESSURE_RESOURCES:
         reading: PressureReading | None = getattr(inner, f"{res}_pressure")

@@ -132,15 +132,25 @@ def summary_figures(d: metrics.WindowDelta) -> dict[str, float | None]:
     }
 
 
+def _limits_text(lv: Mapping[str, Any]) -> str:
+    quota, limit = lv.get("cpu_quota_cpus"), lv.get("memory_limit_bytes")
+    said = ([f"CPU quota {quota:g} CPUs"] if quota is not None else []) + (
+        [f"memory limit {limit / 2**20:,.0f} MiB"] if limit is not None else []
+    )
+    return "; ".join(said) or "no limit"
+
+
 def cgroup_notes(cg: Mapping[str, Any]) -> list[str]:
-    """The serving container's cgroup over the window, in one line per concern (innermost level)."""
+    """The serving container's cgroup over the window, in one line per concern (innermost level), then a line
+    for every ancestor level that sets a limit (a CPU quota or a memory limit), naming it: on a GPU host the CPU
+    quota is refdeploy.slice's, so the container's own level reads "throttled 0" while the slice throttles it."""
     levels = cg.get("levels") or []
     if not levels:
         return ["host state: no cgroup level could be read"]
     lv = levels[0]
 
-    def s(key: str) -> str:
-        v = lv.get(key)
+    def s(level: Mapping[str, Any], key: str) -> str:
+        v = level.get(key)
         return "n/a" if v is None else f"{v:.2f} s"
 
     def mib(key: str) -> str:
@@ -148,13 +158,23 @@ def cgroup_notes(cg: Mapping[str, Any]) -> list[str]:
         return "n/a" if v is None else f"{v / 2**20:,.0f} MiB"
 
     out = [
-        f"cgroup {lv.get('path')}: CPU used {s('cpu_usage_s')}, throttled {lv.get('nr_throttled')} of "
-        f"{lv.get('nr_periods')} periods ({s('throttled_s')})",
+        f"cgroup {lv.get('path')} ({_limits_text(lv)}): CPU used {s(lv, 'cpu_usage_s')}, throttled "
+        f"{lv.get('nr_throttled')} of {lv.get('nr_periods')} periods ({s(lv, 'throttled_s')})",
         f"cgroup memory: {mib('memory_usage_before_bytes')} -> {mib('memory_usage_after_bytes')}, peak "
         f"{mib('memory_max_usage_bytes')}, OOM kills +{lv.get('oom_kill_increase')}",
-        f"cgroup pressure (stall time in the window): cpu some {s('cpu_some_stall_s')}, memory some "
-        f"{s('memory_some_stall_s')}, io some {s('io_some_stall_s')}",
+        f"cgroup pressure (stall time in the window): cpu some {s(lv, 'cpu_some_stall_s')}, memory some "
+        f"{s(lv, 'memory_some_stall_s')}, io some {s(lv, 'io_some_stall_s')}",
     ]
+    for up in levels[1:]:
+        if up.get("cpu_quota_cpus") is None and up.get("memory_limit_bytes") is None:
+            continue
+        events = up.get("memory_events_increase") or {}
+        raised = ", ".join(f"{k} +{v}" for k, v in events.items() if v and k in ("high", "max", "oom", "oom_kill"))
+        out.append(
+            f"cgroup ancestor {up.get('path')} ({_limits_text(up)}): throttled {up.get('nr_throttled')} of "
+            f"{up.get('nr_periods')} periods ({s(up, 'throttled_s')}), memory events {raised or 'none'}, "
+            f"pressure cpu some {s(up, 'cpu_some_stall_s')}, memory some {s(up, 'memory_some_stall_s')}"
+        )
     if cg.get("reset_detected") or cg.get("levels_changed"):
         out.append("cgroup: the container's cgroup changed in the window (restart?): figures are partial")
     return out

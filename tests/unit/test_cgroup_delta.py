@@ -4,13 +4,26 @@ a changed level set and counter resets."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from probes.cgroup_delta import cgroup_delta
 from probes.cgroups import cgroup_snapshot
-from tests.unit.cgroup_trees import CID, NEW_CID, V2_SCOPE, cgroup_lines_v1, set_v1_counters, set_v2_counters, write
+from probes.hoststate import format_summary, snapshot
+from probes.timeline import cgroup_notes
+from tests.unit.cgroup_trees import (
+    CID,
+    NEW_CID,
+    V2_SCOPE,
+    build_proc,
+    cgroup_lines_v1,
+    pressure,
+    set_v1_counters,
+    set_v2_counters,
+    write,
+)
 
 
 def test_v1_delta_throttling_oom_kill_and_pressure(v1: tuple[Path, Path]) -> None:
@@ -106,3 +119,45 @@ def test_delta_refuses_snapshots_in_the_wrong_order(v1: tuple[Path, Path]) -> No
     first, second = cgroup_snapshot(1, proc, cg), cgroup_snapshot(1, proc, cg)
     with pytest.raises(ValueError, match="taken before"):
         cgroup_delta(second, first)
+
+
+def _gpu_host_tree(root: Path, slice_periods: int, slice_throttled: int, slice_throttled_usec: int) -> None:
+    """cgroup v2 as a GPU host has it: the CPU quota on refdeploy.slice (the serving_slice role's CPUQuota),
+    the container's scope under it without one."""
+    write(root / "cgroup.controllers", "cpuset cpu io memory pids\n")
+    levels = {"refdeploy.slice": "400000 100000\n", f"refdeploy.slice/docker-{CID}.scope": "max 100000\n"}
+    for rel, cpu_max in levels.items():
+        d = root / rel
+        write(d / "cpu.max", cpu_max)
+        write(d / "memory.max", "68719476736\n" if rel == "refdeploy.slice" else "max\n")
+        # The scope's own counters do not move: with no quota it has no periods.
+        periods, throttled, usec = (
+            (slice_periods, slice_throttled, slice_throttled_usec) if rel == "refdeploy.slice" else (0, 0, 0)
+        )
+        write(d / "cpu.stat", f"usage_usec 9000000\nnr_periods {periods}\nnr_throttled {throttled}\n"
+                              f"throttled_usec {usec}\n")  # fmt: skip
+        write(d / "cpu.pressure", pressure(1_000_000, 0))
+
+
+def test_a_throttled_ancestor_slice_is_named_where_the_containers_own_level_reads_no_throttling(tmp_path: Path) -> None:
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    build_proc(proc, 1, f"0::/refdeploy.slice/docker-{CID}.scope\n")
+    _gpu_host_tree(cg, 200, 0, 0)
+    before = cgroup_snapshot(1, proc, cg)
+    _gpu_host_tree(cg, 400, 30, 1_500_000)
+    d = cgroup_delta(before, cgroup_snapshot(1, proc, cg))
+    inner, slice_ = d.levels[0], d.levels[1]
+    assert (inner.cpu_quota_cpus, inner.nr_throttled) == (None, 0)
+    assert (slice_.path, slice_.cpu_quota_cpus, slice_.memory_limit_bytes) == ("/refdeploy.slice", 4.0, 64 << 30)
+    notes = cgroup_notes(asdict(d))
+    assert notes[0].startswith(f"cgroup /refdeploy.slice/docker-{CID}.scope (no limit): ")
+    assert "throttled 0 of 0 periods" in notes[0]
+    assert (
+        "cgroup ancestor /refdeploy.slice (CPU quota 4 CPUs; memory limit 65,536 MiB): throttled 30 of 200 periods "
+        "(1.50 s), memory events none, pressure cpu some 0.00 s, memory some n/a"
+    ) in notes
+    # The root (no limit) has no line of its own.
+    assert not [n for n in notes if n.startswith("cgroup ancestor / ")]
+    # The host-state summary names the level that sets the quota.
+    text = format_summary(snapshot([1], [], proc, cg))
+    assert "cpu quota 4 CPUs at /refdeploy.slice: throttled in 30 of 400 periods (1.500 s)" in text

@@ -144,7 +144,8 @@ def test_cli_writes_the_snapshot_and_prints_a_summary(
     assert (out / "host-state.json").is_file()
     assert f"cgroup v1 /docker/{CID}" in text
     assert "2,438.7 MiB used, limit 8,192.0 MiB" in text
-    assert "cpu quota 2 CPUs: throttled in 100 of 1000 periods (2.000 s)" in text
+    # The level that sets the quota is named (on a GPU host it is an ancestor, refdeploy.slice).
+    assert f"cpu quota 2 CPUs at /docker/{CID}: throttled in 100 of 1000 periods (2.000 s)" in text
     assert "PSS 459.1 MiB = anon 392.1 MiB + file 67.0 MiB + shmem 0.0 MiB" in text
     assert "page cache: skipped: no data files given" in text
 
