@@ -7,7 +7,8 @@ reads those facts from the kernel's own text, keeps every file it read, and pars
 
 - the cgroup of a PID and each ancestor up to the root (probes/cgroups.py; probes/cgroup_delta.py says what
   happened between two snapshots);
-- /proc/<pid>/limits, smaps_rollup (PSS split into anon, file and shmem) and /proc/meminfo (probes/procfs.py);
+- /proc/<pid>/limits, smaps_rollup (PSS split into anon, file and shmem), numa_maps (resident bytes per NUMA
+  node) and /proc/meminfo (probes/procfs.py);
 - `fincore` (here): page-cache residency of the served data files (util-linux).
 - `snapshot` gathers all of them; `write_host_state` writes the artifact directory; `format_summary` words it.
 
@@ -60,9 +61,11 @@ from probes.cgroups import (
 from probes.procfs import (
     LimitsReading,
     MeminfoReading,
+    NumaMapsReading,
     SmapsRollupReading,
     read_limits,
     read_meminfo,
+    read_numa_maps,
     read_smaps_rollup,
 )
 from probes.rawtext import bound_raw, now_wall, why
@@ -113,6 +116,7 @@ class ProcessState:
     comm: str | None  # /proc/<pid>/comm: "python3", "VLLM::EngineCor"
     limits: LimitsReading
     smaps_rollup: SmapsRollupReading
+    numa_maps: NumaMapsReading  # where its memory is, per NUMA node (the allowed lists say only where it may be)
 
 
 @dataclass(frozen=True)
@@ -284,7 +288,13 @@ def snapshot(
     taken_mono_s, taken_wall = time.monotonic(), now_wall()
     cgroup = cgroup_snapshot(pids[0], proc_root, cgroup_root)
     processes = [
-        ProcessState(pid, _comm(pid, proc_root), read_limits(pid, proc_root), read_smaps_rollup(pid, proc_root))
+        ProcessState(
+            pid,
+            _comm(pid, proc_root),
+            read_limits(pid, proc_root),
+            read_smaps_rollup(pid, proc_root),
+            read_numa_maps(pid, proc_root),
+        )
         for pid in pids
     ]
     return HostState(
@@ -433,6 +443,13 @@ def format_summary(state: HostState, out_dir: Path | None = None) -> str:
             lines.append(f"{name}: PSS {_mib(s.pss.pss_kb * kib)}" + (f" = {parts}" if parts else ""))
         if p.limits.status != "successful":
             lines.append(f"  limits {p.limits.status}: {p.limits.reason}")
+        n = p.numa_maps
+        if n.status == "successful":
+            nodes = ", ".join(f"{node} {_mib(b)}" for node, b in n.node_bytes.items()) or "no resident pages"
+            policy = ", ".join(f"{k} x{v}" for k, v in sorted(n.policies.items(), key=lambda kv: -kv[1]))
+            lines.append(f"  resident by NUMA node: {nodes} (mappings by policy: {policy})")
+        else:
+            lines.append(f"  numa_maps {n.status}: {n.reason}")
     mi = state.meminfo
     if mi.status == "successful":
         total, avail = mi.values_kb.get("MemTotal"), mi.values_kb.get("MemAvailable")

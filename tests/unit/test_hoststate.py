@@ -147,6 +147,7 @@ def test_cli_writes_the_snapshot_and_prints_a_summary(
     # The level that sets the quota is named (on a GPU host it is an ancestor, refdeploy.slice).
     assert f"cpu quota 2 CPUs at /docker/{CID}: throttled in 100 of 1000 periods (2.000 s)" in text
     assert "PSS 459.1 MiB = anon 392.1 MiB + file 67.0 MiB + shmem 0.0 MiB" in text
+    assert "resident by NUMA node: N0 1,692.7 MiB (mappings by policy: default x862)" in text
     assert "page cache: skipped: no data files given" in text
 
 

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from probes import procfs
-from probes.procfs import NEEDS_PTRACE, parse_limits, read_limits, read_meminfo, read_smaps_rollup
+from probes.procfs import (
+    NEEDS_PTRACE,
+    parse_limits,
+    parse_numa_maps,
+    read_limits,
+    read_meminfo,
+    read_numa_maps,
+    read_smaps_rollup,
+)
 from tests.unit.cgroup_trees import FIXTURES
 
 
@@ -73,3 +81,23 @@ def test_meminfo_of_this_host_in_kb_and_hugepage_counts(v1: tuple[Path, Path]) -
     assert reading.values_kb["Active(anon)"] == 2716
     assert {"MemAvailable", "Cached", "Dirty", "Shmem", "Mlocked"} <= reading.values_kb.keys()
     assert reading.counts == {"HugePages_Total": 0, "HugePages_Free": 0, "HugePages_Rsvd": 0, "HugePages_Surp": 0}
+
+
+def test_numa_maps_of_a_real_worker_sum_each_mappings_pages_at_its_page_size(tmp_path: Path) -> None:
+    text = (FIXTURES / "proc-worker-numa_maps.txt").read_text()
+    nodes, policies = parse_numa_maps(text)
+    # Summed independently of the parser (awk over the same file): 1,774,948,352 bytes, all on node 0.
+    assert nodes == {"N0": 1_774_948_352}
+    assert policies == {"default": 862}
+    # A worker bound to node 1 of a two-node host, some of it on node 0 and a 2 MiB huge-page mapping
+    # (constructed from the kernel's format: proc(5), numa_memory_policy).
+    two = (
+        "7f0000000000 bind:1 anon=10 dirty=10 N0=2 N1=8 kernelpagesize_kB=4\n"
+        "7f1000000000 bind:1 huge anon=3 dirty=3 N1=3 kernelpagesize_kB=2048\n"
+        "7f2000000000 default file=/usr/lib/libc.so.6 mapped=5 N0=5 kernelpagesize_kB=4\n"
+    )
+    nodes, policies = parse_numa_maps(two)
+    assert nodes == {"N0": 7 * 4096, "N1": 8 * 4096 + 3 * (2 << 20)}
+    assert policies == {"bind:1": 2, "default": 1}
+    gone = read_numa_maps(4242, tmp_path)
+    assert gone.status == "failed" and "no NUMA support" in str(gone.reason)
