@@ -1,4 +1,5 @@
-"""What the kernel sees of vLLM: perf record/report of one process, and wchan sampling of every thread.
+"""What the kernel sees of vLLM: perf record/report of one process, and wchan sampling of every thread
+(counts per thread, and when each thread's wait changed, on the shared monotonic clock).
 
 perf: `perf record -e cpu-clock -F 99 -g -p PID -- sleep N`, then `perf report --stdio`. cpu-clock is a
 software event, so it works where hardware counters are not exposed (VMs, this machine: REFERENCE §1).
@@ -197,6 +198,11 @@ class WchanResult:
     # "pid role/thread comm" -> {wchan: count}; "running" counts samples where the thread was on a CPU.
     counts: dict[str, dict[str, int]]
     schema_version: int = SCHEMA_VERSION
+    # When each thread's wait changed, on the monotonic clock every container of the host shares (the
+    # samplers', the scrapes' and the requests' clock): "pid role/thread comm tid" -> [[t_mono_s, wchan], ...],
+    # the first entry at its first reading. A wait is then tied to the seconds it lasted, and a stall to it.
+    transitions: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    clock: str = "CLOCK_MONOTONIC"
 
 
 def read_wchan(proc_root: Path, pid: int, tid: int) -> str | None:
@@ -215,6 +221,7 @@ def sample_wchan(
     stop: threading.Event | None = None,
 ) -> WchanResult:
     counts: dict[str, Counter[str]] = {}
+    transitions: dict[str, list[tuple[float, str]]] = {}
     rounds = 0
     unreadable = 0
     period = 1.0 / rate_hz
@@ -228,12 +235,16 @@ def sample_wchan(
                     unreadable += 1
                     continue
                 counts.setdefault(f"{p.pid} {p.name}/{t.comm}", Counter())[w] += 1
+                seen = transitions.setdefault(f"{p.pid} {p.name}/{t.comm} {t.tid}", [])
+                if not seen or seen[-1][1] != w:
+                    seen.append((round(t0, 3), w))
         rounds += 1
         time.sleep(max(0.0, period - (time.monotonic() - t0)))
     if not counts:
         why = procs.NO_VLLM if not found else "no thread's wchan was readable (needs CAP_SYS_PTRACE over the target)"
         return WchanResult("skipped", why, rate_hz, rounds, {})
-    return WchanResult("successful", None, rate_hz, rounds, {k: dict(v.most_common()) for k, v in counts.items()})
+    by_count = {k: dict(v.most_common()) for k, v in counts.items()}
+    return WchanResult("successful", None, rate_hz, rounds, by_count, transitions=transitions)
 
 
 def format_wchan(res: WchanResult, top: int = 3) -> str:

@@ -151,6 +151,10 @@ def test_capture_parts_and_one_clock(capture: tuple[Path, Any]) -> None:
     assert all(window["start_mono_s"] - 1 <= ln.mono_s <= window["end_mono_s"] + 1 for ln in lines)
     wchan = json.loads((bundle / "kernel" / "wchan.json").read_text())
     assert any(k.split()[1].startswith("worker/") for k in wchan["counts"])
+    # Each thread's waits are timestamped on the same clock, inside the window.
+    worker = [v for k, v in wchan["transitions"].items() if k.split()[1].startswith("worker/")]
+    assert worker and wchan["clock"] == "CLOCK_MONOTONIC"
+    assert all(window["start_mono_s"] - 1 <= t <= window["end_mono_s"] + 1 for changes in worker for t, _ in changes)
 
 
 def test_capture_reads_the_real_containers_cgroup_and_limits(capture: tuple[Path, Any]) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,7 @@ def test_wchan_sampling_of_this_process(tmp_path: Path) -> None:
     from probes.procs import VllmProcess
 
     me = VllmProcess(os.getpid(), "api_server", "pytest", "pytest")
+    started = time.monotonic()
     res = kernel.sample_wchan([me], seconds=0.3, rate_hz=20)
     assert res.status == "successful"
     assert res.rounds >= 3
@@ -77,8 +80,18 @@ def test_wchan_sampling_of_this_process(tmp_path: Path) -> None:
     comm = key.split("/", 1)[1]
     tasks = [t for t in Path(f"/proc/{os.getpid()}/task").iterdir() if (t / "comm").read_text().strip() == comm]
     assert sum(res.counts[key].values()) == res.rounds * len(tasks)
+    # Each of those threads' waits, timestamped on the monotonic clock within the window, in order.
+    mine = {k: v for k, v in res.transitions.items() if k.startswith(f"{key} ")}
+    assert sorted(int(k.rsplit(" ", 1)[1]) for k in mine) == sorted(int(t.name) for t in tasks)
+    for changes in mine.values():
+        times = [t for t, _ in changes]
+        assert times == sorted(times) and started <= times[0] <= time.monotonic()
+        assert all(a[1] != b[1] for a, b in itertools.pairwise(changes))  # changes only
+        assert {w for _, w in changes} <= set(res.counts[key])
     kernel.write_wchan(res, tmp_path)
-    assert json.loads((tmp_path / "wchan.json").read_text())["rounds"] == res.rounds
+    written = json.loads((tmp_path / "wchan.json").read_text())
+    assert written["rounds"] == res.rounds and written["clock"] == "CLOCK_MONOTONIC"
+    assert written["transitions"] == {k: [list(c) for c in v] for k, v in res.transitions.items()}
     assert "wchan:" in (tmp_path / "wchan.txt").read_text()
 
 
