@@ -49,6 +49,7 @@ from probes.timeline import (
     cgroup_notes,
     gauge_series,
     gpu_links,
+    kv_cache_figures,
     latency_series,
     perf_events,
     perf_lag_notes,
@@ -310,6 +311,7 @@ class _Capture:
             (mdir / "delta.txt").write_text(metrics.summarize(d))
             self.summary = summary_figures(d)
             snaps = [self.before_snap, *self.poller.snapshots, after_snap]
+            self.summary.update(kv_cache_figures(snaps))
             self.latency = latency_series(snaps, self.t0)
             self.queue = gauge_series(snaps, self.t0)
             gs = metrics.GaugeSeries()

@@ -44,6 +44,22 @@ def gauge_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list
     return out
 
 
+def kv_cache_figures(snaps: Sequence[metrics.Snapshot]) -> dict[str, float | None]:
+    """vllm:kv_cache_usage_perc (a fraction; 1 is full) over the window's scrapes, as percent: mean and maximum.
+    Where several engines report it (data parallel), the first engine's series."""
+    gs = metrics.GaugeSeries()
+    for s in snaps:
+        gs.add(s)
+    series = gs.series("vllm:kv_cache_usage_perc")
+    values = [v for _m, _u, v in series[0]] if series else []
+    if not values:
+        return {"kv_cache_usage_mean_pct": None, "kv_cache_usage_max_pct": None}
+    return {
+        "kv_cache_usage_mean_pct": round(100 * sum(values) / len(values), 3),
+        "kv_cache_usage_max_pct": round(100 * max(values), 3),
+    }
+
+
 def _rel(points: Sequence[tuple[float, float]], t0: float, t1: float) -> list[list[float]]:
     return [[round(m - t0, 3), v] for m, v in points if t0 - 1.0 <= m <= t1 + 1.0]
 

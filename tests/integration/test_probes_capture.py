@@ -117,6 +117,10 @@ def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: tuple[P
     assert sum(c["delta"] for c in gen) == REQUESTS * TOKENS
     timeline = json.loads((bundle / "timeline.json").read_text())
     assert timeline["summary"]["requests"] == REQUESTS
+    # KV-cache usage over the window's scrapes: requests ran, so the cache held something at some scrape or none
+    # (a scrape between requests); either way a percentage, the mean no larger than the maximum.
+    kv_mean, kv_max = timeline["summary"]["kv_cache_usage_mean_pct"], timeline["summary"]["kv_cache_usage_max_pct"]
+    assert 0.0 <= kv_mean <= kv_max <= 100.0
     assert "requests" in (bundle / "summary.txt").read_text()
 
 

@@ -28,6 +28,7 @@ from probes.metrics import (
     summarize,
     to_json,
 )
+from probes.timeline import kv_cache_figures
 
 FIXTURE = "metrics-after-1-request.txt"
 TTFT = "vllm:time_to_first_token_seconds"
@@ -464,3 +465,9 @@ def test_gauge_series_from_the_fixture_skips_created_timestamps(vllm_cpu_fixture
     names = {name for name, _ in series.points}
     assert "vllm:kv_cache_usage_perc" in names and "process_resident_memory_bytes" in names
     assert not [n for n in names if n.endswith("_created")]
+
+
+def test_kv_cache_figures_are_the_scrapes_mean_and_maximum_in_percent() -> None:
+    snaps = [_snap(_load(r, 0, kv), float(t)) for t, (r, kv) in enumerate([(0, 0.0), (4, 0.5), (2, 0.25)])]
+    assert kv_cache_figures(snaps) == {"kv_cache_usage_mean_pct": 25.0, "kv_cache_usage_max_pct": 50.0}
+    assert kv_cache_figures([]) == {"kv_cache_usage_mean_pct": None, "kv_cache_usage_max_pct": None}
