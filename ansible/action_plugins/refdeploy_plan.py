@@ -7,9 +7,9 @@ with the lines an operator reads first as `refdeploy_plan_summary`, and the host
 host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does not answer, the
 containers on the serving port, the project's images, the serving container, one set aside and the sidecar,
 whether the API key's copy and the sidecar's directory exist, and the rendered spec's sum, mode and owner). A
-run that installs Docker Engine plans again after it. It is kept out of the plan, which the manifest records and
-must not vary with what a deploy found there. It changes nothing. Bad input (a profile that does not load, a
-GPU profile without gpu_class) fails the task with the one line that says what to fix.
+run that installs or restarts Docker Engine plans again after it. It is kept out of the plan, which the manifest
+records and must not vary with what a deploy found there. It changes nothing. Bad input (a profile that does not
+load, a GPU profile without gpu_class) fails the task with the one line that says what to fix.
 A host the plan cannot deploy to is not an error here (status and capture still run there);
 `refdeploy_plan.failures` says why, and the preflight role stops a deploy on them.
 
@@ -66,7 +66,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "docker_port": profile.ports.host_port,
                     # By repository: a GPU test host's stand-in runs the CPU images (serving/standin.py).
                     "images": sorted({t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag)}),
-                    "paths": [api_key_copy(profile.container.name), sidecar_host_dir(profile)],
+                    "paths": [api_key_copy(name), sidecar_host_dir(profile)],
                     # The serving container, one an interrupted replacement set aside, and its samplers sidecar.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers")],
                     "files": [f"{RENDERED_DIR}/{name}.json"],
