@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 
 # The product's progress lines on stderr: probes/progress.py and images/vllm/bench_client.py write them
 # (not imported: those run inside images; tests/unit/test_progress_lines.py keeps the three equal).
@@ -52,6 +53,16 @@ def status_line(mode: str, stdout_tail: str, stderr_tail: str) -> str | None:
         return _short(f"{step} | {after[-1]}") if after else step
     both = out or _lines(stderr_tail)
     return _short(both[-1]) if both else None
+
+
+def tail_command(mode: str, path: str, tail_bytes: int) -> str:
+    """The shell command that reads what status_line needs of a command's stdout file: its last tail_bytes and,
+    for docker_build, first the last `Step N/M : ` line wherever it is (one pip install step prints tens of KB,
+    so the step's own line is soon out of any tail)."""
+    tail = f"tail -c {int(tail_bytes)} {shlex.quote(path)} 2>/dev/null"
+    if mode != "docker_build":
+        return tail
+    return f"{{ grep -a -E '^Step [0-9]+/[0-9]+ : ' {shlex.quote(path)} | tail -n 1; {tail}; }} 2>/dev/null"
 
 
 def without_marked(text: str) -> str:

@@ -58,9 +58,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def _sh(self, cmd: str) -> dict[str, Any]:
         return dict(self._low_level_execute_command(cmd, sudoable=True))
 
-    def _tail(self, path: str) -> str:
-        """The end of a file, for the progress line (over SSH with a tty, login noise may come first)."""
-        got = self._sh(f"tail -c {TAIL_BYTES} {shlex.quote(path)} 2>/dev/null")
+    def _tail(self, path: str, mode: str) -> str:
+        """The end of a file, for the progress line (over SSH with a tty, login noise may come first); for a
+        docker build, the last step's line first (serving/progress.py tail_command)."""
+        from serving import progress
+
+        got = self._sh(progress.tail_command(mode, path, TAIL_BYTES))
         return str(got.get("stdout", "")) if got.get("rc") == 0 else ""
 
     def _exit_code(self, scratch: str) -> int | None:
@@ -102,7 +105,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             now = time.monotonic()
             if now - shown >= interval:
                 shown = now
-                tails = self._tail(f"{scratch}/stdout"), self._tail(f"{scratch}/stderr")
+                tails = self._tail(f"{scratch}/stdout", mode), self._tail(f"{scratch}/stderr", "last_line")
                 display.display(progress.ticker(name, progress.status_line(mode, *tails), now - started, bound_s))
         return rc
 

@@ -3,11 +3,16 @@ product's own commands write (probes/progress.py, images/vllm/bench_client.py)."
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from probes import progress as probe_progress
 from serving import progress
 from tests.image_scripts import image_script
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 # The legacy builder's output (DOCKER_BUILDKIT=0), as `docker build` printed it for the probe image.
 BUILD_OUT = """Sending build context to Docker daemon  90.11kB\r\r
@@ -29,6 +34,32 @@ def test_a_docker_build_names_its_step_and_the_steps_latest_line() -> None:
     # Between steps: the step alone (the layer id line says nothing).
     assert progress.status_line("docker_build", "Step 2/9 : FROM x\n ---> 1f6c1b8f4f0c\n", "") == "step 2/9 FROM x"
     assert progress.status_line("docker_build", "Sending build context to Docker daemon\n", "") is None
+
+
+def test_a_long_build_step_is_named_though_its_line_is_far_outside_the_tail(tmp_path: Path) -> None:
+    # A real cold build's stdout while pip installed vLLM: step 15's line lies ~40 KB before the end.
+    log = FIXTURES / "docker-20.10-legacy-build" / "runtime-pip-step.stdout.txt"
+    tail_bytes = 4096
+    assert b"\nStep " not in log.read_bytes()[-tail_bytes:]
+
+    def read(mode: str) -> str:
+        cmd = progress.tail_command(mode, str(log), tail_bytes)
+        return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, errors="replace", check=True).stdout
+
+    line = progress.status_line("docker_build", read("docker_build"), "")
+    assert line is not None and line.startswith("step 15/33 RUN case")
+    assert line.endswith("| Attempting uninstall: setuptools")
+    # The tail alone (every other mode) holds no step line at all.
+    assert progress.status_line("docker_build", read("last_line"), "") is None
+    # A step line inside the tail is the later one, and is the one named.
+    later = tmp_path / "out.txt"
+    later.write_text(log.read_text() + "Step 16/33 : COPY apply-patches.sh /usr/local/bin/apply-patches.sh\n")
+    cmd = progress.tail_command("docker_build", str(later), tail_bytes)
+    got = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, errors="replace", check=True).stdout
+    assert (
+        progress.status_line("docker_build", got, "")
+        == "step 16/33 COPY apply-patches.sh /usr/local/bin/apply-patches.sh"
+    )
 
 
 def test_marked_lines_are_read_from_stderr_and_kept_out_of_what_the_roles_judge() -> None:
