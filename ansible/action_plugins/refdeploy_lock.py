@@ -9,8 +9,9 @@
 Acquired: `mkdir` of the lock directory on the host, then its holder.json; a lock held by another run fails the
 task with the one line that names the holder (a dead run of this controller is taken over, and the result says
 so). Released: removes the lock only if this run holds it. In check mode nothing is written; a held lock still
-fails the task. The host side is one module run per step (library/refdeploy_lock_dir.py; a second one only to
-take over a stale lock): each module run costs a Python start on the host, and the lock is on every run's path.
+fails the task. The host side is a shell round trip per step (serving/hostlock.py take_command, read_command,
+remove_command; a second only to take over a stale lock or to release): a module run would cost a Python start
+on the host, and the lock is on every operation's path.
 """
 
 from __future__ import annotations
@@ -28,11 +29,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("path", "operation", "state"))
 
-    def _lock_dir(self, task_vars: dict[str, Any], **args: Any) -> dict[str, Any]:
-        got = dict(self._execute_module(module_name="refdeploy_lock_dir", module_args=args, task_vars=task_vars))
-        if got.get("failed"):
-            raise AnsibleError(f"the lock on the host: {got.get('msg') or 'failed'}")
-        return got
+    def _host(self, command: str) -> tuple[str, str]:
+        """The reply of one of hostlock's shell commands: (word, text)."""
+        from serving import hostlock
+
+        got = dict(self._low_level_execute_command(command, sudoable=True))
+        word, text = hostlock.parse_reply(str(got.get("stdout", "")))
+        if got.get("rc") != 0 or not word or word == "error":
+            said = text or str(got.get("stderr", "")).strip() or f"exit {got.get('rc')}"
+            raise AnsibleError(f"the lock on the host: {said[-300:]}")
+        return word, text
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving import hostlock
@@ -50,27 +56,31 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if state == "released":
             if self._task.check_mode:  # a check-mode run took nothing
                 return {**result, "changed": False, "msg": "not held by this run: left as it is"}
-            got = self._lock_dir(task_vars, path=path, state="released", controller=controller, pid=pid)
-            if not got.get("removed"):
+            word, text = self._host(hostlock.read_command(path))
+            mine = word == "held" and hostlock.is_ours(hostlock.parse_holder(text), controller, pid)
+            if not mine or self._host(hostlock.remove_command(path, text))[0] != "removed":
                 return {**result, "changed": False, "msg": "not held by this run: left as it is"}
             return {**result, "changed": False, "msg": f"released {path}"}
 
         record = json.dumps(hostlock.holder(operation, controller, pid))
-        got = self._lock_dir(task_vars, path=path, state="acquired", record=record)
+        take = hostlock.read_command(path) if self._task.check_mode else hostlock.take_command(path, record)
+        word, text = self._host(take)
         took_over = None
-        if not got.get("took") and got.get("exists"):
-            held = hostlock.parse_holder(got["holder"]) if got.get("holder") is not None else None
+        if word == "held":
+            held = hostlock.parse_holder(text) if text else None
             if hostlock.is_ours(held, controller, pid):
                 return {**result, "changed": False, "msg": "already held by this run"}
             if not hostlock.is_stale(held, controller):
                 return {**result, "failed": True, "msg": hostlock.refusal(host, operation, path, held)}
             took_over = held
             if not self._task.check_mode:
-                got = self._lock_dir(task_vars, path=path, state="acquired", record=record, replace=got["holder"])
+                # Only while it still reads as it did: a run that took it meanwhile keeps it.
+                self._host(hostlock.remove_command(path, text))
+                word, text = self._host(hostlock.take_command(path, record))
         if self._task.check_mode:
             return {**result, "changed": False, "msg": "check mode: the lock is free; not taken"}
-        if not got.get("took"):  # another run took it between the test and the mkdir
-            held = hostlock.parse_holder(got["holder"]) if got.get("holder") is not None else None
+        if word != "took":  # another run took it between the test and the mkdir
+            held = hostlock.parse_holder(text) if text else None
             return {**result, "failed": True, "msg": hostlock.refusal(host, operation, path, held)}
         msg = f"took {path} for make {operation}"
         if took_over:
