@@ -19,10 +19,10 @@ KEYS: dict[str, str] = {
     "replaced": "serve",
     "effective": "serve",
     "healthy_observed_utc": "serve",
+    # The running container as read once after the launch, in the same module run as the engine's wait (its
+    # inspection, its image's, what it sees inside): placement checks the workers in it, the manifest records it.
+    "container_readings": "serve",
     "placement": "placement",
-    # The running container as read once after the launch (its inspection, its image's, what it sees inside):
-    # placement checks the workers in it, the manifest records it.
-    "container_readings": "placement",
 }
 
 

@@ -12,7 +12,10 @@ at start-up, on the managed host.
       interval_s: 1
       restarts: 0                     # the restart count it has now: one more means it crashed meanwhile
       read: true                      # false: only wait (a rollback's restored container)
-    register: readings                # .healthy, .health_state, .healthy_utc; .id, .log, .kept, .metrics
+      inside_script: "{{ lookup('ansible.builtin.file', 'serving/inside_readings.py') }}"   # optional
+      inside_args: [/models/tiny]
+    register: readings                # .healthy, .health_state, .healthy_utc; .id, .log, .kept, .metrics;
+                                      # with inside_script, .container_readings: see below
 
 The wait: each poll reads the container's state and restart count from Docker and asks /health from inside
 the container (curl is in the image); it ends on HTTP 200, and at once when the container stopped or restarted
@@ -25,18 +28,24 @@ deploy's time on the host.
 The readings, once healthy: the container's ID, the start-up lines still in its log (`Initializing a V1 LLM
 engine`, `Starting vLLM server on`), the lines kept under <kept_dir>/<ID>.startup when it was verified at
 launch (Docker's log rotation drops the start-up lines of a long-running engine), and /metrics fetched from
-inside the container. Each docker call is an argv with its own timeout; a failure is the module's one-line
-`msg`. It runs on the host (Ansible ships it there), so it imports nothing of the project: the decisions stay
+inside the container. With inside_script, also the running container as the manifest records it and placement
+checks it (`container_readings`): `docker container inspect` of it, `docker image inspect` of its image ID, and
+the script's stdout run as `python3 -c` inside it, parsed as JSON (the script is an argument, never part of a
+shell string). It was a module run of its own (refdeploy_container_readings) on the same container just after
+this one: each module run costs a Python start on the host. Each docker call is an argv with its own timeout;
+a failure is the module's one-line `msg`. It runs on the host (Ansible ships it there), so it imports nothing of the project: the decisions stay
 in serving/effective.py.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -103,6 +112,42 @@ def wait_healthy(name: str, port: int, restarts: int, health_timeout_s: int, int
     return said, started
 
 
+class ReadError(Exception):
+    pass
+
+
+def _docker(argv: list[str], timeout_s: int) -> str:
+    cp = _run(["docker", *argv], timeout_s)
+    if cp.returncode != 0:
+        said = (cp.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ReadError(f"`docker {' '.join(argv[:3])}` failed (exit {cp.returncode}): {said}")
+    return cp.stdout
+
+
+def _json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ReadError(f"{what}: not JSON: {text[:200]!r}") from None
+
+
+def _one(text: str, what: str) -> dict[str, Any]:
+    found = _json(text, what)
+    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
+        raise ReadError(f"{what}: expected one object, got {text[:200]!r}")
+    return dict(found[0])
+
+
+def container_readings(name: str, script: str, args: list[str], timeout_s: int) -> dict[str, Any]:
+    """The container's inspection, its image's, and what the script prints inside it (JSON)."""
+    container = _one(_docker(["container", "inspect", name], timeout_s), f"inspecting {name}")
+    image_id = str(container.get("Image") or "")
+    image = _one(_docker(["image", "inspect", image_id], timeout_s), f"inspecting {image_id}")
+    out = _docker(["exec", name, "python3", "-c", script, *args], timeout_s)
+    inside = _json(out, f"the readings inside {name}")
+    return {"container": container, "image": image, "inside": inside}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -114,6 +159,8 @@ def main() -> None:
             "interval_s": {"type": "float", "default": 1.0},
             "restarts": {"type": "int", "default": 0},
             "read": {"type": "bool", "default": True},
+            "inside_script": {"type": "str"},
+            "inside_args": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -134,10 +181,22 @@ def main() -> None:
                 msg=f"GET /metrics inside {name} failed (exit {metrics.returncode}): "
                 + (metrics.stderr.strip().splitlines() or ["no output"])[-1]
             )
+        script = module.params["inside_script"]
+        more = {}
+        if script:
+            more["container_readings"] = container_readings(name, script, module.params["inside_args"], timeout_s)
     except subprocess.TimeoutExpired as e:
         module.fail_json(msg=f"`{' '.join(map(str, e.cmd))}` did not finish within {timeout_s} s")
+    except ReadError as e:
+        module.fail_json(msg=str(e))
     module.exit_json(
-        changed=False, **health, id=cid, log="".join(f"{ln}\n" for ln in lines), kept=kept, metrics=metrics.stdout
+        changed=False,
+        **health,
+        id=cid,
+        log="".join(f"{ln}\n" for ln in lines),
+        kept=kept,
+        metrics=metrics.stdout,
+        **more,
     )
 
 
