@@ -25,3 +25,22 @@ def test_unknown_host_lists_the_known_ones() -> None:
 def test_missing_inventory_says_how_to_pick_one(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="no such inventory"):
         inventory_hosts(tmp_path / "nope", ANSIBLE_INVENTORY)
+
+
+def test_a_host_named_in_a_static_yaml_inventory_is_found_without_ansible(tmp_path: Path) -> None:
+    inv = tmp_path / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "hosts.yml").write_text("all:\n  children:\n    gpus:\n      children:\n        a:\n          hosts:\n"
+                                   "            gpu3090-a: {ansible_host: 192.0.2.10}\n")  # fmt: skip
+    # A group_vars file naming the host is not an inventory source; a plugin's configuration names no host.
+    (inv / "group_vars" / "all" / "x.yml").write_text("all:\n  hosts:\n    stray: {}\n")
+    (inv / "cloud.yml").write_text("plugin: amazon.aws.aws_ec2\nall:\n  hosts:\n    fake: {}\n")
+    # No ansible-inventory: the host is found in hosts.yml alone.
+    check_host("gpu3090-a", inv, "/nonexistent/ansible-inventory")
+    for other in ("stray", "fake", "gpus"):
+        with pytest.raises(InventoryError, match="not found"):  # asks Ansible, which is not there
+            check_host(other, inv, "/nonexistent/ansible-inventory")
+    # Ansible's answer stands where the file does not name the host: the unknown host is refused by it.
+    with pytest.raises(InventoryError, match="unknown HOST 'stray'"):
+        check_host("stray", inv, ANSIBLE_INVENTORY)
+    check_host("gpu3090-a", REPO / "inventory/production-example", "/nonexistent/ansible-inventory")
