@@ -128,7 +128,9 @@ class YamlKind(Generic[M]):
     def parse(self, data: Any, source: str) -> M:
         """Already-read data as the model; the kind's error, naming `source` and the fields, when it is not one."""
         if not isinstance(data, dict):
-            raise self.error(self.not_a_mapping.format(source=source, type=type(data).__name__))
+            # An empty file loads as None: say so, not "NoneType".
+            kind = "nothing (the file is empty)" if data is None else type(data).__name__
+            raise self.error(self.not_a_mapping.format(source=source, type=kind))
         try:
             value = self.model.model_validate(data)
         except ValidationError as exc:

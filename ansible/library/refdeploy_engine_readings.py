@@ -33,8 +33,8 @@ checks it (`container_readings`): `docker container inspect` of it, `docker imag
 the script's stdout run as `python3 -c` inside it, parsed as JSON (the script is an argument, never part of a
 shell string). It was a module run of its own (refdeploy_container_readings) on the same container just after
 this one: each module run costs a Python start on the host. Each docker call is an argv with its own timeout;
-a failure is the module's one-line `msg`. It runs on the host (Ansible ships it there), so it imports nothing of the project: the decisions stay
-in serving/effective.py.
+a failure is the module's one-line `msg`. It runs on the host (Ansible ships it there), so it imports nothing
+of the project: the decisions stay in serving/effective.py and serving/plan.py.
 """
 
 from __future__ import annotations

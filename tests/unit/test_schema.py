@@ -79,6 +79,10 @@ def test_yaml_that_is_not_a_mapping_or_not_yaml_names_the_file(tmp_path: Path) -
     (tmp_path / "broken.yaml").write_text("name: [x\n")
     kind = _kind(tmp_path)
     assert _refusal(kind, "list") == f"{tmp_path / 'list.yaml'}: a thing is a mapping, got list"
+    (tmp_path / "empty.yaml").write_text("")
+    assert (
+        _refusal(kind, "empty") == f"{tmp_path / 'empty.yaml'}: a thing is a mapping, got nothing (the file is empty)"
+    )
     assert _refusal(kind, "broken") == (
         f"{tmp_path / 'broken.yaml'}:2:1: YAML syntax error: expected ',' or ']', but got '<stream end>'"
         " (while parsing a flow sequence at line 1)"
