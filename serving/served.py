@@ -55,13 +55,14 @@ TINYMODEL_MARKER = ".refdeploy-tinymodel"
 
 def model_state(profile: Profile, files: Sequence[tuple[int, str]]) -> tuple[str, list[str]]:
     """What the deploy does about the model: "generate" (the tiny model, into a new or empty directory),
-    "generated" (the generator's own, complete), "staged" (generate: none, files there), "absent" (generate: none,
-    nothing there; the serve role says what to do), and why a directory cannot be generated into."""
+    "generated" (the generator's own, complete), "staged" (generate: none, its config.json there), "absent"
+    (generate: none, no config.json there; the serve role says what to do), and why a directory cannot be generated
+    into."""
     model = profile.model
     root = model.host_path.rstrip("/") + "/"
     names = {p[len(root) :] for _s, p in files if p.startswith(root)}
     if model.generate != "tiny":
-        return ("staged" if names else "absent"), []
+        return ("staged" if "config.json" in names else "absent"), []
     if not names:
         return "generate", []
     if TINYMODEL_MARKER in names and "SHA256SUMS" in names:

@@ -326,3 +326,15 @@ def test_a_host_command_that_timed_out_is_named_in_the_plan() -> None:
         "reading localhost for the plan: nvidia-smi -L (after 30 s) did not answer; "
         "find out why on the host, then run again"
     ]
+
+
+def test_a_staged_model_is_there_only_with_its_config_json() -> None:
+    from serving.served import model_state
+
+    tiny = load_profile("cpu-tiny")
+    staged = tiny.model_copy(update={"model": tiny.model.model_copy(update={"generate": "none"})})
+    root = staged.model.host_path
+    assert model_state(staged, [(10, f"{root}/config.json"), (99, f"{root}/model.safetensors")]) == ("staged", [])
+    # Weights without config.json, or nothing: the serve role stops with what to do, before any launch.
+    assert model_state(staged, [(99, f"{root}/model.safetensors")]) == ("absent", [])
+    assert model_state(staged, []) == ("absent", [])
