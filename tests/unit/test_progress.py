@@ -102,3 +102,21 @@ def test_a_watched_command_past_its_bound_exits_124_and_an_interrupted_one_is_st
             break
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists(), f"the interrupted command (pid {pid}) still runs"
+
+
+def test_the_tasks_environment_reaches_a_watched_command_and_its_output_comes_back_exactly(tmp_path: Path) -> None:
+    # Bytes a shell would mangle, and output far past one tail of the file.
+    script = "printf '%s\\n' \"$REFDEPLOY_TEST_VALUE\"; head -c 200000 /dev/zero | tr '\\0' x; echo; printf 'é\\n' >&2"
+    cp = _play(
+        tmp_path,
+        "    - name: Watch | Echo the environment\n"
+        f"      refdeploy_watch: {{argv: [sh, -c, {json.dumps(script)}], timeout_s: 30, progress: last_line}}\n"
+        '      environment: {REFDEPLOY_TEST_VALUE: "it\'s $HOME; `x`"}\n'
+        "      register: r\n"
+        f"    - ansible.builtin.copy: {{content: '{{{{ r | to_json }}}}', dest: {tmp_path}/r.json, mode: '0644'}}\n",
+    )
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["stdout_lines"][0] == "it's $HOME; `x`"
+    assert r["stdout_lines"][1] == "x" * 200000 and r["stderr"] == "é"
+    assert not list((tmp_path / "scratch").glob("refdeploy-watch.*"))
