@@ -42,7 +42,7 @@ def test_nothing_fetched_still_gives_the_directory_with_its_records(tmp_path: Pa
 
 def test_an_archive_that_reaches_outside_itself_is_refused(tmp_path: Path) -> None:
     archive = _archive(tmp_path / "a.tar.gz", {"bundle/x": b"1"}, link="/etc/passwd")
-    with pytest.raises(UnpackError, match="a.tar.gz"):
+    with pytest.raises(UnpackError, match=r"a\.tar\.gz"):
         unpack(archive, tmp_path, "bundle", "capture", {})
     archive = _archive(tmp_path / "b.tar.gz", {"other/x": b"1"})
     with pytest.raises(UnpackError, match="no bundle/ in it"):
