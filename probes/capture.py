@@ -50,9 +50,11 @@ from probes.timeline import (
     gauge_series,
     gpu_links,
     kv_cache_figures,
+    kv_cache_series,
     latency_series,
     perf_events,
     perf_lag_notes,
+    preemption_events,
     sampler_panels,
     summary_figures,
 )
@@ -190,6 +192,7 @@ class _Capture:
         self.summary: dict[str, float | None] = {}
         self.latency: dict[str, list[tuple[float, float]]] = {k: [] for k in LATENCY_SERIES}
         self.queue: dict[str, list[tuple[float, float]]] = {"running": [], "waiting": []}
+        self.kv_cache: dict[str, list[tuple[float, float]]] = {"KV cache used": []}
         self.stop = threading.Event()
 
     def _host_state(self) -> Any:
@@ -314,6 +317,8 @@ class _Capture:
             self.summary.update(kv_cache_figures(snaps))
             self.latency = latency_series(snaps, self.t0)
             self.queue = gauge_series(snaps, self.t0)
+            self.kv_cache = kv_cache_series(snaps, self.t0)
+            self.events.extend(preemption_events(snaps, self.t0))
             gs = metrics.GaugeSeries()
             for s in snaps:
                 gs.add(s)
@@ -403,6 +408,14 @@ class _Capture:
             "source": "vllm:num_requests_running / _waiting (metrics/gauges.json)",
             "series": {k: [[round(t, 3), v] for t, v in s] for k, s in self.queue.items()},
         }
+        panels["cache"] = {
+            "title": "KV cache in use (preemptions marked)",
+            "unit": "%",
+            "status": m.status,
+            "reason": m.reason,
+            "source": "vllm:kv_cache_usage_perc, and vllm:num_preemptions_total's increases (metrics/scrapes/)",
+            "series": {k: [[round(t, 3), v] for t, v in s] for k, s in self.kv_cache.items()},
+        }
         return panels
 
     def write(self) -> dict[str, Any]:
@@ -426,7 +439,7 @@ class _Capture:
                 "end_mono_s": t1,
                 "seconds": round(t1 - t0, 3),
             },
-            "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue")},
+            "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue", "cache")},
             "events": sorted(self.events, key=lambda e: e["t_s"]),
             "summary": self.summary,
             "notes": self.notes,

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-# timeline.json always has these panels, drawn in this order.
+# timeline.json always has these panels, drawn in this order; then those of OPTIONAL_PANEL_KEYS it has (a
+# capture made before the KV-cache panel existed has none of them, and still draws).
 PANEL_KEYS = ("gpu", "cpu", "io", "latency", "queue")
+OPTIONAL_PANEL_KEYS = ("cache",)
 STATUSES = ("successful", "skipped", "failed")
 
 
@@ -76,9 +78,15 @@ def validate_timeline(timeline: object) -> dict[str, Any]:
         if panel.get("status") not in STATUSES:
             raise ReportInputError(f"panels.{key}.status is {panel.get('status')!r}; expected one of {STATUSES}")
         _check_series(key, panel.get("series", {}))
-    unknown = [k for k in panels if k not in PANEL_KEYS]
+    for key in OPTIONAL_PANEL_KEYS:
+        if key in panels:
+            if not isinstance(panels[key], dict) or panels[key].get("status") not in STATUSES:
+                raise ReportInputError(f"panels.{key} must be an object with a status of {STATUSES}")
+            _check_series(key, panels[key].get("series", {}))
+    known = PANEL_KEYS + OPTIONAL_PANEL_KEYS
+    unknown = [k for k in panels if k not in known]
     if unknown:
-        raise ReportInputError(f"unknown panel {unknown[0]!r} (schema 1 has {', '.join(PANEL_KEYS)})")
+        raise ReportInputError(f"unknown panel {unknown[0]!r} (schema 1 has {', '.join(known)})")
     for name in ("events", "notes"):
         if not isinstance(timeline.get(name, []), list):
             raise ReportInputError(f"{name} must be a list")
@@ -86,6 +94,14 @@ def validate_timeline(timeline: object) -> dict[str, Any]:
         if not isinstance(timeline.get(name, {}), dict):
             raise ReportInputError(f"{name} must be an object")
     return timeline
+
+
+def panel_keys(timeline: Mapping[str, Any]) -> tuple[str, ...]:
+    """The panels a timeline has, in the order they are drawn: every one of PANEL_KEYS, then the optional ones
+    present."""
+    panels = timeline.get("panels")
+    present = panels if isinstance(panels, Mapping) else {}
+    return PANEL_KEYS + tuple(k for k in OPTIONAL_PANEL_KEYS if k in present)
 
 
 def load_timeline(path: Path) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported (`X as X`): capture.py catches summary.ReportInputError.
-from probes.report_input import PANEL_KEYS, as_text, load_timeline, panel_series, read_window, seconds_text
 from probes.report_input import ReportInputError as ReportInputError
+from probes.report_input import as_text, load_timeline, panel_keys, panel_series, read_window, seconds_text
 
 TIMELINE_FILE = "timeline.json"
 SUMMARY_FILE = "summary.txt"
@@ -97,7 +97,7 @@ def render_summary(timeline: Mapping[str, Any]) -> str:
     lines.extend(_table(("figure", "value", "unit"), figure_rows, (False, True, False), "  "))
     lines.extend(["", "panels (min / median / max over the samples in the window):"])
     panels = timeline.get("panels") or {}
-    for key in PANEL_KEYS:
+    for key in panel_keys(timeline):
         panel = panels.get(key) if isinstance(panels, Mapping) else None
         if not isinstance(panel, Mapping):
             lines.append(f"  {key}: MISSING from timeline.json")

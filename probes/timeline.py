@@ -1,4 +1,5 @@
-"""What a capture's timeline is drawn from: the per-second series of the scrapes (latency, the engine's queue),
+"""What a capture's timeline is drawn from: the per-second series of the scrapes (latency, the engine's queue,
+its KV cache and preemptions),
 the samplers' panels (GPU, CPU, block I/O) cut to the window, the window's summary figures, and the notes and
 events the bundle adds (GPU links under the class's minimum, cgroup throttling and pressure, perf's span)."""
 
@@ -42,6 +43,27 @@ def gauge_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list
         series = gs.series(name)
         out[label] = [(m - t0, v) for m, _u, v in series[0]] if series else []
     return out
+
+
+def kv_cache_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
+    """vllm:kv_cache_usage_perc at each scrape, as percent of the KV cache in use (the first engine's, as
+    kv_cache_figures)."""
+    gs = metrics.GaugeSeries()
+    for s in snaps:
+        gs.add(s)
+    series = gs.series("vllm:kv_cache_usage_perc")
+    return {"KV cache used": [(m - t0, round(100 * v, 3)) for m, _u, v in series[0]] if series else []}
+
+
+def preemption_events(snaps: Sequence[metrics.Snapshot], t0: float) -> list[dict[str, Any]]:
+    """One event per scrape interval in which the engine preempted requests (vllm:num_preemptions_total went
+    up), at the interval's end: the marks every panel shows, so a latency spike lines up with its preemptions."""
+    events = []
+    for a, b in itertools.pairwise(snaps):
+        n = metrics.counter_sum(metrics.delta(a, b), metrics.PREEMPTIONS)
+        if n:
+            events.append({"t_s": round(b.taken_monotonic_s - t0, 3), "label": f"preemptions +{n:g}"})
+    return events
 
 
 def kv_cache_figures(snaps: Sequence[metrics.Snapshot]) -> dict[str, float | None]:

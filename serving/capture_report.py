@@ -3,9 +3,9 @@
 A capture (probes/capture.py, in the probe image) writes `timeline.json` and `summary.txt`; once the bundle is
 fetched, the probes role has `timeline.html` drawn here (ansible/action_plugins/refdeploy_capture_report.py).
 The page is one file: inline SVG, no scripts, fonts, stylesheets or anything else fetched, so it opens offline
-from a copied bundle. The five panels (serving/plots.py draws them) share one time axis, seconds since the
-window start, so a GPU stall lines up with the queue it built. A skipped or failed panel keeps its frame and
-says why.
+from a copied bundle. The panels (serving/plots.py draws them: GPU, CPU, I/O, latency, queue and, in captures
+since it was added, the KV cache with the preemptions marked) share one time axis, seconds since the window
+start, so a GPU stall lines up with the queue it built. A skipped or failed panel keeps its frame and says why.
 
   python -m serving.capture_report BUNDLE_DIR    # timeline.html and summary.txt again, from timeline.json
 
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from probes.report_input import (
-    PANEL_KEYS,
     ReportInputError,
     Window,
     as_text,
     finite,
     load_timeline,
+    panel_keys,
     panel_series,
     read_window,
     seconds_text,
@@ -94,7 +94,7 @@ a {{ color: {TEXT}; }}
 
 
 def render_html(timeline: Mapping[str, Any]) -> str:
-    """The timeline as one self-contained HTML page: header, summary table, the five panels, events, notes."""
+    """The timeline as one self-contained HTML page: header, summary table, the panels, events, notes."""
     w = read_window(timeline)
     host = as_text(timeline.get("host"))
     container = as_text(timeline.get("container"))
@@ -126,7 +126,7 @@ def render_html(timeline: Mapping[str, Any]) -> str:
         f'<p class="muted">x axis, shared by every panel: seconds since the window start, {escape(w.start_wall)}. '
         "Dashed lines are events, numbered as in the list below.</p>"
     )
-    for key in PANEL_KEYS:
+    for key in panel_keys(timeline):
         panel = panels.get(key) if isinstance(panels, Mapping) else None
         out.append(f'<figure id="panel-{key}">')
         out.append(panel_svg(key, panel, w, events))

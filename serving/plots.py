@@ -39,6 +39,7 @@ PANEL_COLOURS: dict[str, tuple[str, ...]] = {
     "io": ("#e66101", "#fdae6b", "#a63603", "#fd8d3c", "#d94801", "#7f2704"),  # oranges
     "latency": ("#d7191c", "#fc9272", "#67000d", "#ef3b2c", "#a50f15", "#fcbba1"),  # reds
     "queue": ("#7b3294", "#c2a5cf", "#3f007d", "#9e9ac8", "#6a51a3", "#ae017e"),  # purples
+    "cache": ("#01665e", "#5ab4ac", "#003c30", "#80cdc1", "#35978f", "#c7eae5"),  # teals
 }
 # Everything that is not a series is grey, black or white.
 BACKGROUND = "#ffffff"

@@ -121,6 +121,11 @@ def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: tuple[P
     # (a scrape between requests); either way a percentage, the mean no larger than the maximum.
     kv_mean, kv_max = timeline["summary"]["kv_cache_usage_mean_pct"], timeline["summary"]["kv_cache_usage_max_pct"]
     assert 0.0 <= kv_mean <= kv_max <= 100.0
+    # ... and plotted: its own panel, a point per scrape, on the same percent scale.
+    cache = timeline["panels"]["cache"]
+    assert cache["status"] == "successful" and cache["unit"] == "%"
+    kv = cache["series"]["KV cache used"]
+    assert len(kv) >= 3 and max(v for _t, v in kv) == pytest.approx(kv_max, abs=1e-6)
     assert "requests" in (bundle / "summary.txt").read_text()
 
 
@@ -192,7 +197,7 @@ def test_capture_timeline_page_shows_its_plots(capture: tuple[Path, Any], tmp_pa
     assert "nvidia-smi not found" in html
     # A panel without lines shows its colours only in the legend swatches (28 px each); a drawn series has
     # hundreds. (TTFT, the latency panel's first series, is a few ms beside a ~1 s e2e: drawn on the axis.)
-    for panel in ("cpu", "io", "latency", "queue"):
+    for panel in ("cpu", "io", "latency", "queue", "cache"):
         drawn = max(pixels_of(counts, colour) for colour in PANEL_COLOURS[panel])
         assert drawn >= 100, f"the {panel} plot is missing"
 

@@ -28,7 +28,7 @@ from probes.metrics import (
     summarize,
     to_json,
 )
-from probes.timeline import kv_cache_figures
+from probes.timeline import kv_cache_figures, kv_cache_series, preemption_events
 
 FIXTURE = "metrics-after-1-request.txt"
 TTFT = "vllm:time_to_first_token_seconds"
@@ -471,3 +471,22 @@ def test_kv_cache_figures_are_the_scrapes_mean_and_maximum_in_percent() -> None:
     snaps = [_snap(_load(r, 0, kv), float(t)) for t, (r, kv) in enumerate([(0, 0.0), (4, 0.5), (2, 0.25)])]
     assert kv_cache_figures(snaps) == {"kv_cache_usage_mean_pct": 25.0, "kv_cache_usage_max_pct": 50.0}
     assert kv_cache_figures([]) == {"kv_cache_usage_mean_pct": None, "kv_cache_usage_max_pct": None}
+
+
+def test_the_kv_cache_series_and_the_preemption_marks_come_from_the_scrapes(vllm_cpu_fixtures: Path) -> None:
+    # The real /metrics text, its two lines set to what each scrape of a busy engine would read.
+    text = _fixture_text(vllm_cpu_fixtures)
+    kv_line = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny-llama"} 0.0'
+    pre_line = 'vllm:num_preemptions_total{engine="0",model_name="tiny-llama"} 0.0'
+    assert kv_line in text and pre_line in text
+
+    def scrape(t: float, kv: float, preempted: int) -> Snapshot:
+        at = text.replace(kv_line, kv_line.replace(" 0.0", f" {kv}")).replace(
+            pre_line, pre_line.replace(" 0.0", f" {preempted}.0")
+        )
+        return snapshot_from_text(at, t, 1_800_000_000.0 + t)
+
+    snaps = [scrape(100.0, 0.0, 0), scrape(101.0, 0.5, 0), scrape(102.0, 0.75, 3), scrape(103.0, 0.25, 3)]
+    assert kv_cache_series(snaps, 100.0) == {"KV cache used": [(0.0, 0.0), (1.0, 50.0), (2.0, 75.0), (3.0, 25.0)]}
+    assert preemption_events(snaps, 100.0) == [{"t_s": 2.0, "label": "preemptions +3"}]
+    assert kv_cache_series([], 0.0) == {"KV cache used": []} and preemption_events(snaps[:1], 100.0) == []

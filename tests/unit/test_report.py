@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from probes.report_input import PANEL_KEYS, ReportInputError, load_timeline, validate_timeline
+from probes.report_input import OPTIONAL_PANEL_KEYS, PANEL_KEYS, ReportInputError, load_timeline, validate_timeline
 from probes.summary import render_summary, write_summary
 from serving.capture_report import main, render_html, write_report
 from serving.plots import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
@@ -148,6 +148,26 @@ def _colours(svg: ET.Element) -> set[str]:
 
 
 # --- the page ------------------------------------------------------------------------------------------------
+
+
+def test_the_kv_cache_panel_is_drawn_after_the_five_when_a_capture_has_it() -> None:
+    t = _timeline()
+    t["panels"]["cache"] = {
+        "title": "KV cache in use (preemptions marked)",
+        "unit": "%",
+        "status": "successful",
+        "source": "vllm:kv_cache_usage_perc",
+        "series": {"KV cache used": [[0.0, 5.0], [10.0, 80.0]]},
+    }
+    validate_timeline(t)
+    page = render_html(t)
+    assert re.findall(r'<svg[^>]* data-panel="([a-z]+)"', page) == [*PANEL_KEYS, "cache"]
+    svg = _svgs(page)["cache"]
+    assert svg.get("data-status") == "successful" and PANEL_COLOURS["cache"][0] in _colours(svg)
+    assert "  KV cache in use (preemptions marked) (%): successful" in render_summary(t).splitlines()
+    t["panels"]["cache"] = {"status": "maybe"}
+    with pytest.raises(ReportInputError, match=r"panels\.cache must be an object with a status"):
+        validate_timeline(t)
 
 
 def test_page_has_one_svg_per_panel_in_order() -> None:
@@ -328,14 +348,14 @@ def test_summary_table_is_in_the_page() -> None:
 
 
 def test_palettes_are_distinct_colours_and_not_grey() -> None:
-    assert list(PANEL_COLOURS) == list(PANEL_KEYS)
+    assert list(PANEL_COLOURS) == list(PANEL_KEYS + OPTIONAL_PANEL_KEYS)
     every = [c for palette in PANEL_COLOURS.values() for c in palette]
     assert len(every) == len(set(every))
     for c in every:
         assert re.fullmatch(r"#[0-9a-f]{6}", c), c
         r, g, b = (int(c[i : i + 2], 16) for i in (1, 3, 5))
         assert max(r, g, b) - min(r, g, b) > 20, f"{c} is too close to a grey"
-    firsts = [PANEL_COLOURS[k][0] for k in PANEL_KEYS]
+    firsts = [PANEL_COLOURS[k][0] for k in PANEL_KEYS + OPTIONAL_PANEL_KEYS]
     for i, first in enumerate(firsts):  # a screenshot test tells the first colours apart with a tolerance
         for other in firsts[i + 1 :]:
             gap = max(abs(int(first[j : j + 2], 16) - int(other[j : j + 2], 16)) for j in (1, 3, 5))
