@@ -1,7 +1,9 @@
 """The placement role against real running workers: the CPU deployment's one VLLM::Worker, checked against
-plans of this machine's CPUs. The role reads each worker's binding inside the serving container
-(serving/inside_readings.py) and the controller compares it with the plan's ranks; a rank the worker does
-not follow is refused with its line. (The multi-rank case, a rank per CPU, is tests/integration/test_tp2.py.)
+plans of this machine's CPUs. Each worker's binding is read inside the serving container
+(serving/inside_readings.py) by the same module run the serve role makes once the engine answers
+(refdeploy_engine_readings, its container_readings), and the role compares it with the plan's ranks on the
+controller; a rank the worker does not follow is refused with its line. (The multi-rank case, a rank per CPU,
+is tests/integration/test_tp2.py.)
 
 The CPU build binds the worker's threads itself (VLLM_CPU_OMP_THREADS_BIND=auto in the profile): its main
 thread runs on CPU 0 of the container's cpuset 0-1 (vLLM keeps CPU 1 for the engine), which is what the role
@@ -36,11 +38,25 @@ def _plan(cpus: str | None) -> dict[str, Any]:
 
 def _run_role(tmp_path: Path, plan: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     vars_file = tmp_path / "vars.json"
-    vars_file.write_text(json.dumps({"refdeploy_plan": plan}))
+    inside = str(REPO / "serving" / "inside_readings.py")
+    vars_file.write_text(
+        json.dumps({"refdeploy_plan": plan, "kept_dir": str(tmp_path / "effective"), "inside": inside})
+    )
     playbook = REPO / "ansible" / f".test-placement-{os.getpid()}.yml"
+    # The container read as the serve role reads it after a launch (roles/serve/tasks/engine.yml), then the role.
     playbook.write_text(
-        "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_role:\n"
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - refdeploy_engine_readings:\n"
+        f"        container: {CONTAINER}\n"
+        '        port: "{{ refdeploy_plan.profile.ports.container_port }}"\n'
+        '        kept_dir: "{{ kept_dir }}"\n'
+        "        inside_script: \"{{ lookup('ansible.builtin.file', inside) }}\"\n"
+        '        inside_args: ["{{ refdeploy_plan.launch.model.container_path }}"]\n'
+        "      register: got\n"
+        "    - ansible.builtin.include_role:\n"
         "        name: placement\n"
+        "      vars:\n"
+        '        placement_readings: "{{ got.container_readings }}"\n'
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     try:
