@@ -45,14 +45,19 @@ def gauge_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list
     return out
 
 
-def kv_cache_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
-    """vllm:kv_cache_usage_perc at each scrape, as percent of the KV cache in use (the first engine's, as
-    kv_cache_figures)."""
+def _kv_cache_points(snaps: Sequence[metrics.Snapshot]) -> list[tuple[float, float]]:
+    """(monotonic_s, vllm:kv_cache_usage_perc) at each scrape: a fraction, 1 is full. Where several engines report
+    it (data parallel), the first engine's series."""
     gs = metrics.GaugeSeries()
     for s in snaps:
         gs.add(s)
     series = gs.series("vllm:kv_cache_usage_perc")
-    return {"KV cache used": [(m - t0, round(100 * v, 3)) for m, _u, v in series[0]] if series else []}
+    return [(m, v) for m, _u, v in series[0]] if series else []
+
+
+def kv_cache_series(snaps: Sequence[metrics.Snapshot], t0: float) -> dict[str, list[tuple[float, float]]]:
+    """The KV cache in use at each scrape, in percent, on the window's clock."""
+    return {"KV cache used": [(m - t0, round(100 * v, 3)) for m, v in _kv_cache_points(snaps)]}
 
 
 def preemption_events(snaps: Sequence[metrics.Snapshot], t0: float) -> list[dict[str, Any]]:
@@ -67,13 +72,8 @@ def preemption_events(snaps: Sequence[metrics.Snapshot], t0: float) -> list[dict
 
 
 def kv_cache_figures(snaps: Sequence[metrics.Snapshot]) -> dict[str, float | None]:
-    """vllm:kv_cache_usage_perc (a fraction; 1 is full) over the window's scrapes, as percent: mean and maximum.
-    Where several engines report it (data parallel), the first engine's series."""
-    gs = metrics.GaugeSeries()
-    for s in snaps:
-        gs.add(s)
-    series = gs.series("vllm:kv_cache_usage_perc")
-    values = [v for _m, _u, v in series[0]] if series else []
+    """The KV cache in use over the window's scrapes (_kv_cache_points), as percent: mean and maximum."""
+    values = [v for _m, v in _kv_cache_points(snaps)]
     if not values:
         return {"kv_cache_usage_mean_pct": None, "kv_cache_usage_max_pct": None}
     return {
