@@ -174,13 +174,7 @@ def main() -> None:
         lines = _startup_lines(name, started, timeout_s)
         kept_file = Path(module.params["kept_dir"]) / f"{cid}.startup"
         kept = kept_file.read_text() if kept_file.is_file() else ""
-        url = f"http://127.0.0.1:{port}/metrics"
-        metrics = _run(["docker", "exec", name, "curl", "-fsS", "-m", "10", url], timeout_s)
-        if metrics.returncode != 0:
-            module.fail_json(
-                msg=f"GET /metrics inside {name} failed (exit {metrics.returncode}): "
-                + (metrics.stderr.strip().splitlines() or ["no output"])[-1]
-            )
+        metrics = _docker(["exec", name, "curl", "-fsS", "-m", "10", f"http://127.0.0.1:{port}/metrics"], timeout_s)
         script = module.params["inside_script"]
         more = {}
         if script:
@@ -195,7 +189,7 @@ def main() -> None:
         id=cid,
         log="".join(f"{ln}\n" for ln in lines),
         kept=kept,
-        metrics=metrics.stdout,
+        metrics=metrics,
         **more,
     )
 
