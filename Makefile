@@ -15,7 +15,8 @@ ANSIBLE_ARGS ?=
 SECONDS   ?= 20
 PROBE     ?=
 # make bench: the workload (a name in serving/workloads/ or a path) and measured runs per point (empty: the
-# workload's). make compare: the bench runs of each side (runs/<host>/<ts> or the ts, comma-separated) and the
+# workload's). make capture: the workload whose requests it sends through its window, only where WORKLOAD is given
+# (without it a capture only watches). make compare: the bench runs of each side (runs/<host>/<ts> or the ts, comma-separated) and the
 # condition allowed to differ between them (e.g. max_num_seqs).
 WORKLOAD  ?= default
 RUNS      ?=
@@ -82,9 +83,9 @@ probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|
 	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(PLAYBOOK) ansible/capture.yml -e probes_capture_probe=$(PROBE) -e probes_capture_seconds=$(SECONDS))
 
 .PHONY: capture
-capture: $(STAMP) ## One evidence bundle over SECONDS (default 20): samplers, metrics, stacks, host state, timeline.html
+capture: $(STAMP) ## One evidence bundle over SECONDS (default 20), sending WORKLOAD's requests if given; timeline.html, trace.json
 	@$(CHECK_HOST)
-	$(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS)
+	$(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e probes_capture_workload=$(WORKLOAD),)
 
 ##@ Benchmarks
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -42,8 +43,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from probes import cutshort, hoststate, kernel, metrics, procs, progress, samplers, stacks, summary
+from probes import cutshort, hoststate, kernel, load, metrics, procs, progress, samplers, stacks, summary
 from probes.parts import DEFAULT_PARTS, PARTS
+from probes.report_input import OPTIONAL_PANEL_KEYS, PANEL_KEYS
 from probes.timeline import (
     LATENCY_SERIES,
     cgroup_notes,
@@ -98,6 +100,8 @@ class CaptureConfig:
     data_file_note: str = ""
     # The class's PCIe link (generation, width) that a busy GPU must reach; None where no class says.
     pcie_min: tuple[int, int] | None = None
+    # The requests the capture sends through its window (make capture WORKLOAD=...); None: it only watches.
+    load: load.LoadSpec | None = None
 
 
 def scrape(url: str) -> tuple[str, float, float]:
@@ -194,6 +198,10 @@ class _Capture:
         self.queue: dict[str, list[tuple[float, float]]] = {"running": [], "waiting": []}
         self.kv_cache: dict[str, list[tuple[float, float]]] = {"KV cache used": []}
         self.stop = threading.Event()
+        self.load_proc: subprocess.Popen[bytes] | None = None
+        self.requests: dict[str, Any] | None = None
+        self.spans: list[dict[str, Any]] = []
+        self.in_flight: list[tuple[float, int]] = []
 
     def _host_state(self) -> Any:
         c = self.cfg
@@ -238,6 +246,12 @@ class _Capture:
         if self.before_snap is not None:
             self.poller = _Poller(cfg.metrics_url, self.mdir / "scrapes")
             self.poller.start()
+        if cfg.load is not None:
+            # Its own process, so its own interpreter lock (probes/load.py main says why).
+            argv = [sys.executable, "-m", "probes.load", "--spec-json", json.dumps(asdict(cfg.load)),
+                    "--stop-at", repr(self.t0 + cfg.seconds), "--out", str(cfg.out)]  # fmt: skip
+            with (cfg.out / "requests.stderr.txt").open("wb") as err:
+                self.load_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         if "wchan" in cfg.parts:
 
             def wchan() -> None:
@@ -284,6 +298,62 @@ class _Capture:
         for t in self.threads:
             t.join(cfg.perf_seconds + 60)
 
+    def request_results(self) -> None:
+        """The requests the capture sent: waited for (those in flight when the window closed), written, and
+        drawn as spans and an in-flight count relative to the window's start."""
+        spec, proc = self.cfg.load, self.load_proc
+        if spec is None or proc is None:
+            return
+        progress.say(f"capture: waiting for the requests still in flight (at most {spec.timeout_s:g} s each)")
+        try:
+            rc = proc.wait(spec.timeout_s + load.CONNECT_TIMEOUT_S + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        err = self.cfg.out / "requests.stderr.txt"
+        try:
+            records = load.read_records(self.cfg.out)
+            self.requests = json.loads((self.cfg.out / load.SUMMARY_FILE).read_text())
+        except (OSError, ValueError) as e:
+            why = err.read_text(errors="replace").strip().splitlines()[-1:] if err.is_file() else []
+            self.notes.append(f"requests: the client (exit {rc}) left no records ({e}) {' '.join(why)}".strip())
+            self.requests = {"sent": 0, "completed": 0, "failed": 0, "claimed": 0}
+            return
+        if err.is_file() and not err.read_text().strip():
+            err.unlink()
+        t0 = self.t0
+
+        def rel(x: float | None) -> float | None:
+            return None if x is None else round(x - t0, 4)
+
+        self.spans = [
+            {"id": r.id, "lane": r.client, "start_s": rel(r.t0_mono_s), "first_token_s": rel(r.first_token_mono_s),
+             "end_s": rel(r.end_mono_s), "ok": r.ok}
+            for r in records
+        ]  # fmt: skip
+        self.in_flight = load.in_flight_series(records, t0)
+        req = self.requests
+        self.summary.update({
+            "capture_requests_sent": req["sent"], "capture_requests_completed": req["completed"],
+            "capture_requests_failed": req["failed"], "capture_requests_one_burst": req["one_burst"],
+            "capture_ttft_p50_ms": req["ttft_ms_p50"],
+            "capture_ttft_p99_ms": req["ttft_ms_p99"], "capture_tpot_p50_ms": req["tpot_ms_p50"],
+            "capture_tpot_p99_ms": req["tpot_ms_p99"],
+        })  # fmt: skip
+        if req.get("one_burst"):
+            self.notes.append(
+                f"requests: {req['one_burst']} of {req['completed']} got all their tokens within "
+                f"{load.ONE_BURST_S * 1000:g} ms of each other: the server sent them together (its API process "
+                "fell behind the engine), so the client's TPOT of those is not the decode's"
+            )
+        failed = [r for r in records if not r.ok]
+        if failed:
+            self.notes.append(f"requests: {len(failed)} of {len(records)} failed; the first: {failed[0].error}")
+        if req["claimed"] != req["sent"]:
+            self.notes.append(
+                f"requests: {req['claimed']} were started but {req['sent']} recorded: a client outlived its bound"
+            )
+
     def sampler_results(self) -> None:
         if self.sset:
             results = self.results
@@ -312,7 +382,7 @@ class _Capture:
             d = metrics.delta(self.before_snap, after_snap)
             (mdir / "delta.json").write_text(json.dumps(metrics.to_json(d), indent=2) + "\n")
             (mdir / "delta.txt").write_text(metrics.summarize(d))
-            self.summary = summary_figures(d)
+            self.summary.update(summary_figures(d))
             snaps = [self.before_snap, *self.poller.snapshots, after_snap]
             self.summary.update(kv_cache_figures(snaps))
             self.latency = latency_series(snaps, self.t0)
@@ -416,6 +486,17 @@ class _Capture:
             "source": "vllm:kv_cache_usage_perc, and vllm:num_preemptions_total's increases (metrics/scrapes/)",
             "series": {k: [[round(t, 3), v] for t, v in s] for k, s in self.kv_cache.items()},
         }
+        if self.requests is not None:
+            spec = self.cfg.load
+            panels["requests"] = {
+                "title": "Requests the capture sent (one lane per client; first token marked)",
+                "unit": "requests",
+                "status": "successful" if self.requests["sent"] else "failed",
+                "reason": None if self.requests["sent"] else "no request was sent in the window",
+                "source": f"{load.REQUESTS_FILE} (workload {spec.workload if spec else '?'}, CLOCK_MONOTONIC)",
+                "series": {"in flight": [[t, v] for t, v in self.in_flight]},
+                "spans": self.spans,
+            }
         return panels
 
     def write(self) -> dict[str, Any]:
@@ -439,7 +520,7 @@ class _Capture:
                 "end_mono_s": t1,
                 "seconds": round(t1 - t0, 3),
             },
-            "panels": {k: panels[k] for k in ("gpu", "cpu", "io", "latency", "queue", "cache")},
+            "panels": {k: panels[k] for k in (*PANEL_KEYS, *OPTIONAL_PANEL_KEYS) if k in panels},
             "events": sorted(self.events, key=lambda e: e["t_s"]),
             "summary": self.summary,
             "notes": self.notes,
@@ -454,6 +535,7 @@ class _Capture:
             "processes": [asdict(p) for p in self.found],
             "requested_parts": list(cfg.parts),
             "gpu_links": self.links,
+            "requests": self.requests,
             "parts": {k: asdict(v) for k, v in parts.items()},
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         }
@@ -480,6 +562,11 @@ def _say_window(c: _Capture, every_s: float = 5.0) -> None:
 def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
     """One evidence bundle in cfg.out: the window's samplers, scrapes, stacks, wchan, perf and host state."""
     found = _check_input(cfg)
+    if cfg.load is not None:
+        try:
+            load.Load(cfg.load)  # the key file reads: checked before anything is written
+        except load.LoadInputError as e:
+            raise CaptureInputError(str(e)) from None
     cfg.out.mkdir(parents=True, exist_ok=True)
     c = _Capture(cfg, found)
     progress.say(f"capture: the state before the window ({', '.join(cfg.parts)})")
@@ -489,6 +576,8 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
     c.through_window()
     progress.say("capture: the window closed; reading what the parts wrote")
     c.sampler_results()
+    # The requests still in flight first: the closing /metrics scrape then counts every request the capture sent.
+    c.request_results()
     c.metrics_after()
     c.thread_results()
     c.after()
@@ -516,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data-file-note", default="", help="why no --data-file is given (the page-cache reading says it)")
     ap.add_argument("--pcie-min-gen", type=int, help="the class's PCIe generation a busy GPU's link must reach")
     ap.add_argument("--pcie-min-width", type=int, default=16, help="the class's PCIe link width")
+    ap.add_argument("--workload-json", default="", help="send this workload's requests in the window (probes/load.py)")
     args = ap.parse_args(argv)
     parts = tuple(p for p in args.only.split(",") if p)
     if args.record_seconds > 0 and "record" not in parts:
@@ -536,8 +626,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pcie_min=(args.pcie_min_gen, args.pcie_min_width) if args.pcie_min_gen else None,
     )
     try:
+        if args.workload_json:
+            cfg.load = load.LoadSpec.from_json(json.loads(args.workload_json))
         bundle = run_capture(cfg)
-    except (CaptureInputError, summary.ReportInputError) as e:
+    except (CaptureInputError, summary.ReportInputError, load.LoadInputError, json.JSONDecodeError) as e:
         print(f"capture: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # a broken capture is not a finding: one line, its own status; the files stay

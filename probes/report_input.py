@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 # timeline.json always has these panels, drawn in this order; then those of OPTIONAL_PANEL_KEYS it has (a
 # capture made before the KV-cache panel existed has none of them, and still draws).
 PANEL_KEYS = ("gpu", "cpu", "io", "latency", "queue")
-OPTIONAL_PANEL_KEYS = ("cache",)
+OPTIONAL_PANEL_KEYS = ("cache", "requests")
 STATUSES = ("successful", "skipped", "failed")
 
 
@@ -53,6 +53,25 @@ def _check_series(key: str, series: object) -> None:
                 raise ReportInputError(f"panels.{key}.series[{name!r}][{i}] is {p!r}, not a [t_s, value] pair")
 
 
+def _check_spans(spans: object) -> None:
+    """The requests panel's spans: objects with a lane, a start and an end (seconds since the window start; a
+    request that never ended has a null end), a first token or null, and whether it succeeded."""
+    if not isinstance(spans, list):
+        raise ReportInputError("panels.requests.spans must be a list of request spans")
+    for i, s in enumerate(spans):
+        ok = (
+            isinstance(s, dict)
+            and isinstance(s.get("lane"), int)
+            and finite(s.get("start_s")) is not None
+            and all(s.get(k) is None or finite(s.get(k)) is not None for k in ("first_token_s", "end_s"))
+            and isinstance(s.get("ok"), bool)
+        )
+        if not ok:
+            raise ReportInputError(
+                f"panels.requests.spans[{i}] is {s!r}: expected lane, start_s, first_token_s, end_s and ok"
+            )
+
+
 def validate_timeline(timeline: object) -> dict[str, Any]:
     """`timeline` if it is a schema 1 timeline this module can draw; ReportInputError naming what is wrong."""
     if not isinstance(timeline, dict):
@@ -83,6 +102,8 @@ def validate_timeline(timeline: object) -> dict[str, Any]:
             if not isinstance(panels[key], dict) or panels[key].get("status") not in STATUSES:
                 raise ReportInputError(f"panels.{key} must be an object with a status of {STATUSES}")
             _check_series(key, panels[key].get("series", {}))
+    if "requests" in panels:
+        _check_spans(panels["requests"].get("spans", []))
     known = PANEL_KEYS + OPTIONAL_PANEL_KEYS
     unknown = [k for k in panels if k not in known]
     if unknown:

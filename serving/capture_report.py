@@ -32,7 +32,7 @@ from probes.report_input import (
     seconds_text,
 )
 from probes.summary import TIMELINE_FILE, figures, write_atomic, write_summary
-from serving.plots import BACKGROUND, MUTED, TEXT, escape, timeline_panel
+from serving.plots import BACKGROUND, MUTED, TEXT, escape, request_lane_panel, timeline_panel
 
 HTML_FILE = "timeline.html"
 
@@ -56,6 +56,12 @@ def panel_svg(key: str, panel: Mapping[str, Any] | None, window: Window, events:
         for i, ev in enumerate(events, start=1)
         if isinstance(ev, Mapping) and (t := finite(ev.get("t_s"))) is not None
     ]
+    if key == "requests":
+        spans = panel.get("spans")
+        spans = [s for s in spans if isinstance(s, Mapping)] if isinstance(spans, list) else []
+        lane_heading = as_text(panel.get("title"), key)
+        if status == "successful":
+            return request_lane_panel(lane_heading, status, window.seconds, spans, marks)
     if status == "successful":
         series = [(s.name, s.segments) for s in panel_series(panel, window.seconds)]
         return timeline_panel(key, heading, status, window.seconds, unit, series, marks)
@@ -64,6 +70,8 @@ def panel_svg(key: str, panel: Mapping[str, Any] | None, window: Window, events:
         message = "MISSING: this panel is not in timeline.json"
     else:
         message = f"{status.upper()}: {reason}" if reason else f"{status.upper()} (no reason given)"
+    if key == "requests":
+        return request_lane_panel(as_text(panel.get("title"), key), status, window.seconds, [], marks, message)
     return timeline_panel(key, heading, status, window.seconds, unit, [], marks, message)
 
 
@@ -181,7 +189,8 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(
-        prog="python -m serving.capture_report", description="write an evidence bundle's timeline.html and summary.txt"
+        prog="python -m serving.capture_report",
+        description="write an evidence bundle's timeline.html and summary.txt",
     )
     p.add_argument("bundle_dir", type=Path, help="the bundle directory holding timeline.json")
     a = p.parse_args(argv)

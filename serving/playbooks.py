@@ -59,12 +59,36 @@ def _pcie_min(gpu_class: Mapping[str, Any] | None) -> tuple[int, int] | None:
     return int(gpu_class["pcie_min_gen"]), int(gpu_class.get("pcie_min_width") or 1)
 
 
+def capture_load(p: Any, workload: str) -> dict[str, Any] | None:
+    """What a capture with WORKLOAD=<name or path> sends (probes/load.py's LoadSpec fields), None without one.
+    The workload's shape at its first concurrency level (or 1 where it has only arrival rates), to the served
+    model on the serving container's own port."""
+    from serving.workload import load_workload
+
+    if not workload:
+        return None
+    w = load_workload(workload)
+    if p.bench is None:
+        raise InputError(f"WORKLOAD={workload}: the plan has no serving container on {p.host} to send requests to")
+    return {
+        "workload": w.name,
+        "model": p.bench.served_name,
+        "input_len": w.input_len,
+        "output_len": w.output_len,
+        "concurrency": w.concurrency[0] if w.concurrency else 1,
+        "seed": w.seed,
+        "timeout_s": w.run_timeout_s,
+        "port": p.profile.ports.container_port,
+    }
+
+
 def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container's `docker run` argv of a capture (or one part), from the plan's probe targets."""
     from serving.probe_plan import capture_timeout_s, probe_parts, render_capture_argv
 
     p = parse_plan(plan)
     try:
+        load = capture_load(p, str(settings.get("workload") or ""))
         files = [str(f) for f in settings.get("data_files") or []]
         if not files and p.probes.data_file:
             files = [p.probes.data_file]
@@ -84,13 +108,18 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             cpus=p.probes.cpus,
             data_file_note="" if files else p.probes.data_file_note,
             pcie_min=_pcie_min(settings.get("gpu_class")),
+            workload=load,
+            api_key_copy=p.api.key_copy if p.api.key_file else "",
         )
     except InputError as e:
         return {"error": str(e)}
     timeout_s = int(settings.get("timeout_s") or 0) or capture_timeout_s(
         float(settings["seconds"]), int(settings.get("record_seconds") or 0)
     )
-    return {"argv": argv, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1]}
+    if load:
+        timeout_s += int(load["timeout_s"])
+    return {"argv": argv, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1],
+            "workload": load}  # fmt: skip
 
 
 def _depths(value: Any) -> list[int]:

@@ -40,6 +40,8 @@ PANEL_COLOURS: dict[str, tuple[str, ...]] = {
     "latency": ("#d7191c", "#fc9272", "#67000d", "#ef3b2c", "#a50f15", "#fcbba1"),  # reds
     "queue": ("#7b3294", "#c2a5cf", "#3f007d", "#9e9ac8", "#6a51a3", "#ae017e"),  # purples
     "cache": ("#01665e", "#5ab4ac", "#003c30", "#80cdc1", "#35978f", "#c7eae5"),  # teals
+    # The request lane: a request's bar (sent to last token), its first token, a failed request's bar.
+    "requests": ("#bf812d", "#543005", "#c51b7d"),  # browns, and a magenta for failures
 }
 # Everything that is not a series is grey, black or white.
 BACKGROUND = "#ffffff"
@@ -268,6 +270,69 @@ def timeline_panel(
                 ax.text(t, 1.0, f"{n}", transform=on_top, ha="center", va="bottom", fontsize=9, color=MUTED)
         label = f"{heading}: {status}"
         return _inline(fig, {"data-panel": key, "data-status": status}, label)
+
+
+def request_lane_panel(
+    heading: str,
+    status: str,
+    seconds: float,
+    spans: Sequence[Mapping[str, Any]],
+    events: Sequence[tuple[int, float]],
+    message: str = "",
+) -> str:
+    """The request lane's <svg>: one row per client, each request a bar from sent to its last token (clipped to
+    the window), its first token a tick on the bar; a failed request's bar in the failure colour. Ids:
+    `requests-bar-<i>` (the i-th span), `requests-first-<i>`."""
+    key = "requests"
+    bar, first, failed = PANEL_COLOURS[key]
+    lanes = sorted({int(s["lane"]) for s in spans}) if not message else []
+    with _styled(key):
+        fig, ax = _figure(PANEL_WIDTH, PANEL_HEIGHT, (PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM))
+        fig.text(PLOT_LEFT / PANEL_WIDTH, 1 - 16 / PANEL_HEIGHT, heading, fontsize=13, fontweight="bold",
+                 color=TEXT, va="baseline")  # fmt: skip
+        ax.spines["bottom"].set_color(AXIS)
+        ax.set_xlim(0.0, seconds)
+        _set_ticks(ax, "x", _nice_ticks(0.0, seconds, 10), "s")
+        ax.set_xlabel("seconds since window start", loc="right", fontsize=10, color=MUTED, labelpad=2)
+        ax.grid(True, axis="x")
+        if not lanes:
+            ax.set_ylim(0.0, 1.0)
+            ax.set_yticks([])
+            _centred_message(ax, f"{key}-message", message or "no request in the window")
+        else:
+            row = {lane: i for i, lane in enumerate(lanes)}
+            ax.set_ylim(len(lanes) - 0.5, -0.5)
+            ax.set_yticks(range(len(lanes)), [f"client {lane}" for lane in lanes])
+            # A bar as thick as its row allows, at least the line width (so it survives rasterisation).
+            height_px = max(LINE_WIDTH * 2, min(14.0, (PLOT_BOTTOM - PLOT_TOP) / len(lanes) * 0.6))
+            for i, sp in enumerate(spans):
+                start = max(0.0, float(sp["start_s"]))
+                end = min(seconds, float(sp["end_s"] if sp.get("end_s") is not None else seconds))
+                if end < start:
+                    continue
+                y = row[int(sp["lane"])]
+                ax.plot([start, end], [y, y], color=bar if sp.get("ok") else failed, linewidth=height_px,
+                        solid_capstyle="butt", zorder=3, gid=f"{key}-bar-{i}")  # fmt: skip
+                ft = sp.get("first_token_s")
+                if ft is not None and 0.0 <= float(ft) <= seconds:
+                    ax.plot([float(ft)], [y], linestyle="none", marker="|", markersize=height_px + 4,
+                            markeredgewidth=LINE_WIDTH, color=first, zorder=4, gid=f"{key}-first-{i}")  # fmt: skip
+            handles = [Line2D([], [], color=bar, linewidth=LINE_WIDTH * 3),
+                       Line2D([], [], color=first, linestyle="none", marker="|", markersize=10,
+                              markeredgewidth=LINE_WIDTH),
+                       Line2D([], [], color=failed, linewidth=LINE_WIDTH * 3)]  # fmt: skip
+            labels = ["request: sent to last token", "first token", "failed request"]
+            fig.legend(handles, labels, loc="upper left",
+                       bbox_to_anchor=(LEGEND_LEFT / PANEL_WIDTH, 1 - (PLOT_TOP + 2) / PANEL_HEIGHT), borderpad=0,
+                       borderaxespad=0, handlelength=1.4, handletextpad=0.6, labelspacing=0.4,
+                       labelcolor=TEXT)  # fmt: skip
+        on_top = blended_transform_factory(ax.transData, ax.transAxes)
+        for n, t in events:
+            if 0 <= t <= seconds:
+                ax.axvline(t, color=EVENT, linewidth=1, linestyle=(0, (4, 3)), zorder=5, gid=f"{key}-event-{n}")
+                ax.text(t, 1.0, f"{n}", transform=on_top, ha="center", va="bottom", fontsize=9, color=MUTED)
+        return _inline(fig, {"data-panel": key, "data-status": status, "data-spans": str(len(spans))},
+                       f"{heading}: {status}")  # fmt: skip
 
 
 def xy_panel(

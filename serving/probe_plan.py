@@ -8,6 +8,7 @@ no network, no other mounts.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 from probes.parts import DEFAULT_PARTS, PARTS
 from serving.errors import InputError
+from serving.redact import API_KEY_MOUNT
 from serving.render import GPU_ACCESS_ENV, gpu_access_description
 
 
@@ -149,6 +151,8 @@ def render_capture_argv(
     cpus: str = "",
     data_file_note: str = "",
     pcie_min: tuple[int, int] | None = None,
+    workload: Mapping[str, Any] | None = None,
+    api_key_copy: str = "",
 ) -> list[str]:
     """`docker run` of probes.capture beside the serving container.
 
@@ -159,7 +163,9 @@ def render_capture_argv(
     is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON. On a GPU profile
     it gets the GPUs' driver (`gpu_run_flags`), and it runs on the CPUs the NUMA plan keeps for the probes
     (`cpus`). `data_file_note` says why no data file is given (the page-cache reading is then skipped);
-    `pcie_min` is the class's PCIe (generation, width), which a link under load must reach.
+    `pcie_min` is the class's PCIe (generation, width), which a link under load must reach. `workload` is what the
+    capture sends through its window (probes/load.py's LoadSpec fields), with the API key's host copy
+    `api_key_copy` mounted read-only where the server has a key; the argv carries the key's path, never the key.
     """
     unknown = sorted(set(parts) - set(CAPTURE_PARTS))
     if not parts or unknown:
@@ -189,6 +195,8 @@ def render_capture_argv(
     argv += gpu_run_flags(gpu_access)
     for d in data_dirs:
         argv += ["--volume", f"{d}:{d}:ro"]
+    if workload and api_key_copy:
+        argv += ["--volume", f"{api_key_copy}:{API_KEY_MOUNT}:ro"]
     argv += [probes_image, "python3", "-m", "probes.capture", "--out", "/out/bundle", "--seconds", f"{seconds:g}",
              "--only", ",".join(parts), "--metrics-url", f"http://127.0.0.1:{container_port}/metrics",
              "--cgroup-root", CGROUP_MOUNT, "--host", host, "--container", serving_container]  # fmt: skip
@@ -200,6 +208,9 @@ def render_capture_argv(
         argv += ["--data-file-note", data_file_note]
     if pcie_min is not None:
         argv += ["--pcie-min-gen", str(pcie_min[0]), "--pcie-min-width", str(pcie_min[1])]
+    if workload:
+        spec = {**workload, "api_key_file": API_KEY_MOUNT if api_key_copy else ""}
+        argv += ["--workload-json", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     return argv
 
 

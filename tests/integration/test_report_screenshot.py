@@ -204,3 +204,43 @@ def test_a_panel_without_lines_has_none_of_its_colour(tmp_path: Path) -> None:
     found = {key: pixels_of(counts, PANEL_COLOURS[key][0]) for key in PANEL_KEYS}
     assert found["latency"] == 0, f"pixels in each panel's first colour: {found}"
     assert all(n >= MIN_PIXELS for key, n in found.items() if key != "latency"), found
+
+
+def _with_requests(timeline: dict[str, Any], spans: list[dict[str, Any]], status: str = "successful") -> None:
+    timeline["panels"]["requests"] = {
+        "title": "Requests the capture sent",
+        "unit": "requests",
+        "status": status,
+        "reason": None if status == "successful" else "no request was sent in the window",
+        "source": "test",
+        "series": {"in flight": []},
+        "spans": spans,
+    }
+
+
+def test_the_request_lane_draws_each_request_as_a_bar_with_its_first_token(tmp_path: Path) -> None:
+    timeline = _timeline()
+    # Two clients, each request about 1 s long: 4 bars of about 30 px each on a 604 px plot of 20 s.
+    spans = [
+        {"id": f"capture-{i}", "lane": i % 2, "start_s": 2.0 + 2.5 * i, "first_token_s": 2.2 + 2.5 * i,
+         "end_s": 3.2 + 2.5 * i, "ok": True}
+        for i in range(4)
+    ]  # fmt: skip
+    _with_requests(timeline, spans)
+    html = render_html(timeline)
+    assert all(f'id="requests-bar-{i}"' in html and f'id="requests-first-{i}"' in html for i in range(4))
+    png, _ = _shoot(timeline, tmp_path / "lane")
+    bar, first, failed = PANEL_COLOURS["requests"]
+    counts = png.rgb_counts()
+    assert pixels_of(counts, bar) >= MIN_PIXELS, pixels_of(counts, bar)
+    assert pixels_of(counts, first) >= 4 * 10, pixels_of(counts, first)  # a tick of about 18 x 2 px per request
+    # The failure colour only in its legend swatch (about 17 x 6 px); a failed request's bar would add hundreds.
+    assert pixels_of(counts, failed) < 150, pixels_of(counts, failed)
+    print(f"request lane pixels: bars {pixels_of(counts, bar)}, first tokens {pixels_of(counts, first)}")
+
+
+def test_a_lane_with_no_request_draws_no_bar(tmp_path: Path) -> None:
+    timeline = _timeline()
+    _with_requests(timeline, [], status="failed")
+    png, _ = _shoot(timeline, tmp_path / "empty-lane")
+    assert pixels_of(png.rgb_counts(), PANEL_COLOURS["requests"][0]) == 0
