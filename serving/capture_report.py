@@ -176,9 +176,11 @@ def write_page(bundle_dir: Path) -> Path:
     return path
 
 
-def write_report(bundle_dir: Path) -> tuple[Path, Path]:
-    """timeline.html and summary.txt, both from BUNDLE_DIR/timeline.json; their paths."""
-    return write_page(bundle_dir), write_summary(bundle_dir)
+def write_report(bundle_dir: Path) -> tuple[Path, Path, Path]:
+    """timeline.html and summary.txt, both from BUNDLE_DIR/timeline.json, and trace.json; their paths."""
+    from serving.capture_trace import write_trace
+
+    return write_page(bundle_dir), write_summary(bundle_dir), write_trace(bundle_dir)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -190,7 +192,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(
         prog="python -m serving.capture_report",
-        description="write an evidence bundle's timeline.html and summary.txt",
+        description="write an evidence bundle's timeline.html, summary.txt and trace.json",
     )
     p.add_argument("bundle_dir", type=Path, help="the bundle directory holding timeline.json")
     a = p.parse_args(argv)

@@ -31,6 +31,7 @@ TEST = [
     ("fio", "fio"),  # the I/O probe's tests on this machine
     ("vmstat", "procps"),  # the samplers' tests
     ("chromium", "chromium"),  # the timeline report's screenshot test
+    ("node", "nodejs"),  # Perfetto's trace processor (WebAssembly), which reads the capture's trace.json
     ("ssh", "openssh-client"),  # the SSH test hosts
     ("ssh-keygen", "openssh-client"),
 ]

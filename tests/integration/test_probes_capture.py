@@ -7,6 +7,7 @@ then the module deploys and captures under a real burst of requests.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -19,7 +20,9 @@ import pytest
 from probes import samplers
 from serving.plots import PANEL_COLOURS
 from tests.integration.conftest import PROBE_RUNS, REPO, WINDOW_OPEN, BackgroundMake, complete, docker, inspect, make
-from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
+from tests.integration.test_report_screenshot import MIN_PIXELS, pixels_of, read_png, screenshot
+from tests.perfetto import TraceProcessor
+from tests.perfetto import node as perfetto_node
 
 pytestmark = pytest.mark.integration
 
@@ -200,6 +203,83 @@ def test_capture_timeline_page_shows_its_plots(capture: tuple[Path, Any], tmp_pa
     for panel in ("cpu", "io", "latency", "queue", "cache"):
         drawn = max(pixels_of(counts, colour) for colour in PANEL_COLOURS[panel])
         assert drawn >= 100, f"the {panel} plot is missing"
+
+
+@pytest.fixture(scope="module")
+def workload_capture(deployed: None) -> tuple[Path, Any]:
+    """`make capture SECONDS=15 WORKLOAD=smoke`: the capture sends the smoke workload's requests itself."""
+    r = make("capture", "SECONDS=15", "WORKLOAD=smoke")
+    assert r.rc == 0, r.output[-5000:]
+    return _bundle_dir(r.output), r
+
+
+def test_a_workload_capture_holds_every_request_it_sent(workload_capture: tuple[Path, Any]) -> None:
+    bundle, _ = workload_capture
+    result = json.loads((bundle / "requests" / "requests.json").read_text())
+    rows = [json.loads(line) for line in (bundle / "requests" / "requests.jsonl").read_text().splitlines()]
+    assert result["spec"]["workload"] == "smoke" and result["spec"]["output_len"] == 32
+    assert result["sent"] == result["claimed"] == len(rows) > 0
+    assert result["completed"] == len(rows) and result["failed"] == 0
+    # The server counted exactly those: nothing else sent a request in the window, and the closing scrape comes
+    # after the last of them ended.
+    delta = json.loads((bundle / "metrics" / "delta.json").read_text())
+    success = sum(c["delta"] for c in delta["counters"] if c["name"] == "vllm:request_success_total")
+    assert success == len(rows)
+    index = json.loads((bundle / "bundle.json").read_text())
+    window = index["window"]
+    assert index["requests"]["sent"] == len(rows)
+    for r in rows:
+        # Sent inside the window; every token streamed back on the same clock, in order.
+        assert window["start_mono_s"] <= r["t0_mono_s"] <= window["end_mono_s"]
+        assert r["completion_tokens"] == 32 and len(r["token_mono_s"]) == 32
+        assert r["t0_mono_s"] < r["first_token_mono_s"] == r["token_mono_s"][0] <= r["token_mono_s"][-1]
+        assert r["token_mono_s"] == sorted(r["token_mono_s"]) and r["token_mono_s"][-1] <= r["end_mono_s"]
+    timeline = json.loads((bundle / "timeline.json").read_text())
+    assert timeline["summary"]["capture_requests_sent"] == len(rows)
+    assert len(timeline["panels"]["requests"]["spans"]) == len(rows)
+    assert "capture_requests_sent" in (bundle / "summary.txt").read_text()
+
+
+def test_each_request_is_a_span_in_the_trace_as_perfetto_reads_it(
+    workload_capture: tuple[Path, Any], tmp_path: Path
+) -> None:
+    if perfetto_node() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and node is not installed (apt-get install -y nodejs)")
+        pytest.skip("node is not installed: apt-get install -y nodejs")
+    bundle, _ = workload_capture
+    rows = [json.loads(line) for line in (bundle / "requests" / "requests.jsonl").read_text().splitlines()]
+    with TraceProcessor.start(tmp_path / "trace-processor.stderr") as tp:
+        tp.load((bundle / "trace.json").read_bytes())
+        errors = tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+        spans = tp.query("select name, ts, dur from slice where category = 'request' and name like 'request %'")
+        firsts = tp.query("select count(*) as n from slice where name = 'first token'")
+        threads = tp.query("select count(distinct t.tid) as n from slice s join thread_track tt on s.track_id = tt.id "
+                           "join thread t using (utid) where s.category = 'wchan'")  # fmt: skip
+    assert errors == []
+    got = {s["name"]: (s["ts"], s["dur"]) for s in spans}
+    assert got == {
+        f"request {r['id']}": (
+            round(r["t0_mono_s"] * 1e6) * 1000,
+            (round(r["end_mono_s"] * 1e6) - round(r["t0_mono_s"] * 1e6)) * 1000,
+        )
+        for r in rows
+    }
+    assert firsts[0]["n"] == len(rows)
+    assert threads[0]["n"] >= 3  # the API server's, the EngineCore's and the worker's threads at least
+
+
+def test_each_request_is_a_bar_in_the_timeline_page(workload_capture: tuple[Path, Any], tmp_path: Path) -> None:
+    bundle, _ = workload_capture
+    n = json.loads((bundle / "requests" / "requests.json").read_text())["sent"]
+    html = (bundle / "timeline.html").read_text()
+    assert f'data-spans="{n}"' in html
+    assert all(f'id="requests-bar-{i}"' in html for i in range(n))
+    png = tmp_path / "timeline.png"
+    screenshot(bundle / "timeline.html", png, tmp_path / "chromium-profile")
+    counts = read_png(png.read_bytes()).rgb_counts()
+    bar, first, _ = PANEL_COLOURS["requests"]
+    assert pixels_of(counts, bar) + pixels_of(counts, first) >= MIN_PIXELS
 
 
 def test_make_probe_runs_one_part(deployed: None) -> None:

@@ -452,13 +452,18 @@ def test_load_timeline_rejects_non_json(tmp_path: Path) -> None:
 # --- bundle and CLI ------------------------------------------------------------------------------------------
 
 
-def test_write_report_writes_both_files(tmp_path: Path) -> None:
+def test_write_report_writes_the_page_the_summary_and_the_trace(tmp_path: Path) -> None:
     (tmp_path / "timeline.json").write_text(json.dumps(_timeline()))
-    html_path, summary_path = write_report(tmp_path)
-    assert (html_path, summary_path) == (tmp_path / "timeline.html", tmp_path / "summary.txt")
+    html_path, summary_path, trace_path = write_report(tmp_path)
+    assert (html_path, summary_path, trace_path) == (
+        tmp_path / "timeline.html",
+        tmp_path / "summary.txt",
+        tmp_path / "trace.json",
+    )
     assert html_path.read_text() == render_html(_timeline())
     assert summary_path.read_text() == render_summary(_timeline())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.html", "timeline.json"]
+    assert json.loads(trace_path.read_text())["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.html", "timeline.json", "trace.json"]
 
 
 def test_the_capture_writes_the_summary_only(tmp_path: Path) -> None:
@@ -469,11 +474,11 @@ def test_the_capture_writes_the_summary_only(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.json"]
 
 
-def test_cli_prints_the_two_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_the_three_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "timeline.json").write_text(json.dumps(_timeline()))
     assert main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines() == [str(tmp_path / "timeline.html"), str(tmp_path / "summary.txt")]
+    assert out.splitlines() == [str(tmp_path / n) for n in ("timeline.html", "summary.txt", "trace.json")]
 
 
 def test_cli_missing_dir_is_one_line_on_stderr_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
