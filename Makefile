@@ -20,6 +20,11 @@ PROBE     ?=
 # condition allowed to differ between them (e.g. max_num_seqs).
 WORKLOAD  ?= default
 RUNS      ?=
+# make profile: requests under the profiler, and KEEP=1 to leave the engine profiled afterwards. PROFILER=torch
+# plans any other target against the profiled engine (a bench of it, a capture of it).
+REQUESTS  ?= 4
+KEEP      ?=
+PROFILER  ?=
 A         ?=
 B         ?=
 VARIABLE  ?=
@@ -33,8 +38,10 @@ STAMP     := $(VENV)/.installed
 export ANSIBLE_CONFIG := $(CURDIR)/ansible/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-PLAYBOOK = $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
-           $(if $(PROFILE),-e serving_profile=$(PROFILE),) $(ANSIBLE_ARGS)
+PLAYBOOK_ANY = $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
+               $(if $(PROFILE),-e serving_profile=$(PROFILE),) $(ANSIBLE_ARGS)
+# make profile sets the profiler per play; every other target plans the profiled engine only with PROFILER=.
+PLAYBOOK = $(PLAYBOOK_ANY) $(if $(PROFILER),-e refdeploy_profiler=$(PROFILER),)
 CHECK_HOST = $(BIN)/refdeploy check-host --inventory $(INVENTORY) $(HOST)
 
 ##@ Serving
@@ -86,6 +93,11 @@ probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|
 capture: $(STAMP) ## One evidence bundle over SECONDS (default 20), sending WORKLOAD's requests if given; timeline.html, trace.json
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e probes_capture_workload=$(WORKLOAD),)
+
+.PHONY: profile
+profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of WORKLOAD (default smoke); KEEP=1 keeps it on
+	@$(CHECK_HOST)
+	$(PLAYBOOK_ANY) ansible/profile.yml -e probes_profile_workload=$(if $(filter command line environment,$(origin WORKLOAD)),$(WORKLOAD),smoke) -e probes_profile_requests=$(REQUESTS) $(if $(KEEP),-e refdeploy_profile_keep=true,)
 
 ##@ Benchmarks
 

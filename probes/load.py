@@ -170,10 +170,12 @@ def send_one(spec: LoadSpec, index: int, client: int, key: str) -> RequestRecord
 
 
 class Load:
-    """`concurrency` clients sending the workload's requests until `stop_at` (monotonic seconds)."""
+    """`concurrency` clients sending the workload's requests until `stop_at` (monotonic seconds), or until
+    `max_requests` were sent."""
 
-    def __init__(self, spec: LoadSpec) -> None:
+    def __init__(self, spec: LoadSpec, max_requests: int | None = None) -> None:
         self.spec = spec
+        self.max_requests = max_requests
         self.key = _read_key(spec.api_key_file)
         self.records: list[RequestRecord] = []
         self._next = 0
@@ -183,7 +185,7 @@ class Load:
 
     def _claim(self) -> int | None:
         with self._lock:
-            if time.monotonic() >= self.stop_at:
+            if time.monotonic() >= self.stop_at or (self.max_requests is not None and self._next >= self.max_requests):
                 return None
             i, self._next = self._next, self._next + 1
             return i

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from serving.errors import InputError
 from serving.numa import format_cpulist, parse_cpulist
 from serving.redact import redact
+from serving.render import PROFILER_LABEL
 from serving.workload import Workload
 
 if TYPE_CHECKING:
@@ -254,6 +255,8 @@ def _bench_manifest(
         ],
         "gpu_class": dict(gpu_class) if gpu_class else None,
         "api": {"key": bool(targets.api_key), "loopback": plan.api.loopback},
+        # make profile: the engine ran with a profiler configured; its figures are not results (seed 000 §6).
+        "profiler": (launch.spec.get("labels") or {}).get(PROFILER_LABEL),
     }
 
 
@@ -338,6 +341,7 @@ def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "host": manifest.get("host"),
         "runtime_image": manifest.get("runtime_image"),
         "stand_in": bool(manifest.get("stand_in")),
+        "profiler": manifest.get("profiler"),
         "workload": manifest.get("workload"),
         "profile": manifest.get("profile"),
         "client": {k: (manifest.get("client") or {}).get(k) for k in ("client_cpus", "shares_server_cpus")},

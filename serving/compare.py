@@ -162,6 +162,14 @@ def check_conditions(a: Side, b: Side, variables: Sequence[str]) -> dict[str, An
                     + "; ".join(f"{k}: {x!r} vs {y!r}" for k, x, y in diff)
                 )
     diff = differing(bench.conditions(a.manifests[0]), bench.conditions(b.manifests[0]))
+    profiled = [(k, x, y) for k, x, y in diff if k == "profiler"]
+    if profiled:
+        _, x, y = profiled[0]
+        raise CompareRefused(
+            f"refusing to compare: profiler: A={x!r} B={y!r}: a bench of an engine running with a profiler "
+            "configured (make profile) measures the profiler too, so its figures are not results (seed 000 §6); "
+            "compare profiled benches only with profiled ones"
+        )
     undeclared = [(k, x, y) for k, x, y in diff if not _declared(k, variables)]
     if undeclared:
         declared = f" (declared: {', '.join(variables)})" if variables else " (no variable declared: VARIABLE=...)"

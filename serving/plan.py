@@ -31,15 +31,18 @@ from serving.profile import Model, Profile
 from serving.redact import secret_env_names
 from serving.render import (
     PROFILE_LABEL,
+    PROFILER_MOUNT,
     RUNTIME_GID,
     RUNTIME_UID,
     SPEC_LABEL,
     STAND_IN_LABEL,
     api_key_copy,
+    profiler_host_dir,
     render_container_spec,
     render_sidecar_spec,
     spec_digest,
     with_api_key,
+    with_profiler,
 )
 from serving.served import largest_file, model_format_failures, model_state, parse_served_files
 
@@ -95,6 +98,12 @@ class Api(_Model):
     secret_env: list[str]
 
 
+class Profiler(_Model):
+    kind: str
+    host_dir: str
+    container_dir: str
+
+
 class Plan(_Model):
     schema_version: Literal[1] = 1
     host: str
@@ -118,6 +127,9 @@ class Plan(_Model):
     gpu: dict[str, Any] | None
     failures: list[str]
     ok: bool
+    # make profile: the profiler the engine runs with (vLLM's --profiler-config; serving/render.py
+    # with_profiler) and the host directory its traces go to; None for the normal spec.
+    profiler: Profiler | None = None
 
 
 def parse_plan(data: Any) -> Plan:
@@ -331,13 +343,14 @@ def build_plan(
     engine_memlock: str | None = None,
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
+    profiler: str | None = None,
 ) -> Plan:
     """The plan of `profile` on `host`. `readings` are the host's (ansible/library/refdeploy_host_readings.py):
     `served_files` for every profile, the GPU host's facts for a GPU profile (see serving/gpu_plan.py); None
     plans from the profile alone (no host read: a GPU profile then cannot be placed, and says so). `stand_in`
     is the test seam's configuration (serving/standin.py), None in production. `api_key_file` is the root-only
     file on the host holding the API key (the host reports its owner and mode as `api_key_file`), None for no
-    key."""
+    key. `profiler` ("torch") plans the engine with vLLM's profiler configured (make profile), None without."""
     readings = dict(readings or {})
     failures = api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
     served_dirs = profile.served_dirs
@@ -359,6 +372,8 @@ def build_plan(
         failures += gpu_failures
     launch: Launch | None = None
     bench: BenchTargets | None = None
+    if spec is not None and profiler:
+        spec = with_profiler(spec, profiler)
     argv = list(spec["command"]) if spec is not None else None
     if spec is not None:
         launch = _launch(profile, images, spec, ranks, api_key_file)
@@ -399,7 +414,12 @@ def build_plan(
         gpu=gpu,
         failures=failures,
         ok=not failures,
+        profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
     )
+
+
+def _profiler(profile: Profile, kind: str) -> Profiler:
+    return Profiler(kind=kind, host_dir=profiler_host_dir(profile.container.name), container_dir=PROFILER_MOUNT)
 
 
 def _base_url(profile: Profile) -> str:
@@ -420,6 +440,7 @@ def plan_from_profile(
     engine_memlock: str | None = None,
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
+    profiler: str | None = None,
 ) -> Plan:
     """build_plan with the profile's image plan."""
     images = plan_images(profile.image.distribution, profile.image.version, patches_dir, base_image=base_image)
@@ -433,6 +454,7 @@ def plan_from_profile(
         engine_memlock=engine_memlock,
         stand_in=stand_in,
         api_key_file=api_key_file,
+        profiler=profiler,
     )
 
 

@@ -7,12 +7,14 @@ rather than raised through Jinja, which would bury the line in a traceback.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from serving.errors import InputError
 from serving.plan import parse_plan, running_state, verify_ranks
+from serving.redact import API_KEY_MOUNT
 
 
 def redact(document: Any) -> Any:
@@ -120,6 +122,39 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         timeout_s += int(load["timeout_s"])
     return {"argv": argv, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1],
             "workload": load}  # fmt: skip
+
+
+def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe container of `make profile`: /start_profile, REQUESTS requests of WORKLOAD, /stop_profile
+    (probes/profile_run.py), inside vLLM's network namespace; {"error": line} on bad input."""
+    p = parse_plan(plan)
+    try:
+        if p.profiler is None:
+            raise InputError(f"the plan of {p.host} runs no profiler: make profile plans it (refdeploy_profiler=torch)")
+        requests = int(settings.get("requests") or 0)
+        if not 1 <= requests <= 1000:
+            raise InputError(f"REQUESTS={settings.get('requests')!r}: profile 1 to 1000 requests (a few are enough)")
+        spec = capture_load(p, str(settings.get("workload") or "smoke"))
+        assert spec is not None
+        key = bool(p.api.key_file)
+        spec["api_key_file"] = API_KEY_MOUNT if key else ""
+        name = f"{p.profile.container.name}-profile"
+        argv = ["docker", "run", "--rm", "--name", name, "--network", f"container:{p.profile.container.name}",
+                "--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--memory", "256m", "--volume", f"{settings['out']}:/out"]  # fmt: skip
+        if p.probes.cpus:
+            argv += ["--cpuset-cpus", p.probes.cpus]
+        if key:
+            argv += ["--volume", f"{p.api.key_copy}:{API_KEY_MOUNT}:ro"]
+        stop_s = int(settings.get("stop_timeout_s") or 600)
+        argv += [p.images.probes_tag, "python3", "-m", "probes.profile_run", "--out", "/out",
+                 "--requests", str(requests), "--stop-timeout-s", str(stop_s),
+                 "--spec-json", json.dumps(spec, sort_keys=True, separators=(",", ":"))]  # fmt: skip
+    except InputError as e:
+        return {"error": str(e)}
+    # Each request bounded by the workload's run timeout; the stop by its own; a minute for the rest.
+    timeout_s = requests * int(spec["timeout_s"]) + stop_s + 60
+    return {"argv": argv, "timeout_s": timeout_s, "container": name, "workload": spec}
 
 
 def _depths(value: Any) -> list[int]:

@@ -153,6 +153,33 @@ SECRETS_DIR = "/var/lib/refdeploy/secrets"
 RENDERED_DIR = "/var/lib/refdeploy/rendered"
 
 
+# make profile: the engine started with a profiler configured (vLLM's --profiler-config), writing each rank's
+# trace into a directory of the host that it alone writes (the runtime image's user owns it), mounted at
+# PROFILER_MOUNT. The label says so on the container, and every artifact taken from it carries the condition.
+PROFILERS = ("torch",)
+PROFILER_LABEL = "org.refdeploy.profiler"
+PROFILES_DIR = "/var/lib/refdeploy/profiles"
+PROFILER_MOUNT = "/run/refdeploy/profile"
+
+
+def profiler_host_dir(container_name: str) -> str:
+    return f"{PROFILES_DIR}/{container_name}"
+
+
+def with_profiler(spec: dict[str, Any], profiler: str) -> dict[str, Any]:
+    """The spec with vLLM's profiler configured: `--profiler-config` (one trace per rank into PROFILER_MOUNT, which
+    the host's profiler_host_dir backs) and the label that marks the container as profiled."""
+    if profiler not in PROFILERS:
+        raise ValueError(f"profiler {profiler!r}: vLLM's profilers here are {', '.join(PROFILERS)}")
+    config = json.dumps({"profiler": profiler, "torch_profiler_dir": PROFILER_MOUNT}, separators=(",", ":"))
+    return {
+        **spec,
+        "command": [*spec["command"], "--profiler-config", config],
+        "volumes": [*spec["volumes"], f"{profiler_host_dir(spec['name'])}:{PROFILER_MOUNT}"],
+        "labels": {**(spec.get("labels") or {}), PROFILER_LABEL: profiler},
+    }
+
+
 def api_key_copy(container_name: str) -> str:
     """Where the serve role puts the copy of the key the containers read."""
     return f"{SECRETS_DIR}/{container_name}.api-key"

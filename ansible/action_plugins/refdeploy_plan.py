@@ -31,7 +31,7 @@ from serving.errors import InputError
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ("profile", "gpu_class", "patches_dir", "base_image", "data_disk", "engine_memlock", "api_key_file")
+        ("profile", "gpu_class", "patches_dir", "base_image", "data_disk", "engine_memlock", "api_key_file", "profiler")
     )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -39,13 +39,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.images import plan_images
         from serving.plan import build_plan, describe
         from serving.profile import load_profile
-        from serving.render import RENDERED_DIR, api_key_copy, sidecar_host_dir
+        from serving.render import PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
 
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
         host = str((task_vars or {}).get("inventory_hostname", ""))
         try:
             profile = load_profile(str(args["profile"]))
+            profiler = str(args.get("profiler") or "") or None
+            if profiler is not None and profiler not in PROFILERS:
+                raise InputError(f"refdeploy_profiler={profiler}: the profilers are {', '.join(PROFILERS)}")
             mode = "gpu" if profile.gpu is not None else "cpu"
             key_file = str(args.get("api_key_file") or "") or None
             if key_file is not None:
@@ -86,6 +89,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 engine_memlock=str(args.get("engine_memlock") or "") or None,
                 stand_in=standin.load_config(),
                 api_key_file=key_file,
+                profiler=profiler,
             )
         except InputError as e:
             return {**result, "failed": True, "msg": str(e)}

@@ -171,3 +171,50 @@ def test_two_benches_of_the_tp2_engine_compare(deployed: dict[str, Any]) -> None
     # The inventory's profile is not what runs: bench says so, and benches nothing.
     r = make("bench", "WORKLOAD=smoke")
     assert r.rc != 0 and "runs profile cpu-tiny-tp2, not cpu-tiny" in " ".join(r.output.split())
+
+
+def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
+    deployed: dict[str, Any],
+) -> None:
+    unprofiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent  # the compare test's
+    r = make("profile", f"PROFILE={PROFILE}", "REQUESTS=2", timeout=1200)
+    assert r.rc == 0, r.output[-5000:]
+    m = re.search(r"profile: (\S+/profile)/", r.output)
+    assert m, r.output[-3000:]
+    profile = Path(m.group(1))
+    summary = json.loads((profile / "summary.json").read_text())
+    assert summary["profiled"] is True
+    ranks = {x["rank"]: x for x in summary["ranks"]}
+    # One trace per worker rank, and the API server's engine client's.
+    assert set(ranks) == {"rank0", "rank1", "async_llm"}, sorted(ranks)
+    assert all(len(list(profile.glob(f"{rk}.*.pt.trace.json.gz"))) == 1 for rk in ("rank0", "rank1"))
+    for rk in ("rank0", "rank1"):
+        assert ranks[rk]["events"] > 1000 and 0 < ranks[rk]["busy_pct"] <= 100
+        assert ranks[rk]["top_cpu_ops"] and ranks[rk]["top_cpu_ops"][0]["self_ms"] > 0
+    text = (profile / "summary.txt").read_text()
+    assert text.startswith("PROFILED:") and "rank1 (rank1." in text
+    run = json.loads((profile / "profile-run.json").read_text())
+    assert run["ok"] and run["requests"]["sent"] == 2 and run["stop_profile"]["status"] == 200
+    # Without KEEP=1 the engine is back on its normal spec.
+    c = inspect(CONTAINER)
+    assert c is not None and "org.refdeploy.profiler" not in c["Config"]["Labels"]
+    assert "--profiler-config" not in c["Config"]["Cmd"]
+    # PROFILER=torch deploys the profiled engine (as KEEP=1 leaves it), and says so on the container.
+    r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
+    assert r.rc == 0, r.output[-3000:]
+    c = inspect(CONTAINER)
+    assert c is not None and c["Config"]["Labels"]["org.refdeploy.profiler"] == "torch"
+    assert "--profiler-config" in c["Config"]["Cmd"]
+    # A bench of it records the profiler; compare refuses it beside an unprofiled bench, naming the field.
+    b = make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900)
+    assert b.rc == 0, b.output[-4000:]
+    profiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent
+    assert json.loads((profiled / "manifest.json").read_text())["profiler"] == "torch"
+    r = make("compare", f"A={unprofiled}", f"B={profiled}", "VARIABLE=profiler")
+    assert r.rc != 0
+    assert "refusing to compare: profiler: A=None B='torch'" in " ".join(r.output.split())
+    # make deploy puts the normal spec back.
+    r = make("deploy", f"PROFILE={PROFILE}")
+    assert r.rc == 0, r.output[-3000:]
+    c = inspect(CONTAINER)
+    assert c is not None and "org.refdeploy.profiler" not in c["Config"]["Labels"]

@@ -208,3 +208,44 @@ def test_class_reference_figures_sit_beside_the_measured_ones(tmp_path: Path) ->
     text = (d / "report.txt").read_text()
     assert "aggregate_tok_s_concurrency_4: 144.4   measured here at concurrency 4:" in text
     assert "(per-request tokens over wall time N/(tN-t0), prefill included, tok/s (median))" in text
+
+
+def test_a_profiled_bench_is_never_compared_with_an_unprofiled_one(tmp_path: Path) -> None:
+    # make profile leaves the engine running with the torch profiler configured (KEEP=1); a bench of it records
+    # the profiler (the container's label), and its figures are not results (seed 000 §6): not even as the
+    # declared variable.
+    a = make_bench(tmp_path, "a", 1000)
+    b = make_bench(tmp_path, "b", 2000)
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["profiler"] is None
+    manifest["profiler"] = "torch"
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    for variables in ([], ["profiler"]):
+        with pytest.raises(compare.CompareRefused, match=r"^refusing to compare: profiler: A=None B='torch': "):
+            compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), variables)
+    c = make_bench(tmp_path, "c", 3000)
+    (c / "manifest.json").write_text(json.dumps(manifest))
+    r = compare.compare(side("A", [b], tmp_path), side("B", [c], tmp_path), [])
+    assert r["points"]  # profiled against profiled: compared
+
+
+def test_the_plan_of_a_profiled_engine_configures_vllms_profiler_and_labels_it() -> None:
+    from serving.plan import plan_from_profile
+    from serving.profile import load_profile
+    from serving.render import PROFILER_LABEL, PROFILER_MOUNT
+
+    plain_plan = serving_plan(None)
+    plain = bench.plan_bench(SMOKE, plain_plan, "/o", "0-1", "0-1")["manifest"]
+    assert plain["profiler"] is None and "--profiler-config" not in plain["server"]["argv"]
+    profile = load_profile("cpu-tiny")
+    plan = plan_from_profile(profile, "localhost", {"hostname": "localhost", "served_files": ""}, profiler="torch")
+    assert plan.profiler is not None and plan.profiler.container_dir == PROFILER_MOUNT
+    assert plan.launch is not None
+    spec = plan.launch.spec
+    i = spec["command"].index("--profiler-config")
+    assert json.loads(spec["command"][i + 1]) == {"profiler": "torch", "torch_profiler_dir": PROFILER_MOUNT}
+    assert f"/var/lib/refdeploy/profiles/refdeploy-vllm:{PROFILER_MOUNT}" in spec["volumes"]
+    assert spec["labels"][PROFILER_LABEL] == "torch"
+    # Another spec: the deploy replaces the container (and rolls back as ever), and `make deploy` puts it back.
+    assert plan.spec_digest != plain_plan.spec_digest and plan.argv == spec["command"]
+    assert bench.plan_bench(SMOKE, plan, "/o", "0-1", "0-1")["manifest"]["profiler"] == "torch"

@@ -1,0 +1,36 @@
+"""Action plugin refdeploy_profile_summary: the fetched torch profiler traces of `make profile`, summarised per
+rank on the controller (serving/torch_profile.py): summary.txt and summary.json beside them.
+
+  - name: Summarise every rank's trace
+    refdeploy_profile_summary:
+      directory: runs/<host>/<id>/profile
+    register: s                            # s.lines: summary.txt's lines
+
+Fails with one line where no trace was fetched or one cannot be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("directory",))
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        from serving.errors import InputError
+        from serving.torch_profile import write_summary
+
+        result: dict[str, Any] = super().run(tmp, task_vars or {})
+        directory = Path(str(self._task.args["directory"]))
+        try:
+            text = write_summary(directory)
+        except (OSError, InputError) as e:
+            result.update(failed=True, msg=f"could not summarise the profile in {directory}: {e}")
+            return result
+        result.update(changed=False, lines=text.splitlines(), path=str(directory / "summary.txt"))
+        return result
