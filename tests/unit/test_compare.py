@@ -243,7 +243,9 @@ def test_the_plan_of_a_profiled_engine_configures_vllms_profiler_and_labels_it()
     assert plan.launch is not None
     spec = plan.launch.spec
     i = spec["command"].index("--profiler-config")
-    assert json.loads(spec["command"][i + 1]) == {"profiler": "torch", "torch_profiler_dir": PROFILER_MOUNT}
+    assert json.loads(spec["command"][i + 1]) == {
+        "profiler": "torch", "torch_profiler_dir": PROFILER_MOUNT, "torch_profiler_with_stack": False,
+    }  # fmt: skip
     assert f"/var/lib/refdeploy/profiles/refdeploy-vllm:{PROFILER_MOUNT}" in spec["volumes"]
     assert spec["labels"][PROFILER_LABEL] == "torch"
     # Another spec: the deploy replaces the container (and rolls back as ever), and `make deploy` puts it back.
