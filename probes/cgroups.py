@@ -512,3 +512,63 @@ def _hierarchy_levels(
         )
         return "failed", reason, "v2", []
     return "successful", None, "v2", [_v2_level(r, path, v2 / _relative(path)) for path in cgroup_ancestors(unified)]
+
+
+# --- a snapshot read back, and the command line --------------------------------------------------------------
+
+
+def _limit(d: dict[str, object] | None) -> Limit | None:
+    return None if d is None else Limit(value=d.get("value"), unlimited=bool(d.get("unlimited")))  # type: ignore[arg-type]
+
+
+def _pressure_line(d: dict[str, float] | None) -> PressureLine | None:
+    return None if d is None else PressureLine(**d)  # type: ignore[arg-type]
+
+
+def _pressure_from_json(d: dict[str, dict[str, float] | None] | None) -> PressureReading | None:
+    return None if d is None else PressureReading(_pressure_line(d.get("some")), _pressure_line(d.get("full")))
+
+
+_MEMORY_LIMITS = ("limit_bytes", "high_bytes", "memsw_limit_bytes", "swap_max_bytes")
+
+
+def snapshot_from_json(d: dict[str, object]) -> CgroupSnapshot:
+    """A CgroupSnapshot from its JSON (dataclasses.asdict, as `python -m probes.cgroups` prints it): the bench
+    reads the server's cgroup before and after it in two probe containers, and the controller takes the delta."""
+    levels = []
+    for lv in d["levels"]:  # type: ignore[attr-defined]
+        cpu, mem, cs, pids = lv["cpu"], lv["memory"], lv["cpuset"], lv["pids"]
+        levels.append(CgroupLevel(
+            path=lv["path"], dirs=lv["dirs"],
+            cpu=None if cpu is None else CpuReading(**{**cpu, "quota_us": _limit(cpu["quota_us"])}),
+            memory=None if mem is None else MemoryReading(**{**mem, **{k: _limit(mem[k]) for k in _MEMORY_LIMITS}}),
+            cpuset=None if cs is None else CpusetReading(**cs),
+            pids=None if pids is None else PidsReading(max=_limit(pids["max"]), current=pids["current"]),
+            cpu_pressure=_pressure_from_json(lv["cpu_pressure"]),
+            memory_pressure=_pressure_from_json(lv["memory_pressure"]),
+            io_pressure=_pressure_from_json(lv["io_pressure"]),
+        ))  # fmt: skip
+    fields = {k: v for k, v in d.items() if k not in ("memberships", "levels")}
+    members = [CgroupMembership(**m) for m in d["memberships"]]  # type: ignore[attr-defined]
+    return CgroupSnapshot(**fields, memberships=members, levels=levels)  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m probes.cgroups --pid N [--cgroup-root DIR] [--proc-root DIR]`: the process's cgroup and every
+    ancestor's readings, as JSON on stdout (without the raw texts, which the capture keeps and this does not)."""
+    import argparse
+    import json
+    from dataclasses import asdict
+
+    ap = argparse.ArgumentParser(prog="python -m probes.cgroups", description=main.__doc__)
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--cgroup-root", type=Path, default=DEFAULT_CGROUP_ROOT)
+    ap.add_argument("--proc-root", type=Path, default=DEFAULT_PROC_ROOT)
+    a = ap.parse_args(argv)
+    snap = cgroup_snapshot(a.pid, a.proc_root, a.cgroup_root)
+    print(json.dumps({**asdict(snap), "raw": {}}))
+    return 0 if snap.status == "successful" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,10 +15,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from probes.cgroup_delta import cgroup_delta
+from probes.cgroups import snapshot_from_json
 from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
+from probes.timeline import cgroup_notes
 from serving import bench, bench_runs
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
@@ -99,6 +103,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         ),
         "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
         "gpu_links": gpu_links(bench_dir, manifest.get("gpu_class")),
+        "server_cgroup": server_cgroup(bench_dir),
     }
 
 
@@ -141,8 +146,45 @@ def _point_label(p: Mapping[str, Any]) -> str:
     return f"concurrency {p.get('max_concurrency')}"
 
 
+CGROUP_FILES = ("cgroup-before.json", "cgroup-after.json")
+
+
+def write_cgroup_readings(bench_dir: Path, readings: Mapping[str, Any] | None) -> None:
+    """The probe container's readings of the server's cgroups before and after the bench (`python -m
+    probes.cgroups`' stdout), each into its file; one that did not read, as {"error": ...}."""
+    for name, key in zip(CGROUP_FILES, ("before", "after"), strict=True):
+        r = (readings or {}).get(key) or {}
+        try:
+            doc = json.loads(str(r.get("stdout") or ""))
+        except ValueError:
+            said = str(r.get("stderr") or "").strip().splitlines()[-1:] or ["no output"]
+            doc = {"error": f"the cgroup reading exited {r.get('rc')}: {said[0]}"}
+        (bench_dir / name).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def server_cgroup(bench_dir: Path) -> list[str]:
+    """The server's cgroup over the bench, a line per concern, then a line for every ancestor level that sets a
+    limit, naming it (probes/timeline.py cgroup_notes, as the capture's summary says it)."""
+    docs = [_load(bench_dir / n) for n in CGROUP_FILES]
+    if any(d is None for d in docs):
+        return ["server cgroup: not read (no cgroup-before.json / cgroup-after.json: a bench made before they were)"]
+    errors = [d["error"] for d in docs if isinstance(d, dict) and "error" in d]
+    if errors:
+        return [f"server cgroup: not read: {errors[0]}"]
+    try:
+        before, after = (snapshot_from_json(d) for d in docs)
+        delta = asdict(cgroup_delta(before, after))
+    except (KeyError, TypeError, ValueError) as e:
+        return [f"server cgroup: the readings do not parse ({type(e).__name__}: {e})"]
+    return cgroup_notes(delta)
+
+
 def render_text(s: Mapping[str, Any]) -> str:
     lines = _header_lines(s) + _streaming_lines(s) + _point_tables(s) + _run_lines(s) + _class_lines(s)
+    cg = s.get("server_cgroup") or []
+    if cg:
+        lines += ["", "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):"]
+        lines += [f"  {ln}" for ln in cg]
     lines += ["", "raw: runs/<id>/result.json (vllm bench serve --save-detailed), metrics-before/after.txt,"]
     lines.append("     status.json, stdout.log, stderr.log;")
     lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
@@ -153,8 +195,15 @@ def _header_lines(s: Mapping[str, Any]) -> list[str]:
     m = s["manifest"]
     w = m["workload"]
     c = m["client"]
+    profiled = (
+        [f"PROFILED: the engine ran with the {m['profiler']} profiler configured (make profile): these figures carry "
+         "its overhead and are not results (seed 000 §6)"]
+        if m.get("profiler")
+        else []
+    )  # fmt: skip
     return [
         f"bench {s['bench_dir']}",
+        *profiled,
         f"status: {s['status'].upper()}" + (f": {s['reason']}" if s["reason"] else ""),
         f"host {m['host']}, profile {m['profile'].get('name')}, image {m['runtime_image']}",
         f"workload {w['name']}: {w['dataset']} {w['input_len']} in / {w['output_len']} out tokens, "
@@ -419,8 +468,11 @@ def report_bench(bench_dir: Path, settings: Mapping[str, Any]) -> dict[str, Any]
     """Write a fetched bench's summary and reports, and say whether the bench completed: {"ok", "lines", "line"}.
 
     settings: host, client_rc (the client container's exit), timeout_s (its bound), change (the serving
-    container's change in the window, serving.continuity). `lines` is what the operator is shown: the report,
+    container's change in the window, serving.continuity), cgroup (the readings of the server's cgroups before and
+    after: rc, stdout, stderr of each). `lines` is what the operator is shown: the report,
     where it is, and the change; `line` the one line a bench that did not complete stops on."""
+    if "cgroup" in settings:
+        write_cgroup_readings(bench_dir, settings.get("cgroup"))
     summary = write_report(bench_dir)
     lines = (bench_dir / REPORT_TXT).read_text().splitlines()
     lines += [f"report: {bench_dir / REPORT_TXT}", f"page:   {bench_dir / REPORT_HTML}"]

@@ -23,7 +23,7 @@ from ansible.plugins.action import ActionBase
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change"))
+    _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.bench_report import report_bench

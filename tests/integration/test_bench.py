@@ -128,6 +128,15 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
     text = (d / "report.txt").read_text()
     assert "TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1)" in text
     assert "client CPUs 0-1 (server 0-1)" in text  # this host has no CPU outside the server's set
+    # The server's own cgroup over the bench, read before and after in the probe image: the real container's,
+    # with the CPU it used (its quota: none here; its memory limit: the profile's 8 GiB).
+    serving = inspect("refdeploy-vllm")
+    assert serving is not None
+    cg = s["server_cgroup"]
+    assert cg[0].startswith("cgroup /") and serving["Id"] in cg[0], cg
+    assert "(memory limit 8,192 MiB)" in cg[0] and "CPU used " in cg[0], cg
+    assert "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):" in text
+    assert json.loads((d / "cgroup-before.json").read_text())["status"] == "successful"
     # Fixed conditions verified from the raw artifacts: no cache hits, every request as long as asked.
     assert s["prefix_cache"]["hits_in_measured_runs"] == 0
     assert s["output_length_mismatch"] == []

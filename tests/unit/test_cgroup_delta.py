@@ -3,6 +3,7 @@ a changed level set and counter resets."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -161,3 +162,52 @@ def test_a_throttled_ancestor_slice_is_named_where_the_containers_own_level_read
     # The host-state summary names the level that sets the quota.
     text = format_summary(snapshot([1], [], proc, cg))
     assert "cpu quota 4 CPUs at /refdeploy.slice: throttled in 30 of 400 periods (1.500 s)" in text
+
+
+def test_the_bench_report_names_a_throttled_ancestor_slice_over_the_bench(tmp_path: Path) -> None:
+    # The bench reads the server's cgroups before and after it with `python -m probes.cgroups` in a probe
+    # container (serving/bench.py cgroup_argv); its JSON goes through the report as the role passes it.
+    import subprocess
+    import sys
+
+    from serving import bench_report
+    from tests.unit.test_compare import make_bench
+
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    build_proc(proc, 1, f"0::/refdeploy.slice/docker-{CID}.scope\n")
+
+    def read() -> dict[str, object]:
+        argv = [
+            sys.executable,
+            "-m",
+            "probes.cgroups",
+            "--pid",
+            "1",
+            "--proc-root",
+            str(proc),
+            "--cgroup-root",
+            str(cg),
+        ]
+        r = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return {"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
+
+    _gpu_host_tree(cg, 200, 0, 0)
+    before = read()
+    _gpu_host_tree(cg, 400, 30, 1_500_000)
+    after = read()
+    assert before["rc"] == after["rc"] == 0, before
+    d = make_bench(tmp_path / "runs", "b", 1000)
+    out = bench_report.report_bench(d, {"host": "gpu1", "client_rc": 0, "timeout_s": 60, "change": {},
+                                        "cgroup": {"before": before, "after": after}})  # fmt: skip
+    text = "\n".join(out["lines"])
+    assert "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):" in text
+    assert (
+        "  cgroup ancestor /refdeploy.slice (CPU quota 4 CPUs; memory limit 65,536 MiB): throttled 30 of 200 periods "
+        "(1.50 s)"
+    ) in text
+    assert json.loads((d / "cgroup-after.json").read_text())["levels"][1]["path"] == "/refdeploy.slice"
+    # A reading that failed is said, and the bench is still reported.
+    out = bench_report.report_bench(d, {"host": "gpu1", "client_rc": 0, "timeout_s": 60, "change": {},
+                                        "cgroup": {"before": {"rc": 125, "stdout": "", "stderr": "docker: boom"},
+                                                   "after": after}})  # fmt: skip
+    assert "  server cgroup: not read: the cgroup reading exited 125: docker: boom" in out["lines"]
