@@ -23,7 +23,7 @@ from probes.cgroup_delta import cgroup_delta
 from probes.cgroups import snapshot_from_json
 from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
 from probes.timeline import cgroup_notes
-from serving import bench, bench_runs
+from serving import bench, bench_runs, bench_trace
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 
@@ -457,6 +457,7 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
     (bench_dir / SUMMARY_JSON).write_text(json.dumps(s, indent=2, sort_keys=True, default=str) + "\n")
     (bench_dir / REPORT_TXT).write_text(render_text(s))
     (bench_dir / REPORT_HTML).write_text(render_html(s, bench_dir))
+    bench_trace.write_trace(bench_dir)
     return s
 
 

@@ -38,18 +38,18 @@ PID_CAPTURE = PID_CLIENT + 2
 STACK_FRAMES = 16
 
 
-def _us(mono_s: float) -> int:
+def us(mono_s: float) -> int:
     """Whole microseconds: a slice's end is its start plus its duration exactly, so back-to-back slices (a request's
     phases, a thread's waits) never overlap by a rounding (Perfetto drops a slice that overlaps its sibling)."""
     return round(mono_s * 1e6)
 
 
-def _span(start: float, end: float) -> dict[str, int]:
-    a = _us(start)
-    return {"ts": a, "dur": max(0, _us(end) - a)}
+def span(start: float, end: float) -> dict[str, int]:
+    a = us(start)
+    return {"ts": a, "dur": max(0, us(end) - a)}
 
 
-def _meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
+def meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
     if tid is None:
         return {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
     return {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
@@ -92,17 +92,17 @@ def request_events(bundle: Path) -> list[dict[str, Any]]:
         args["ttft_ms"] = None if first is None else round((first - t0) * 1000, 3)
         args["tokens_streamed"] = len(tokens)
         base = {"pid": PID_CLIENT, "tid": tid, "cat": "request"}
-        out.append({**base, "ph": "X", "name": f"request {r.get('id')}", **_span(t0, end), "args": args})  # fmt: skip
+        out.append({**base, "ph": "X", "name": f"request {r.get('id')}", **span(t0, end), "args": args})  # fmt: skip
         if first is not None:
-            out.append({**base, "ph": "X", "name": "to first token", **_span(t0, first)})
+            out.append({**base, "ph": "X", "name": "to first token", **span(t0, first)})
             last = tokens[-1] if tokens else first
-            out.append({**base, "ph": "X", "name": "decode", **_span(first, last)})
-            out.append({**base, "ph": "i", "s": "t", "name": "first token", "ts": _us(first)})
-        out.extend({**base, "ph": "i", "s": "t", "name": "token", "ts": _us(t), "args": {"n": i}}
+            out.append({**base, "ph": "X", "name": "decode", **span(first, last)})
+            out.append({**base, "ph": "i", "s": "t", "name": "first token", "ts": us(first)})
+        out.extend({**base, "ph": "i", "s": "t", "name": "token", "ts": us(t), "args": {"n": i}}
                    for i, t in enumerate(tokens[1:], start=2))  # fmt: skip
     if out:
-        out.append(_meta(PID_CLIENT, "capture client (requests)"))
-        out.extend(_meta(PID_CLIENT, f"client {tid - 1}", tid) for tid in sorted(clients))
+        out.append(meta(PID_CLIENT, "capture client (requests)"))
+        out.extend(meta(PID_CLIENT, f"client {tid - 1}", tid) for tid in sorted(clients))
     return out
 
 
@@ -121,10 +121,10 @@ def counter_events(timeline: Mapping[str, Any]) -> list[dict[str, Any]]:
             for p in points:
                 t, v = finite(p[0]), finite(p[1])
                 if t is not None and v is not None:
-                    out.append({"ph": "C", "pid": PID_SAMPLERS, "tid": 0, "name": track, "ts": _us(t0 + t),
+                    out.append({"ph": "C", "pid": PID_SAMPLERS, "tid": 0, "name": track, "ts": us(t0 + t),
                                 "args": {"value": v}})  # fmt: skip
     if out:
-        out.append(_meta(PID_SAMPLERS, "host samplers (timeline.json)"))
+        out.append(meta(PID_SAMPLERS, "host samplers (timeline.json)"))
     return out
 
 
@@ -156,11 +156,11 @@ def wchan_events(bundle: Path, window_end_mono: float) -> list[dict[str, Any]]:
         threads.setdefault((pid, tid), (name, []))[1].extend(pts)
     out: list[dict[str, Any]] = []
     for (pid, tid), (name, pts) in threads.items():
-        out.append(_meta(pid, f"{name.split('/')[-1]} {tid}", tid))
+        out.append(meta(pid, f"{name.split('/')[-1]} {tid}", tid))
         pts.sort()
         for (t, state), nxt in zip(pts, [*pts[1:], (window_end_mono, "")], strict=True):
             out.append({"ph": "X", "pid": pid, "tid": tid, "cat": "wchan", "name": f"wchan {state}",
-                        **_span(t, nxt[0])})  # fmt: skip
+                        **span(t, nxt[0])})  # fmt: skip
     return out
 
 
@@ -177,7 +177,7 @@ def stack_events(bundle: Path) -> list[dict[str, Any]]:
             frames = [f"{f.get('name')} ({f.get('short_filename')}:{f.get('line')})" for f in th.get("frames") or []]
             tid = th.get("os_thread_id") or th.get("thread_id")
             out.append({"ph": "i", "s": "t", "pid": d.get("pid"), "tid": tid, "cat": "py-spy",
-                        "name": f"py-spy: {frames[0] if frames else 'no Python frame'}", "ts": _us(t),
+                        "name": f"py-spy: {frames[0] if frames else 'no Python frame'}", "ts": us(t),
                         "args": {"thread": th.get("thread_name"), "active": th.get("active"),
                                  "owns_gil": th.get("owns_gil"), "stack": frames[:STACK_FRAMES],
                                  "file": f"stacks/{d.get('file')}"}})  # fmt: skip
@@ -191,31 +191,31 @@ def capture_events(bundle: Path, timeline: Mapping[str, Any]) -> list[dict[str, 
     if t0 is None or t1 is None:
         return []
     base = {"pid": PID_CAPTURE, "tid": 1}
-    out = [_meta(PID_CAPTURE, "capture"), _meta(PID_CAPTURE, "window", 1), _meta(PID_CAPTURE, "events", 2),
-           {**base, "ph": "X", "name": "capture window", **_span(t0, t1),
+    out = [meta(PID_CAPTURE, "capture"), meta(PID_CAPTURE, "window", 1), meta(PID_CAPTURE, "events", 2),
+           {**base, "ph": "X", "name": "capture window", **span(t0, t1),
             "args": {"start_wall": w.get("start_wall"), "end_wall": w.get("end_wall")}}]  # fmt: skip
     # Each perf recording on a track of its own: one that started late runs past the window's end, and a slice
     # that is not inside the window's on the same track is dropped by the importer.
     for i, f in enumerate(sorted((bundle / "kernel").glob("perf-*.result.json")), start=3):
         r = _read_json(f)
-        span = r.get("recorded_mono_s") if isinstance(r, dict) else None
-        if isinstance(span, list) and len(span) == 2 and all(finite(x) is not None for x in span):
+        rec = r.get("recorded_mono_s") if isinstance(r, dict) else None
+        if isinstance(rec, list) and len(rec) == 2 and all(finite(x) is not None for x in rec):
             name = f"perf record pid {r.get('pid')}"
-            out.append(_meta(PID_CAPTURE, name, i))
-            out.append({"pid": PID_CAPTURE, "tid": i, "ph": "X", "name": name, **_span(span[0], span[1]),
+            out.append(meta(PID_CAPTURE, name, i))
+            out.append({"pid": PID_CAPTURE, "tid": i, "ph": "X", "name": name, **span(rec[0], rec[1]),
                         "args": {"file": f"kernel/{f.name}"}})  # fmt: skip
     for ev in timeline.get("events") or []:
         t = finite(ev.get("t_s")) if isinstance(ev, Mapping) else None
         if t is not None:
             out.append({"pid": PID_CAPTURE, "tid": 2, "ph": "i", "s": "p", "name": str(ev.get("label")),
-                        "ts": _us(t0 + t)})  # fmt: skip
+                        "ts": us(t0 + t)})  # fmt: skip
     return out
 
 
 def process_names(bundle: Path) -> list[dict[str, Any]]:
     b = _read_json(bundle / "bundle.json")
     procs = b.get("processes") if isinstance(b, dict) else None
-    return [_meta(int(p["pid"]), f"{p.get('role')} {p.get('title') or ''}".strip()[:80]) for p in procs or []
+    return [meta(int(p["pid"]), f"{p.get('role')} {p.get('title') or ''}".strip()[:80]) for p in procs or []
             if isinstance(p, dict) and isinstance(p.get("pid"), int)]  # fmt: skip
 
 

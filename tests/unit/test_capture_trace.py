@@ -192,3 +192,32 @@ def test_a_perf_recording_that_ran_past_the_window_keeps_its_slice(tp: TraceProc
         perf = t.query("select ts, dur from slice where name = 'perf record pid 154'")
     assert errors == []
     assert perf == [{"ts": _ns(T0 + 9), "dur": 10_000_000_000}]
+
+
+def test_a_benchs_trace_has_every_request_on_a_lane_of_its_own_while_in_flight(
+    tp: TraceProcessor, tmp_path: Path
+) -> None:
+    # The real `vllm bench serve` results of the fixtures (c1: one at a time; c4: four in flight), copied into a
+    # bench directory as `make bench` leaves it, whose report writes bench/trace.json (serving/bench_trace.py).
+    from serving import bench_report
+    from tests.unit.test_compare import make_bench
+
+    d = make_bench(tmp_path, "b", 1000)
+    bench_report.write_report(d)
+    results = {r: json.loads((d / "runs" / r / "result.json").read_text()) for r in ("c1-m1", "c4-m1")}
+    for t in _processor(tmp_path):
+        t.load((d / "trace.json").read_bytes())
+        errors = t.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+        rows = t.query(
+            "select s.name, s.ts, s.dur, t.tid from slice s join thread_track tt on s.track_id = tt.id "
+            "join thread t using (utid) where s.category = 'request' and s.name like '% request %'"
+        )
+        lanes = t.query("select count(distinct t.tid) as n from slice s join thread_track tt on s.track_id = tt.id "
+                        "join thread t using (utid) where s.name like 'c4-m1 request %'")  # fmt: skip
+    assert errors == []
+    got = {r["name"]: (r["ts"], r["dur"]) for r in rows}
+    for run, res in results.items():
+        for i, (start, e2el) in enumerate(zip(res["start_times"], res["latencies"], strict=True)):
+            a = round(start * 1e6)
+            assert got[f"{run} request {i}"] == (a * 1000, (round((start + e2el) * 1e6) - a) * 1000)
+    assert lanes[0]["n"] == 4  # four in flight at once at c4, each on its own lane
