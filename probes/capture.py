@@ -65,6 +65,7 @@ from probes.timeline import (
 SCHEMA_VERSION = 1
 METRICS_TIMEOUT_S = 5.0
 MAX_SCRAPES = 1200
+PERF_END_MARGIN_S = 0.25
 # Exit status of a capture that broke (an exception outside any part); 1 is a part that failed, 2 bad input.
 EXIT_CAPTURE_ERROR = 4
 
@@ -263,11 +264,14 @@ class _Capture:
             self.threads.append(_thread(wchan, "wchan", self.crashed))
         if "perf" in cfg.parts:
             # Every worker rank (each its own process), else the engine core: a slow rank shows beside the others.
-            perf_s = max(1, int(min(cfg.seconds, cfg.perf_seconds)))
+            # Each records until PERF_END_MARGIN_S before the window (or its perf_seconds) ends, counted when it
+            # starts: a recording that started 0.1 s in for the window's whole length ended after the window.
+            perf_end = self.t0 + min(cfg.seconds, cfg.perf_seconds) - PERF_END_MARGIN_S
             for target in kernel.perf_targets(self.found):
 
                 def perf(pid: int = target.pid) -> None:
-                    self.perf_res.append(kernel.perf_capture(pid, perf_s, cfg.out / "kernel"))
+                    seconds = max(1.0, perf_end - time.monotonic())
+                    self.perf_res.append(kernel.perf_capture(pid, seconds, cfg.out / "kernel"))
 
                 self.threads.append(_thread(perf, f"perf-{target.pid}", self.crashed))
         if "record" in cfg.parts:

@@ -80,7 +80,7 @@ def sample_count(report_stdio: str) -> int | None:
     return None
 
 
-def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) -> PerfResult:
+def perf_capture(pid: int, seconds: float, out_dir: Path, frequency_hz: int = 99) -> PerfResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / f"perf-{pid}.data"
     rec = [
@@ -97,7 +97,7 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
         str(data),
         "--",
         "sleep",
-        str(seconds),
+        f"{seconds:.3f}",
     ]
     rep = ["perf", "report", "--stdio", "--no-children", "--sort", "comm,dso,sym", "-i", str(data)]
     res = PerfResult(pid, "skipped", None, rec, rep)
@@ -110,7 +110,7 @@ def perf_capture(pid: int, seconds: int, out_dir: Path, frequency_hz: int = 99) 
     stderr = stderr_file.read_text()
     res.files.append(stderr_file.name)
     if rc is None:
-        res.status, res.reason = "failed", f"perf record -p {pid} ran past {seconds + 30} s and was killed"
+        res.status, res.reason = "failed", f"perf record -p {pid} ran past {seconds + 30:.0f} s and was killed"
         return _write(res, out_dir)
     if rc != 0 or not data.exists():
         reason = _why_perf_failed(stderr)
