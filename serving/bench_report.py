@@ -23,7 +23,7 @@ from probes.cgroup_delta import cgroup_delta
 from probes.cgroups import snapshot_from_json
 from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
 from probes.timeline import cgroup_notes
-from serving import bench, bench_runs, bench_trace
+from serving import bench, bench_runs, bench_trace, memory_phases
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 
@@ -104,6 +104,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
         "gpu_links": gpu_links(bench_dir, manifest.get("gpu_class")),
         "server_cgroup": server_cgroup(bench_dir),
+        "memory_at_decode": memory_phases.bench_lines(bench_dir),
     }
 
 
@@ -185,6 +186,10 @@ def render_text(s: Mapping[str, Any]) -> str:
     if cg:
         lines += ["", "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):"]
         lines += [f"  {ln}" for ln in cg]
+    mem = s.get("memory_at_decode") or []
+    if mem:
+        lines += ["", "each worker's memory while decoding, logged inside it (memory-phases.json, patch 0003):"]
+        lines += [f"  {ln}" for ln in mem]
     lines += ["", "raw: runs/<id>/result.json (vllm bench serve --save-detailed), metrics-before/after.txt,"]
     lines.append("     status.json, stdout.log, stderr.log;")
     lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
@@ -470,10 +475,13 @@ def report_bench(bench_dir: Path, settings: Mapping[str, Any]) -> dict[str, Any]
 
     settings: host, client_rc (the client container's exit), timeout_s (its bound), change (the serving
     container's change in the window, serving.continuity), cgroup (the readings of the server's cgroups before and
-    after: rc, stdout, stderr of each). `lines` is what the operator is shown: the report,
-    where it is, and the change; `line` the one line a bench that did not complete stops on."""
+    after: rc, stdout, stderr of each), memory_log (the engine log's memory rows, patch 0003). `lines` is what
+    the operator is shown: the report, where it is, and the change; `line` the one line a bench that did not
+    complete stops on."""
     if "cgroup" in settings:
         write_cgroup_readings(bench_dir, settings.get("cgroup"))
+    if settings.get("memory_log") is not None:
+        memory_phases.write_bench_memory(bench_dir, [str(x) for x in settings["memory_log"]])
     summary = write_report(bench_dir)
     lines = (bench_dir / REPORT_TXT).read_text().splitlines()
     lines += [f"report: {bench_dir / REPORT_TXT}", f"page:   {bench_dir / REPORT_HTML}"]

@@ -212,11 +212,32 @@ def capture_events(bundle: Path, timeline: Mapping[str, Any]) -> list[dict[str, 
     return out
 
 
+def memory_events(bundle: Path, t0: float, t1: float) -> list[dict[str, Any]]:
+    """Each worker's memory rows logged in the window (memory-phases.json, patch 0003) as a counter on its
+    process, in GiB: RSS, and PSS anon and file."""
+    doc = _read_json(bundle / "memory-phases.json")
+    rows = (doc.get("rows") if isinstance(doc, dict) else None) or []
+    out = []
+    for row in rows:
+        t = finite(row.get("mono")) if isinstance(row, dict) else None
+        if t is None or not t0 <= t <= t1 or not isinstance(row.get("pid"), int):
+            continue
+        vals = {k: round(row[k] / 2**30, 4) for k in ("rss", "pss_anon", "pss_file") if isinstance(row.get(k), int)}
+        out.append({"pid": row["pid"], "tid": row["pid"], "ph": "C", "name": "memory GiB (patch 0003)", "ts": us(t),
+                    "args": vals})  # fmt: skip
+    return out
+
+
 def process_names(bundle: Path) -> list[dict[str, Any]]:
     b = _read_json(bundle / "bundle.json")
     procs = b.get("processes") if isinstance(b, dict) else None
     return [meta(int(p["pid"]), f"{p.get('role')} {p.get('title') or ''}".strip()[:80]) for p in procs or []
             if isinstance(p, dict) and isinstance(p.get("pid"), int)]  # fmt: skip
+
+
+def _window_mono(timeline: Mapping[str, Any]) -> tuple[float, float]:
+    w = timeline.get("window") or {}
+    return finite(w.get("start_mono_s")) or 0.0, finite(w.get("end_mono_s")) or 0.0
 
 
 def build_trace(bundle: Path) -> dict[str, Any]:
@@ -232,6 +253,7 @@ def build_trace(bundle: Path) -> dict[str, Any]:
         *counter_events(timeline),
         *wchan_events(bundle, end),
         *stack_events(bundle),
+        *memory_events(bundle, *_window_mono(timeline)),
     ]
     events.sort(key=lambda e: (e["ph"] != "M", e.get("ts", 0.0)))
     return {
@@ -243,7 +265,7 @@ def build_trace(bundle: Path) -> dict[str, Any]:
             "container": timeline.get("container"),
             "window_start_wall": (timeline.get("window") or {}).get("start_wall"),
             "built_from": "timeline.json, requests/requests.jsonl, kernel/wchan.json, kernel/perf-*.result.json, "
-            "stacks/result.json, bundle.json",
+            "stacks/result.json, bundle.json, memory-phases.json",
         },
     }
 

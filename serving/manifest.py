@@ -230,6 +230,8 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         },
         "deploy_timing": deploy_timing(raw, engine_s if raw.get("replaced") else None),
         "effective_config": effective,
+        # Per rank, host (and on CUDA device) memory at each phase boundary, logged inside the workers.
+        "memory_by_phase": raw.get("memory_phases"),
         "placement": placement,
         "limits_in_force": {
             "cgroup_version": cgroup["cgroup_version"],

@@ -50,6 +50,13 @@ def effective(readings: Mapping[str, Any], plan: Any) -> dict[str, Any]:
     return result
 
 
+def memory_phases(log_text: Any) -> dict[str, Any]:
+    """The engine log's memory-by-phase rows (patch 0003) as the manifest's per-rank table."""
+    from serving.memory_phases import parse, table
+
+    return table(parse(str(log_text or "")))
+
+
 def ranks(workers: Any, plan: Any) -> dict[str, Any]:
     """The running workers against the launch's ranks."""
     return verify_ranks(parse_plan(plan), list(workers or []))

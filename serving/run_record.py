@@ -19,6 +19,8 @@ KEYS: dict[str, str] = {
     "replaced": "serve",
     "effective": "serve",
     "healthy_observed_utc": "serve",
+    # Each worker's memory at its phase boundaries, from the engine's log (patch 0003; serving/memory_phases.py).
+    "memory_phases": "serve",
     # The running container as read once after the launch, in the same module run as the engine's wait (its
     # inspection, its image's, what it sees inside): placement checks the workers in it, the manifest records it.
     "container_readings": "serve",

@@ -8,6 +8,7 @@
       client_rc: "{{ client.rc }}"
       timeout_s: 900
       change: "{{ serving_change }}"     # serving.continuity's, for the window
+      memory_log: [lines]                # optional: the engine log's refdeploy-memory-phase lines after it
     register: report                     # report.lines: to show; report.ok; report.line: why not
 
 It never fails the task itself: the playbook shows the report first, then stops on `line`.
@@ -23,7 +24,7 @@ from ansible.plugins.action import ActionBase
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup"))
+    _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup", "memory_log"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.bench_report import report_bench

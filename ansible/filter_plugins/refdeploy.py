@@ -2,6 +2,7 @@
 
   container | refdeploy_running(planned_spec[, target_id])   is it the planned container? (the one place)
   readings  | refdeploy_effective(plan)                      the engine's effective config against its launch
+  log       | refdeploy_memory_phases                        the workers' memory by phase (patch 0003), per rank
   workers   | refdeploy_ranks(plan)                          each worker rank's CPUs and memory nodes
   plan      | refdeploy_capture_argv(settings)               the probe container of make capture / make probe
   plan      | refdeploy_probe_io_argv(settings)              the fio container of make probe-io
@@ -29,6 +30,7 @@ from typing import Any
 NAMES = (
     "running",
     "effective",
+    "memory_phases",
     "ranks",
     "capture_argv",
     "probe_io_argv",

@@ -50,6 +50,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 STARTUP = re.compile(r"Initializing a V1 LLM engine|Starting vLLM server on")
+MEMORY_PHASE = "refdeploy-memory-phase"  # serving/memory_phases.py
 
 
 def _run(argv: list[str], timeout_s: int) -> subprocess.CompletedProcess[str]:
@@ -59,8 +60,10 @@ def _run(argv: list[str], timeout_s: int) -> subprocess.CompletedProcess[str]:
 def _startup_lines(name: str, started: str, timeout_s: int) -> list[str]:
     """The start-up lines of the engine's current start (the log since State.StartedAt: a container Docker
     restarted keeps the lines of its earlier starts), read until both are seen: they come in its first few
-    hundred lines, and the whole log of a long-running engine is not read."""
+    hundred lines, and the whole log of a long-running engine is not read. The workers' memory-by-phase rows
+    logged before the server started (patch 0003: weights loaded ... warmed up) come after them, in log order."""
     found: dict[str, str] = {}
+    memory: list[str] = []
     with subprocess.Popen(
         ["timeout", str(timeout_s), "docker", "logs", "--since", started, name],
         stdout=subprocess.PIPE,
@@ -70,13 +73,16 @@ def _startup_lines(name: str, started: str, timeout_s: int) -> list[str]:
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
+            if MEMORY_PHASE in line:
+                memory.append(line.rstrip("\n"))
+                continue
             m = STARTUP.search(line)
             if m:
                 found[m.group(0)] = line.rstrip("\n")
                 if len(found) == 2:
                     break
         proc.kill()
-    return sorted(found.values(), key=lambda ln: 0 if "Initializing" in ln else 1)
+    return sorted(found.values(), key=lambda ln: 0 if "Initializing" in ln else 1) + memory
 
 
 def _health(name: str, port: int, timeout_s: int) -> tuple[str, int, str, list[str]]:

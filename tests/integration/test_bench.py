@@ -137,6 +137,11 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
     assert "(memory limit 8,192 MiB)" in cg[0] and "CPU used " in cg[0], cg
     assert "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):" in text
     assert json.loads((d / "cgroup-before.json").read_text())["status"] == "successful"
+    # The worker's memory while decoding, logged inside it during the bench (patch 0003, every 10 s of decode).
+    kept = json.loads((d / "memory-phases.json").read_text())["at_decode"]["ranks"]["0"]
+    assert kept["in_window"] and kept["phase"] == "decode", kept
+    assert any(ln.startswith("  memory at decode, rank 0: rss ") and ln.endswith("(logged in the window)")
+               for ln in text.splitlines()), text  # fmt: skip
     # Fixed conditions verified from the raw artifacts: no cache hits, every request as long as asked.
     assert s["prefix_cache"]["hits_in_measured_runs"] == 0
     assert s["output_length_mismatch"] == []

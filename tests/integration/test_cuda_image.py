@@ -21,8 +21,12 @@ pytestmark = pytest.mark.integration
 
 RECORD = REPO / "images" / "vllm" / "verified-cuda.json"
 PROFILE = "rtx3090-pp3"
+# The last two words: the memory-by-phase module of patch 0003 is in the CUDA build, and the worker wrapper
+# that every executor builds its workers with calls it (the same code the CPU build runs in the tests).
 IMPORT_CHECK = (
-    "import vllm, torch, triton; print(vllm.__version__, torch.__version__, torch.version.cuda, triton.__version__)"
+    "import inspect, vllm, torch, triton; from vllm.v1.worker import refdeploy_memory as m, worker_base as wb; "
+    "print(vllm.__version__, torch.__version__, torch.version.cuda, triton.__version__, m.MARK, "
+    "'instrumented' if 'refdeploy_memory' in inspect.getsource(wb.WorkerWrapperBase.init_worker) else 'bare')"
 )
 
 
@@ -41,8 +45,9 @@ def _check_in_image(tag: str) -> str:
 
 
 def _assert_import_output(line: str) -> None:
-    vllm_version, torch_version, cuda, _triton = line.split()
+    vllm_version, torch_version, cuda, _triton, mark, wrapped = line.split()
     assert vllm_version == "0.32.0"
+    assert (mark, wrapped) == ("refdeploy-memory-phase", "instrumented"), line
     assert torch_version.startswith("2.13.0") and "+cpu" not in torch_version, torch_version
     assert cuda != "None", "torch in the CUDA image was built without CUDA"
 

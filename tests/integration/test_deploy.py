@@ -75,6 +75,16 @@ def test_manifest_matches_the_running_container() -> None:
     assert m["effective_config"]["vllm_version"] == "0.32.0"
     assert m["effective_config"]["mismatches"] == []
     assert (run_dir / "raw-readings.json").is_file()
+    # The worker's memory at each start-up phase, logged inside it by the patched runtime (patch 0003); no request
+    # had been served when the deploy read them, unless an earlier test sent one to this engine.
+    rank = m["memory_by_phase"]["ranks"]["0"]
+    assert rank["process"] == "Worker"
+    assert {"weights_loaded", "memory_profiled", "kv_cache_allocated", "warmed_up"} <= set(rank["phases"])
+    phases = rank["phases"]
+    # VLLM_CPU_KVCACHE_SPACE=1 GiB of anonymous memory, allocated in its phase.
+    grown = phases["kv_cache_allocated"]["pss_anon"] - phases["memory_profiled"]["pss_anon"]
+    assert 0.95 * 2**30 < grown < 1.1 * 2**30, grown
+    assert all(p["cuda"] is False and p["pid"] == rank["pid"] for p in phases.values())
 
 
 def test_redeploy_with_nothing_changed_is_a_noop() -> None:

@@ -240,6 +240,21 @@ def test_a_workload_capture_holds_every_request_it_sent(workload_capture: tuple[
     assert "capture_requests_sent" in (bundle / "summary.txt").read_text()
 
 
+def test_a_workload_capture_keeps_the_workers_memory_while_decoding(workload_capture: tuple[Path, Any]) -> None:
+    """The worker logs its memory while it decodes (patch 0003, every 10 s): a 15 s window of requests holds a
+    row, which the bundle keeps, the output shows and the trace draws on the worker's process."""
+    bundle, r = workload_capture
+    doc = json.loads((bundle / "memory-phases.json").read_text())
+    window = json.loads((bundle / "bundle.json").read_text())["window"]
+    kept = doc["at_decode"]["ranks"]["0"]
+    assert kept["in_window"] and window["start_mono_s"] <= kept["mono"] <= window["end_mono_s"], kept
+    assert kept["phase"] == "decode" and kept["process"] == "Worker" and kept["rss"] > kept["pss_file"] > 0
+    assert "memory at decode, rank 0: rss " in r.output and "(logged in the window)" in r.output
+    trace = json.loads((bundle / "trace.json").read_text())
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "memory GiB (patch 0003)"]
+    assert counters and all(e["pid"] == kept["pid"] for e in counters), counters
+
+
 def test_each_request_is_a_span_in_the_trace_as_perfetto_reads_it(
     workload_capture: tuple[Path, Any], tmp_path: Path
 ) -> None:

@@ -54,6 +54,11 @@ def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(deployed: dict[
         (1, "VLLM::Worker_TP1", "1", "1", True),
     ]
     assert m["effective_config"]["mismatches"] == []
+    # Memory by phase for each rank, from inside each worker (patch 0003): each holds its own KV cache share.
+    mem = m["memory_by_phase"]["ranks"]
+    assert {k: v["process"] for k, v in mem.items()} == {"0": "Worker_TP0", "1": "Worker_TP1"}
+    for v in mem.values():
+        assert {"weights_loaded", "kv_cache_allocated", "warmed_up"} <= set(v["phases"]), v["not_logged"]
     tp = next(c for c in m["effective_config"]["checks"] if c["setting"] == "tensor_parallel_size")
     assert (tp["requested"], tp["effective"], tp["status"]) == (2, 2, "ok")
     # The same greedy text as one rank (the first request compiles a kernel with torch inductor: g++ is in the image).
