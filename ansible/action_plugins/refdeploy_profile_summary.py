@@ -1,10 +1,11 @@
 """Action plugin refdeploy_profile_summary: the fetched torch profiler traces of `make profile`, summarised per
-rank on the controller (serving/torch_profile.py): summary.txt and summary.json beside them.
+rank on the controller (serving/torch_profile.py): summary.txt and summary.json beside them; and trace.json,
+every rank's trace and the profiled requests moved onto CLOCK_MONOTONIC in one file (serving/profile_trace.py).
 
   - name: Summarise every rank's trace
     refdeploy_profile_summary:
       directory: runs/<host>/<id>/profile
-    register: s                            # s.lines: summary.txt's lines
+    register: s                            # s.lines: summary.txt's lines; s.trace: the merged trace
 
 Fails with one line where no trace was fetched or one cannot be read.
 """
@@ -23,14 +24,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.errors import InputError
+        from serving.profile_trace import write_trace
         from serving.torch_profile import write_summary
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         directory = Path(str(self._task.args["directory"]))
         try:
             text = write_summary(directory)
+            trace = write_trace(directory)
         except (OSError, InputError) as e:
             result.update(failed=True, msg=f"could not summarise the profile in {directory}: {e}")
             return result
-        result.update(changed=False, lines=text.splitlines(), path=str(directory / "summary.txt"))
+        result.update(changed=False, lines=text.splitlines(), path=str(directory / "summary.txt"), trace=str(trace))
         return result
