@@ -228,14 +228,16 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
 
 def figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """The window's own figures from its requests: counts (and how many got all their tokens in one burst), TTFT
-    and per-request TPOT (first to last token over the tokens after the first, the bench's denominator), in ms."""
+    and per-request TPOT (first to last token over the tokens after the first, the bench's denominator), in ms.
+    The denominator is the server's token count (usage.completion_tokens), not the chunks: a server whose API
+    process falls behind puts several tokens in one chunk (seen here: 32 tokens in 31 chunks)."""
     ok = [r for r in records if r.ok]
     ttft = [(r.first_token_mono_s - r.t0_mono_s) * 1000 for r in ok if r.first_token_mono_s is not None]
-    tpot = [
-        (r.token_mono_s[-1] - r.token_mono_s[0]) * 1000 / (len(r.token_mono_s) - 1)
-        for r in ok
-        if len(r.token_mono_s) > 1
-    ]
+    tpot = []
+    for r in ok:
+        tokens = r.completion_tokens if r.completion_tokens else len(r.token_mono_s)
+        if len(r.token_mono_s) > 1 and tokens > 1:
+            tpot.append((r.token_mono_s[-1] - r.token_mono_s[0]) * 1000 / (tokens - 1))
     bursts = [r for r in ok if len(r.token_mono_s) > 1 and r.token_mono_s[-1] - r.token_mono_s[0] < ONE_BURST_S]
     out: dict[str, Any] = {
         "sent": len(records),

@@ -229,9 +229,11 @@ def test_a_workload_capture_holds_every_request_it_sent(workload_capture: tuple[
     window = index["window"]
     assert index["requests"]["sent"] == len(rows)
     for r in rows:
-        # Sent inside the window; every token streamed back on the same clock, in order.
+        # Sent inside the window; every chunk streamed back on the same clock, in order.
         assert window["start_mono_s"] <= r["t0_mono_s"] <= window["end_mono_s"]
-        assert r["completion_tokens"] == 32 and len(r["token_mono_s"]) == 32
+        # A chunk per token, but for a server whose API process fell behind: it then puts several in one chunk
+        # (a CI run: 32 tokens in 31 chunks).
+        assert r["completion_tokens"] == 32 and 1 <= len(r["token_mono_s"]) <= 32
         assert r["t0_mono_s"] < r["first_token_mono_s"] == r["token_mono_s"][0] <= r["token_mono_s"][-1]
         assert r["token_mono_s"] == sorted(r["token_mono_s"]) and r["token_mono_s"][-1] <= r["end_mono_s"]
     timeline = json.loads((bundle / "timeline.json").read_text())

@@ -79,6 +79,13 @@ def test_figures_use_the_benchs_denominators_and_count_failures_and_bursts() -> 
     assert f["tpot_ms_p50"] == pytest.approx((10.0 + 0.2) / 2)
 
 
+def test_tpot_counts_the_servers_tokens_where_a_chunk_carried_two() -> None:
+    # 5 tokens in 4 chunks (the last chunk carried two): 40 ms from the first to the last over 4 tokens after it.
+    rec = _rec(0, 100.0, [100.010, 100.020, 100.030, 100.050])
+    rec.completion_tokens = 5
+    assert load.figures([rec])["tpot_ms_p50"] == pytest.approx(10.0)
+
+
 def test_in_flight_is_a_step_at_every_start_and_end() -> None:
     recs = [_rec(0, 10.5, [10.6, 10.9]), _rec(1, 10.7, [10.8, 11.2])]
     # Ends are the last token + 1 ms: 10.901 and 11.201.
