@@ -16,24 +16,15 @@ What it holds, each from the bench file named:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from probes.samplers import parse_vmstat, read_log
-from probes.summary import write_atomic
-from serving.capture_trace import PID_CLIENT, PID_SAMPLERS, meta, span, us
+from serving.capture_trace import PID_CLIENT, PID_SAMPLERS, meta, read_json, span, trace_document, us, write_document
 
 TRACE_FILE = "trace.json"
 RUNS_TID = 1
-
-
-def _load(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _num(x: Any) -> float | None:
@@ -110,12 +101,12 @@ def counter_events(bench_dir: Path) -> list[dict[str, Any]]:
 
 
 def build_trace(bench_dir: Path) -> dict[str, Any]:
-    manifest = _load(bench_dir / "manifest.json") or {}
+    manifest = read_json(bench_dir / "manifest.json") or {}
     events: list[dict[str, Any]] = []
     lanes: list[float] = []
     for run in manifest.get("runs") or []:
         d = bench_dir / "runs" / str(run.get("id"))
-        status, result = _load(d / "status.json"), _load(d / "result.json")
+        status, result = read_json(d / "status.json"), read_json(d / "result.json")
         if isinstance(status, dict) and isinstance(result, dict):
             events += run_events(str(run["id"]), status, result, lanes)
     if events:
@@ -123,21 +114,16 @@ def build_trace(bench_dir: Path) -> dict[str, Any]:
         events.append(meta(PID_CLIENT, "runs", RUNS_TID))
         events += [meta(PID_CLIENT, f"in flight {k + 1}", RUNS_TID + 1 + k) for k in range(len(lanes))]
     events += counter_events(bench_dir)
-    events.sort(key=lambda e: (e["ph"] != "M", e.get("ts", 0)))
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "clock": "CLOCK_MONOTONIC, microseconds",
+    return trace_document(
+        events,
+        {
             "host": manifest.get("host"),
             "workload": (manifest.get("workload") or {}).get("name"),
             "profiler": manifest.get("profiler"),
             "built_from": "manifest.json, runs/<id>/status.json and result.json, samplers/vmstat.log, gauges.log",
         },
-    }
+    )
 
 
 def write_trace(bench_dir: Path) -> Path:
-    path = bench_dir / TRACE_FILE
-    write_atomic(path, json.dumps(build_trace(bench_dir), separators=(",", ":")) + "\n")
-    return path
+    return write_document(bench_dir / TRACE_FILE, build_trace(bench_dir))

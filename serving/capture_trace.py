@@ -55,7 +55,8 @@ def meta(pid: int, name: str, tid: int | None = None) -> dict[str, Any]:
     return {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file's content, or None where it is missing or not JSON (a part that did not run)."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -142,7 +143,7 @@ def wchan_events(bundle: Path, window_end_mono: float) -> list[dict[str, Any]]:
     """Each thread's kernel waits as slices on that thread: a state lasts from its transition to the next (the
     last one to the window's end). A thread that renamed itself in the window has a key per name; its
     transitions are merged, so its slices stay one sequence."""
-    w = _read_json(bundle / "kernel" / "wchan.json")
+    w = read_json(bundle / "kernel" / "wchan.json")
     if not isinstance(w, dict) or not isinstance(w.get("transitions"), dict):
         return []
     threads: dict[tuple[int, int], tuple[str, list[tuple[float, str]]]] = {}
@@ -166,11 +167,11 @@ def wchan_events(bundle: Path, window_end_mono: float) -> list[dict[str, Any]]:
 
 def stack_events(bundle: Path) -> list[dict[str, Any]]:
     """Each py-spy dump an instant on every thread it caught, with that thread's stack (innermost first)."""
-    result = _read_json(bundle / "stacks" / "result.json")
+    result = read_json(bundle / "stacks" / "result.json")
     out: list[dict[str, Any]] = []
     for d in (result or {}).get("dumps") or [] if isinstance(result, dict) else []:
         t = finite(d.get("mono_s"))
-        threads = _read_json(bundle / "stacks" / str(d.get("file"))) if d.get("file") else None
+        threads = read_json(bundle / "stacks" / str(d.get("file"))) if d.get("file") else None
         if t is None or not isinstance(threads, list):
             continue
         for th in threads:
@@ -197,7 +198,7 @@ def capture_events(bundle: Path, timeline: Mapping[str, Any]) -> list[dict[str, 
     # Each perf recording on a track of its own: one that started late runs past the window's end, and a slice
     # that is not inside the window's on the same track is dropped by the importer.
     for i, f in enumerate(sorted((bundle / "kernel").glob("perf-*.result.json")), start=3):
-        r = _read_json(f)
+        r = read_json(f)
         rec = r.get("recorded_mono_s") if isinstance(r, dict) else None
         if isinstance(rec, list) and len(rec) == 2 and all(finite(x) is not None for x in rec):
             name = f"perf record pid {r.get('pid')}"
@@ -215,7 +216,7 @@ def capture_events(bundle: Path, timeline: Mapping[str, Any]) -> list[dict[str, 
 def memory_events(bundle: Path, t0: float, t1: float) -> list[dict[str, Any]]:
     """Each worker's memory rows logged in the window (memory-phases.json, patch 0003) as a counter on its
     process, in GiB: RSS, and PSS anon and file."""
-    doc = _read_json(bundle / "memory-phases.json")
+    doc = read_json(bundle / "memory-phases.json")
     rows = (doc.get("rows") if isinstance(doc, dict) else None) or []
     out = []
     for row in rows:
@@ -229,7 +230,7 @@ def memory_events(bundle: Path, t0: float, t1: float) -> list[dict[str, Any]]:
 
 
 def process_names(bundle: Path) -> list[dict[str, Any]]:
-    b = _read_json(bundle / "bundle.json")
+    b = read_json(bundle / "bundle.json")
     procs = b.get("processes") if isinstance(b, dict) else None
     return [meta(int(p["pid"]), f"{p.get('role')} {p.get('title') or ''}".strip()[:80]) for p in procs or []
             if isinstance(p, dict) and isinstance(p.get("pid"), int)]  # fmt: skip
@@ -255,23 +256,35 @@ def build_trace(bundle: Path) -> dict[str, Any]:
         *stack_events(bundle),
         *memory_events(bundle, *_window_mono(timeline)),
     ]
-    events.sort(key=lambda e: (e["ph"] != "M", e.get("ts", 0.0)))
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "clock": "CLOCK_MONOTONIC, microseconds",
+    return trace_document(
+        events,
+        {
             "host": timeline.get("host"),
             "container": timeline.get("container"),
             "window_start_wall": (timeline.get("window") or {}).get("start_wall"),
             "built_from": "timeline.json, requests/requests.jsonl, kernel/wchan.json, kernel/perf-*.result.json, "
             "stacks/result.json, bundle.json, memory-phases.json",
         },
+    )
+
+
+def trace_document(events: list[dict[str, Any]], other_data: Mapping[str, Any]) -> dict[str, Any]:
+    """The trace-event document: its events sorted by time (metadata first), and what it is, on which clock
+    (every trace this project writes is on CLOCK_MONOTONIC, in microseconds)."""
+    events.sort(key=lambda e: (e.get("ph") != "M", e.get("ts", 0.0)))
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"clock": "CLOCK_MONOTONIC, microseconds", **other_data},
     }
+
+
+def write_document(path: Path, document: Mapping[str, Any]) -> Path:
+    """A trace document written compactly and atomically (a reader never sees half a trace); its path."""
+    write_atomic(path, json.dumps(document, separators=(",", ":")) + "\n")
+    return path
 
 
 def write_trace(bundle: Path) -> Path:
     """BUNDLE/trace.json from the bundle's files; its path."""
-    path = bundle / TRACE_FILE
-    write_atomic(path, json.dumps(build_trace(bundle), separators=(",", ":")) + "\n")
-    return path
+    return write_document(bundle / TRACE_FILE, build_trace(bundle))

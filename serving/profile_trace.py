@@ -20,8 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from probes.summary import write_atomic
-from serving.capture_trace import PID_CAPTURE, meta, request_events, us
+from serving.capture_trace import PID_CAPTURE, meta, request_events, trace_document, us, write_document
 from serving.errors import InputError
 from serving.torch_profile import TRACE_GLOB, rank_name, read_trace
 
@@ -103,21 +102,16 @@ def build_trace(directory: Path) -> dict[str, Any]:
         merged[rank_name(path)] = {"file": path.name, "events": n}
     if not merged:
         raise InputError(f"{directory}: no torch profiler trace to merge")
-    events.sort(key=lambda e: (e.get("ph") != "M", e.get("ts", 0.0)))
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "clock": "CLOCK_MONOTONIC, microseconds",
+    return trace_document(
+        events,
+        {
             "clock_alignment": alignment,
             "merged": merged,
             "profiled": "figures taken under the profiler are not results",
             "built_from": f"{RUN_FILE}, requests/requests.jsonl, {TRACE_GLOB}",
         },
-    }
+    )
 
 
 def write_trace(directory: Path) -> Path:
-    path = directory / TRACE_FILE
-    write_atomic(path, json.dumps(build_trace(directory), separators=(",", ":")) + "\n")
-    return path
+    return write_document(directory / TRACE_FILE, build_trace(directory))
