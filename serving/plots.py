@@ -225,6 +225,28 @@ def _legend(fig: Figure, key: str, entries: Sequence[tuple[str, bool]], anchor: 
     return leg
 
 
+def _timeline_frame(heading: str, seconds: float) -> tuple[Figure, Axes]:
+    """A capture timeline panel's figure: its heading, and the x axis every panel shares (0..seconds)."""
+    fig, ax = _figure(PANEL_WIDTH, PANEL_HEIGHT, (PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM))
+    fig.text(PLOT_LEFT / PANEL_WIDTH, 1 - 16 / PANEL_HEIGHT, heading, fontsize=13, fontweight="bold",
+             color=TEXT, va="baseline")  # fmt: skip
+    ax.spines["bottom"].set_color(AXIS)
+    ax.set_xlim(0.0, seconds)
+    _set_ticks(ax, "x", _nice_ticks(0.0, seconds, 10), "s")
+    ax.set_xlabel("seconds since window start", loc="right", fontsize=10, color=MUTED, labelpad=2)
+    ax.grid(True, axis="x")
+    return fig, ax
+
+
+def _mark_events(ax: Axes, key: str, seconds: float, events: Sequence[tuple[int, float]], zorder: int) -> None:
+    """The numbered events inside the window: a dashed line each (`<key>-event-<n>`), its number above."""
+    on_top = blended_transform_factory(ax.transData, ax.transAxes)
+    for n, t in events:
+        if 0 <= t <= seconds:
+            ax.axvline(t, color=EVENT, linewidth=1, linestyle=(0, (4, 3)), zorder=zorder, gid=f"{key}-event-{n}")
+            ax.text(t, 1.0, f"{n}", transform=on_top, ha="center", va="bottom", fontsize=9, color=MUTED)
+
+
 def timeline_panel(
     key: str,
     heading: str,
@@ -239,14 +261,7 @@ def timeline_panel(
     the numbered events marked; `message` instead of lines where the panel has none (its legend still names a
     series that had no samples)."""
     with _styled(key):
-        fig, ax = _figure(PANEL_WIDTH, PANEL_HEIGHT, (PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM))
-        fig.text(PLOT_LEFT / PANEL_WIDTH, 1 - 16 / PANEL_HEIGHT, heading, fontsize=13, fontweight="bold",
-                 color=TEXT, va="baseline")  # fmt: skip
-        ax.spines["bottom"].set_color(AXIS)
-        ax.set_xlim(0.0, seconds)
-        _set_ticks(ax, "x", _nice_ticks(0.0, seconds, 10), "s")
-        ax.set_xlabel("seconds since window start", loc="right", fontsize=10, color=MUTED, labelpad=2)
-        ax.grid(True, axis="x")
+        fig, ax = _timeline_frame(heading, seconds)
         values = [v for _, segs in series for seg in segs for _, v in seg]
         if message or not values:
             ax.set_ylim(0.0, 1.0)
@@ -263,11 +278,7 @@ def timeline_panel(
         if series and not (message and not values):
             drawn = [(name, any(segs) and not message) for name, segs in series]
             _legend(fig, key, drawn, (LEGEND_LEFT / PANEL_WIDTH, 1 - (PLOT_TOP + 2) / PANEL_HEIGHT))
-        on_top = blended_transform_factory(ax.transData, ax.transAxes)
-        for n, t in events:
-            if 0 <= t <= seconds:
-                ax.axvline(t, color=EVENT, linewidth=1, linestyle=(0, (4, 3)), zorder=4, gid=f"{key}-event-{n}")
-                ax.text(t, 1.0, f"{n}", transform=on_top, ha="center", va="bottom", fontsize=9, color=MUTED)
+        _mark_events(ax, key, seconds, events, zorder=4)
         label = f"{heading}: {status}"
         return _inline(fig, {"data-panel": key, "data-status": status}, label)
 
@@ -287,14 +298,7 @@ def request_lane_panel(
     bar, first, failed = PANEL_COLOURS[key]
     lanes = sorted({int(s["lane"]) for s in spans}) if not message else []
     with _styled(key):
-        fig, ax = _figure(PANEL_WIDTH, PANEL_HEIGHT, (PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM))
-        fig.text(PLOT_LEFT / PANEL_WIDTH, 1 - 16 / PANEL_HEIGHT, heading, fontsize=13, fontweight="bold",
-                 color=TEXT, va="baseline")  # fmt: skip
-        ax.spines["bottom"].set_color(AXIS)
-        ax.set_xlim(0.0, seconds)
-        _set_ticks(ax, "x", _nice_ticks(0.0, seconds, 10), "s")
-        ax.set_xlabel("seconds since window start", loc="right", fontsize=10, color=MUTED, labelpad=2)
-        ax.grid(True, axis="x")
+        fig, ax = _timeline_frame(heading, seconds)
         if not lanes:
             ax.set_ylim(0.0, 1.0)
             ax.set_yticks([])
@@ -326,11 +330,7 @@ def request_lane_panel(
                        bbox_to_anchor=(LEGEND_LEFT / PANEL_WIDTH, 1 - (PLOT_TOP + 2) / PANEL_HEIGHT), borderpad=0,
                        borderaxespad=0, handlelength=1.4, handletextpad=0.6, labelspacing=0.4,
                        labelcolor=TEXT)  # fmt: skip
-        on_top = blended_transform_factory(ax.transData, ax.transAxes)
-        for n, t in events:
-            if 0 <= t <= seconds:
-                ax.axvline(t, color=EVENT, linewidth=1, linestyle=(0, (4, 3)), zorder=5, gid=f"{key}-event-{n}")
-                ax.text(t, 1.0, f"{n}", transform=on_top, ha="center", va="bottom", fontsize=9, color=MUTED)
+        _mark_events(ax, key, seconds, events, zorder=5)
         return _inline(fig, {"data-panel": key, "data-status": status, "data-spans": str(len(spans))},
                        f"{heading}: {status}")  # fmt: skip
 
