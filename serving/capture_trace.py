@@ -236,15 +236,10 @@ def process_names(bundle: Path) -> list[dict[str, Any]]:
             if isinstance(p, dict) and isinstance(p.get("pid"), int)]  # fmt: skip
 
 
-def _window_mono(timeline: Mapping[str, Any]) -> tuple[float, float]:
-    w = timeline.get("window") or {}
-    return finite(w.get("start_mono_s")) or 0.0, finite(w.get("end_mono_s")) or 0.0
-
-
 def build_trace(bundle: Path) -> dict[str, Any]:
     """The bundle's trace: its traceEvents, sorted by time (metadata first), and what it was built from."""
     timeline = load_timeline(bundle / TIMELINE_FILE)
-    end = finite((timeline.get("window") or {}).get("end_mono_s"))
+    start, end = (finite((timeline.get("window") or {}).get(k)) for k in ("start_mono_s", "end_mono_s"))
     if end is None:
         raise ReportInputError(f"{bundle / TIMELINE_FILE}: window.end_mono_s is missing; the trace needs the clock")
     events = [
@@ -254,7 +249,7 @@ def build_trace(bundle: Path) -> dict[str, Any]:
         *counter_events(timeline),
         *wchan_events(bundle, end),
         *stack_events(bundle),
-        *memory_events(bundle, *_window_mono(timeline)),
+        *memory_events(bundle, start if start is not None else end, end),
     ]
     return trace_document(
         events,

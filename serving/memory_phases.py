@@ -138,61 +138,62 @@ def decode_lines(kept: Mapping[str, Any]) -> list[str]:
     return out
 
 
-CAPTURE_FILE = "memory-phases.json"
+FILE = "memory-phases.json"
 
 
-def write_capture_memory(bundle: Path, log_lines: list[str]) -> list[str]:
-    """A capture bundle's memory-phases.json: every memory row read from the end of the engine's log, and each
-    rank's memory at decode in the capture window (timeline.json's window on CLOCK_MONOTONIC); the report
-    lines."""
-    from probes.report_input import finite, load_timeline
+def write_window(
+    directory: Path, log_lines: list[str], span: tuple[float, float] | None, read_from: str
+) -> dict[str, Any]:
+    """DIRECTORY/memory-phases.json: every memory row read from the end of the engine's log, and each rank's
+    memory at decode in `span` (CLOCK_MONOTONIC; None: the window is unknown, no row is kept); what was kept."""
     from probes.summary import write_atomic
 
     rows = parse(log_lines)
+    kept = decode_in_window(rows, *span) if span else {"source": SOURCE, "ranks": {}}
+    doc = {"source": SOURCE, "read_from": read_from, "rows": rows, "at_decode": kept}
+    write_atomic(directory / FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return kept
+
+
+def write_capture_memory(bundle: Path, log_lines: list[str]) -> list[str]:
+    """A capture bundle's memory-phases.json, over the capture's window (timeline.json's, on CLOCK_MONOTONIC);
+    the report lines."""
+    from probes.report_input import finite, load_timeline
+
     window = load_timeline(bundle / "timeline.json").get("window") or {}
     t0, t1 = finite(window.get("start_mono_s")), finite(window.get("end_mono_s"))
-    kept = decode_in_window(rows, t0, t1) if t0 is not None and t1 is not None else {"source": SOURCE, "ranks": {}}
-    doc = {"source": SOURCE, "read_from": "the last lines of the engine's container log", "rows": rows,
-           "at_decode": kept}  # fmt: skip
-    write_atomic(bundle / CAPTURE_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return decode_lines(kept)
+    span = (t0, t1) if t0 is not None and t1 is not None else None
+    return decode_lines(write_window(bundle, log_lines, span, "the last lines of the engine's container log"))
 
 
 def _bench_window(bench_dir: Path) -> tuple[float, float] | None:
-    """The bench's span on CLOCK_MONOTONIC: its first request's start to its last request's end, over every run
-    (vllm bench serve's start_times are perf_counter, the host's monotonic clock)."""
+    """The bench's span on CLOCK_MONOTONIC: its first run's start to its last run's end, as each run's
+    status.json records them (the client's clock is the host's monotonic one)."""
     starts, ends = [], []
-    for path in (bench_dir / "runs").glob("*/result.json"):
+    for path in (bench_dir / "runs").glob("*/status.json"):
         try:
-            result = json.loads(path.read_text())
+            status = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        for s, lat in zip(result.get("start_times") or [], result.get("latencies") or [], strict=False):
-            if isinstance(s, int | float) and isinstance(lat, int | float):
-                starts.append(float(s))
-                ends.append(float(s) + float(lat))
+        a, b = status.get("started_mono_s"), status.get("ended_mono_s")
+        if isinstance(a, int | float) and isinstance(b, int | float):
+            starts.append(float(a))
+            ends.append(float(b))
     return (min(starts), max(ends)) if starts else None
 
 
 def write_bench_memory(bench_dir: Path, log_lines: list[str]) -> None:
-    """A bench's memory-phases.json: the memory rows read from the end of the engine's log after the bench, and
-    each rank's memory at decode during it (the report reads it: bench_lines)."""
-    from probes.summary import write_atomic
-
-    rows = parse(log_lines)
-    span = _bench_window(bench_dir)
-    kept = decode_in_window(rows, *span) if span else {"source": SOURCE, "ranks": {}}
-    doc = {"source": SOURCE, "read_from": "the last lines of the engine's container log after the bench",
-           "rows": rows, "at_decode": kept}  # fmt: skip
-    write_atomic(bench_dir / CAPTURE_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    """A bench's memory-phases.json, over the bench's span (the report reads it: bench_lines)."""
+    write_window(bench_dir, log_lines, _bench_window(bench_dir),
+                 "the last lines of the engine's container log after the bench")  # fmt: skip
 
 
 def bench_lines(bench_dir: Path) -> list[str]:
     """The report's lines: each rank's memory at decode during the bench, or why there are none."""
     try:
-        doc = json.loads((bench_dir / CAPTURE_FILE).read_text())
+        doc = json.loads((bench_dir / FILE).read_text())
     except OSError:
-        return [f"memory at decode: not read (no {CAPTURE_FILE}: a bench made before it was)"]
+        return [f"memory at decode: not read (no {FILE}: a bench made before it was)"]
     except ValueError as e:
-        return [f"memory at decode: {CAPTURE_FILE} does not parse ({e})"]
+        return [f"memory at decode: {FILE} does not parse ({e})"]
     return decode_lines(doc.get("at_decode") or {})

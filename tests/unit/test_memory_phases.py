@@ -90,14 +90,17 @@ def test_decode_in_a_window_prefers_a_row_inside_it_and_says_when_there_is_none(
 def test_a_bench_keeps_the_decode_rows_of_its_span(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "c1-m1"
     run.mkdir(parents=True)
-    (run / "result.json").write_text(json.dumps({"start_times": [100.0, 101.0], "latencies": [0.5, 3.0]}))
+    (run / "status.json").write_text(json.dumps({"started_mono_s": 100.0, "ended_mono_s": 104.0}))
+    other = tmp_path / "runs" / "c1-m2"
+    other.mkdir()
+    (other / "status.json").write_text(json.dumps({"started_mono_s": 101.0, "ended_mono_s": 102.0}))
     lines = [
         _line("Worker", phase="decode", pid=10, rank=0, mono=90.0, rss=1),
         _line("Worker", phase="decode", pid=10, rank=0, mono=103.5, rss=2),
-        _line("Worker", phase="decode", pid=10, rank=0, mono=104.5, rss=3),  # after the last request ended
+        _line("Worker", phase="decode", pid=10, rank=0, mono=104.5, rss=3),  # after the last run ended
     ]
     mp.write_bench_memory(tmp_path, lines)
-    doc = json.loads((tmp_path / mp.CAPTURE_FILE).read_text())
+    doc = json.loads((tmp_path / mp.FILE).read_text())
     assert doc["at_decode"]["window_mono"] == [100.0, 104.0]
     assert doc["at_decode"]["ranks"]["0"]["rss"] == 2 and len(doc["rows"]) == 3
     assert "(logged in the window)" in mp.bench_lines(tmp_path)[0]
