@@ -1,18 +1,29 @@
-"""What a probe or bench wrote on the host, once fetched to the controller as one archive: unpacked into the run
-directory under its own name, with the records the controller adds beside it, and the archive removed.
+"""What a probe wrote on the host, collected after its window, and unpacked on the controller.
 
-In-process on the controller (the action plugin refdeploy_unpack): as unarchive, command (mv), file and copy tasks
-delegated to localhost it was five module runs, 0.3-0.9 s each here, after every capture window.
+after_window_script / parse_after_window: the one round trip to the host after a probe container's window (the
+action plugin refdeploy_collect runs it through serving/hostshell.py): the probe containers are removed first, so
+that nothing still writes what is packed; the serving container is read (the "after" of the window); what the
+probe wrote is packed where it did not pack it itself, and its SHA-1 given for the fetch; and the lines of the
+engine's log the controller asks for come back from its end.
+
+unpack: the fetched archive unpacked into the run directory under its own name, with the records the controller
+adds beside it, and the archive removed. In-process on the controller: as unarchive, command (mv), file and copy
+tasks delegated to localhost it was five module runs, 0.3-0.9 s each here, after every capture window.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# At most this many matching log lines come back (the end of what matched).
+LOG_LINES_MAX = 512
 
 
 class UnpackError(ValueError):
@@ -47,3 +58,62 @@ def unpack(archive: Path | None, dest: Path, top: str, name: str, records: Mappi
             raise UnpackError(f"record {file!r}: a plain file name, please")
         (target / file).write_text(json.dumps(data, indent=4, sort_keys=True) + "\n")
     return target
+
+
+def after_window_script(
+    out: str, top: str, serving: str, remove: Sequence[str], log_match: str = "", log_tail: int = 0
+) -> str:
+    """The host's side of a probe's collection (sh). out: the probe's output directory on the host, holding
+    top/ or top.tar.gz; serving: the serving container's name; remove: the probe containers' names."""
+    q = shlex.quote
+    archive = f"{out.rstrip('/')}/{top}.tar.gz"
+    lines = [
+        f"docker rm --force {' '.join(q(n) for n in remove)} >/dev/null 2>&1",
+        # One line: the container's object, or what docker said instead ("No such container", or no daemon).
+        f"docker container inspect --format '{{{{json .}}}}' {q(serving)} 2>&1 | tr '\\n' ' '"
+        " | sed 's/^/serving /'; echo",
+        f"if [ ! -e {q(archive)} ] && [ -d {q(out)}/{q(top)} ]; then",
+        f"  tar -C {q(out)} -czf {q(archive)} {q(top)} && echo packed",
+        "fi",
+        f"if [ -e {q(archive)} ]; then echo \"archive $(sha1sum {q(archive)} | cut -d' ' -f1)\"; fi",
+    ]
+    if log_match and log_tail > 0:
+        lines.append(
+            f"docker logs --tail {int(log_tail)} {q(serving)} 2>&1 | grep -F -- {q(log_match)}"
+            f" | tail -n {LOG_LINES_MAX} | sed 's/^/log /'"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class AfterWindow:
+    serving: dict[str, Any] | None  # docker inspect's object; None where the container is gone
+    serving_error: str  # what docker said when it could not be read
+    packed: bool  # the archive was made here (the probe was stopped before it could)
+    archive_sha1: str | None  # None: nothing to fetch
+    log: list[str] = field(default_factory=list)
+
+
+def parse_after_window(stdout: str) -> AfterWindow:
+    serving: dict[str, Any] | None = None
+    error, packed, sha1, log = "", False, None, []
+    for line in stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "serving" and rest.lstrip().startswith("{"):
+            got = json.loads(rest)
+            serving = got if isinstance(got, dict) else None
+        elif word == "serving":
+            error = rest.strip()
+        elif word == "packed":
+            packed = True
+        elif word == "archive" and rest.strip():
+            sha1 = rest.strip()
+        elif word == "log":
+            log.append(rest)
+    return AfterWindow(serving, error, packed, sha1, log)
+
+
+def serving_unreadable(after: AfterWindow) -> bool:
+    """Docker could not say whether the serving container exists (it is not just gone): the daemon did not
+    answer, or refused."""
+    return after.serving is None and bool(after.serving_error) and "No such" not in after.serving_error

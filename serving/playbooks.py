@@ -119,6 +119,7 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             pcie_min=_pcie_min(settings.get("gpu_class")),
             workload=load,
             api_key_copy=p.api.key_copy if p.api.key_file else "",
+            **({"container_name": str(settings["container"])} if settings.get("container") else {}),
         )
     except InputError as e:
         return {"error": str(e)}

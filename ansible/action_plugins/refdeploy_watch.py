@@ -23,7 +23,6 @@ trip. Over SSH these may carry login noise: every reply is read from its marked 
 
 from __future__ import annotations
 
-import base64
 import re
 import shlex
 import time
@@ -83,14 +82,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def _collect(self, scratch: str) -> tuple[str, str]:
         """The command's stdout and stderr, exactly (base64, read from the marked lines after any login noise);
         the scratch directory is removed in the same round trip."""
+        from serving.hostshell import decoded
+
         got = self._sh(" ".join(shlex.quote(a) for a in ("sh", "-c", _COLLECT, "refdeploy-watch", scratch)))
         text = str(got.get("stdout", ""))
-
-        def decoded(mark: str) -> str:
-            found = re.findall(rf"(?m)^{mark}: ?([A-Za-z0-9+/=]*)\s*$", text)
-            return base64.b64decode(found[-1]).decode(errors="replace") if found else ""
-
-        return decoded("refdeploy-watch-out"), decoded("refdeploy-watch-err")
+        return decoded(text, "refdeploy-watch-out") or "", decoded(text, "refdeploy-watch-err") or ""
 
     def _args(self) -> tuple[list[str], float, str]:
         from serving import progress

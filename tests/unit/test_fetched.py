@@ -1,16 +1,20 @@
-"""A fetched archive unpacked on the controller (serving/fetched.py): renamed, records beside it, archive gone;
-nothing fetched still gives the directory; an archive that reaches outside itself is refused."""
+"""What a probe wrote (serving/fetched.py): collected after its window (packed where the probe could not, its
+SHA-1, the serving container and log lines read back), and unpacked on the controller: renamed, records beside
+it, archive gone; nothing fetched still gives the directory; an archive that reaches outside itself is refused."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from serving.fetched import UnpackError, unpack
+from serving.fetched import UnpackError, after_window_script, parse_after_window, serving_unreadable, unpack
 
 
 def _archive(path: Path, members: dict[str, bytes], link: str | None = None) -> Path:
@@ -47,3 +51,68 @@ def test_an_archive_that_reaches_outside_itself_is_refused(tmp_path: Path) -> No
     archive = _archive(tmp_path / "b.tar.gz", {"other/x": b"1"})
     with pytest.raises(UnpackError, match="no bundle/ in it"):
         unpack(archive, tmp_path, "bundle", "capture", {})
+
+
+# After the window (after_window_script, parse_after_window): the script run for real with sh, on a PATH where
+# docker is missing (as on a host where it is gone): packing, the SHA-1 and the refusal are real; the serving
+# container's object is the fixture a real `docker container inspect` printed.
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-0.32.0" / "container-inspect.json"
+
+
+def _after(tmp_path: Path, out: Path) -> tuple[str, int]:
+    script = after_window_script(str(out), "bundle", "refdeploy-vllm", ["refdeploy-probe"], "refdeploy-memory", 100)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("sh", "tar", "gzip", "sha1sum", "cut", "tr", "sed", "grep", "tail"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
+    got = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": str(bin_dir)}, check=False)
+    return got.stdout, got.returncode
+
+
+def test_a_bundle_the_probe_did_not_pack_is_packed_and_its_sha1_given(tmp_path: Path) -> None:
+    out = tmp_path / "probe-out"
+    (out / "bundle" / "samplers").mkdir(parents=True)
+    (out / "bundle" / "samplers" / "vmstat.log").write_text("1 2 3\n")
+    stdout, _ = _after(tmp_path, out)
+    after = parse_after_window(stdout)
+    assert after.packed
+    archive = out / "bundle.tar.gz"
+    assert after.archive_sha1 == hashlib.sha1(archive.read_bytes()).hexdigest()
+    with tarfile.open(archive) as tar:
+        assert "bundle/samplers/vmstat.log" in tar.getnames()
+    # docker is not there: what it said comes back, and the collection refuses to judge the container.
+    assert after.serving is None and "docker" in after.serving_error and serving_unreadable(after)
+
+
+def test_a_bundle_the_probe_packed_is_left_as_it_is(tmp_path: Path) -> None:
+    out = tmp_path / "probe-out"
+    out.mkdir()
+    archive = _archive(out / "bundle.tar.gz", {"bundle/summary.txt": b"ok\n"})
+    before = archive.read_bytes()
+    after = parse_after_window(_after(tmp_path, out)[0])
+    assert not after.packed and archive.read_bytes() == before
+    assert after.archive_sha1 == hashlib.sha1(before).hexdigest()
+
+
+def test_nothing_written_gives_nothing_to_fetch(tmp_path: Path) -> None:
+    assert parse_after_window(_after(tmp_path, tmp_path / "never-made")[0]).archive_sha1 is None
+
+
+def test_the_reply_is_read_line_by_line() -> None:
+    inspect = json.loads(FIXTURE.read_text())
+    inspect = inspect[0] if isinstance(inspect, list) else inspect
+    text = (
+        f"serving {json.dumps(inspect)} \n"
+        "archive 0123456789abcdef0123456789abcdef01234567\n"
+        'log (Worker pid=163) INFO refdeploy-memory-phase {"phase": "decode"}\n'
+        "log second line\n"
+    )
+    after = parse_after_window(text)
+    assert after.serving is not None and after.serving["Id"] == inspect["Id"]
+    assert not serving_unreadable(after) and not after.packed
+    assert after.archive_sha1 == "0123456789abcdef0123456789abcdef01234567"
+    assert after.log == ['(Worker pid=163) INFO refdeploy-memory-phase {"phase": "decode"}', "second line"]
+    gone = parse_after_window("serving Error response from daemon: No such container: refdeploy-vllm \n")
+    assert gone.serving is None and not serving_unreadable(gone)  # gone is an answer: the change says "absent"
+    down = parse_after_window("serving Cannot connect to the Docker daemon at unix:///var/run/docker.sock. \n")
+    assert serving_unreadable(down)
