@@ -43,6 +43,10 @@ PLAYBOOK_ANY = $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
 # make profile sets the profiler per play; every other target plans the profiled engine only with PROFILER=.
 PLAYBOOK = $(PLAYBOOK_ANY) $(if $(PROFILER),-e refdeploy_profiler=$(PROFILER),)
 CHECK_HOST = $(BIN)/refdeploy check-host --inventory $(INVENTORY) $(HOST)
+# make capture / make probe: each step at an observer's CPU weight, so that an engine under load on the same
+# host does not starve the controller's work around the window (serving/observer.py). -S: it needs no
+# site-packages, and starts (at the normal weight) in 0.02 s.
+OBSERVE = $(BIN)/python -S -m serving.observer
 
 ##@ Serving
 
@@ -85,14 +89,14 @@ probe-io: $(STAMP) ## fio QD1/QD64 random reads on the data HOST serves from; re
 
 .PHONY: probe
 probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|stacks|wchan|perf|hoststate|record
-	@$(CHECK_HOST)
+	@$(OBSERVE) $(CHECK_HOST)
 	@test -n "$(PROBE)" || { echo "make probe: set PROBE=io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2; }
-	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(PLAYBOOK) ansible/capture.yml -e probes_capture_probe=$(PROBE) -e probes_capture_seconds=$(SECONDS))
+	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e probes_capture_probe=$(PROBE) -e probes_capture_seconds=$(SECONDS))
 
 .PHONY: capture
 capture: $(STAMP) ## One evidence bundle over SECONDS (default 20), sending WORKLOAD's requests if given; timeline.html, trace.json
-	@$(CHECK_HOST)
-	$(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e probes_capture_workload=$(WORKLOAD),)
+	@$(OBSERVE) $(CHECK_HOST)
+	$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e probes_capture_workload=$(WORKLOAD),)
 
 .PHONY: profile
 profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of WORKLOAD (default smoke); KEEP=1 keeps it on
