@@ -349,7 +349,8 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The fixed conditions of a bench: the workload, the profile, the image, where the client ran, the host.
+    """The fixed conditions of a bench: the workload and its prompts' seeds, the profile, the image, where the client
+    ran, the host.
 
     The server's argv and cpuset are rendered from the profile, so they are not compared twice.
     """
@@ -361,6 +362,9 @@ def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "workload": manifest.get("workload"),
         "profile": manifest.get("profile"),
         "client": {k: (manifest.get("client") or {}).get(k) for k in ("client_cpus", "shares_server_cpus")},
+        # The prompts: each run's seed is the workload's + this offset + its position, so another offset sends
+        # other prompts (a manifest from before it was recorded had 0).
+        "seed_offset": manifest.get("seed_offset", 0),
     }
     flat = flatten(wanted)
     return {k: v for k, v in flat.items() if not any(k == n or k.startswith(n + ".") for n in _NOT_CONDITIONS)}

@@ -23,10 +23,13 @@ def make_bench(
     scale_ttft: float = 1.0,
     max_num_seqs: int | None = None,
     workload: workload.Workload = SMOKE,
+    seed_offset: int = 0,
 ) -> Path:
-    """A bench directory as `make bench` leaves it, its runs copied from the fixtures (c1 and c4 runs)."""
+    """A bench directory as `make bench` leaves it, its runs copied from the fixtures (c1 and c4 runs). scale_ttft
+    scales TTFT on both sides of the stream: the client's and the server's histogram (a change that moves TTFT
+    moves it in the server first; a client TTFT alone far from the server's is a stream flagged as buffered)."""
     d = root / name / "bench"
-    plan = bench.plan_bench(workload, serving_plan(max_num_seqs), "/o", "0-1", "0-1")
+    plan = bench.plan_bench(workload, serving_plan(max_num_seqs), "/o", "0-1", "0-1", seed_offset=seed_offset)
     (d / "runs").mkdir(parents=True)
     (d / "manifest.json").write_text(json.dumps(plan["manifest"]))
     (d / "client.json").write_text(json.dumps({"status": "ok", "started_mono_s": 0.0}))
@@ -39,10 +42,30 @@ def make_bench(
         result["latencies"] = [x + t * (scale_ttft - 1) for x, t in zip(result["latencies"], ttfts, strict=True)]
         result["ttfts"] = [t * scale_ttft for t in ttfts]
         (dst / "result.json").write_text(json.dumps(result))
+        _scale_server_ttft(dst, scale_ttft)
         status = json.loads((dst / "status.json").read_text())
         status["started_unix_s"] = started + i
         (dst / "status.json").write_text(json.dumps(status))
     return d
+
+
+def _scale_server_ttft(run_dir: Path, scale: float) -> None:
+    """The run's server TTFT sum delta (vllm:time_to_first_token_seconds_sum, after - before) times scale."""
+    if scale == 1.0:
+        return
+    name = "vllm:time_to_first_token_seconds_sum{"
+
+    def total(text: str) -> float:
+        return float(next(ln for ln in text.splitlines() if ln.startswith(name)).rsplit(" ", 1)[1])
+
+    before = total((run_dir / "metrics-before.txt").read_text())
+    after_path = run_dir / "metrics-after.txt"
+    lines = after_path.read_text().splitlines()
+    for i, ln in enumerate(lines):
+        if ln.startswith(name):
+            head, value = ln.rsplit(" ", 1)
+            lines[i] = f"{head} {before + (float(value) - before) * scale!r}"
+    after_path.write_text("\n".join(lines) + "\n")
 
 
 def side(name: str, dirs: list[Path], runs_dir: Path) -> compare.Side:
@@ -122,6 +145,19 @@ def test_intervals_are_simultaneous_over_the_figures(tmp_path: Path) -> None:
     _, lo95, hi95 = stats.welch_interval(e["bench_medians_a"], e["bench_medians_b"])  # type: ignore[misc]
     lo, hi = e["welch_ci_over_benches"]
     assert lo < lo95 and hi > hi95
+
+
+def test_other_prompts_are_another_condition(tmp_path: Path) -> None:
+    """Two sides that sent different prompts (another seed offset) do not read "conditions equal"."""
+    a, b = make_bench(tmp_path, "a", 1000), make_bench(tmp_path, "b", 2000, seed_offset=100)
+    with pytest.raises(compare.CompareRefused, match=r"seed_offset: A=0 B=100"):
+        compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), [])
+    r = compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), ["seed_offset"])
+    assert r["declared_differences"] == {"seed_offset": {"A": 0, "B": 100}}
+    # A manifest written before the offset was recorded ran with 0.
+    m = json.loads((a / "manifest.json").read_text())
+    del m["seed_offset"]
+    assert bench.conditions(m)["seed_offset"] == 0
 
 
 def test_a_side_with_mixed_conditions_is_refused(tmp_path: Path) -> None:
