@@ -236,11 +236,13 @@ def _streaming_lines(s: Mapping[str, Any]) -> list[str]:
     buffered = [r["id"] for r in s["runs"] if any(f.startswith(bench_runs.BUFFERED_STREAM) for f in r["flags"])]
     if buffered:
         lines.append(
-            f"  but {len(buffered)} run(s) reached the client in bursts ({', '.join(buffered)}; flags below): their "
-            "chunk intervals are not token intervals; the server's TPOT is the token rate there"
+            f"  but {len(buffered)} run(s) reached the client in bursts or late ({', '.join(buffered)}; flags below): "
+            "their chunk intervals are not token intervals; the server's TPOT and TTFT are the figures there"
         )
     elif not s["grouped_streaming"]:
-        lines.append("  and the client's TPOT agrees with the server's, so chunk intervals are token intervals (ITL)")
+        lines.append(
+            "  and the client's TPOT and TTFT agree with the server's, so chunk intervals are token intervals (ITL)"
+        )
     return lines
 
 

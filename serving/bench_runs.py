@@ -20,6 +20,12 @@ MIN_ACHIEVED_RATE_RATIO = 0.98
 # client in bursts: its chunk times are not the server's token times (seed 000 §1: cross-check against the
 # server's token metrics). Seen here on 2 shared cores: a client TPOT of 0.0018 ms beside the server's 1.47 ms.
 MIN_CLIENT_OVER_SERVER_TPOT = 0.5
+# A client TTFT median later than the server's mean TTFT (its histogram) by more than this and by more than this
+# factor means the first token waited on its way out (the API server fell behind its engine, or something held the
+# stream): the client's TTFT is not the server's. Of the 245 measured runs kept here on 2 shared cores
+# (2026-12-02), 17 were that late; 12 of them were flagged for their TPOT already. Seen: 154 ms beside 15.9 ms.
+MAX_CLIENT_TTFT_LATE_MS = 50.0
+MAX_CLIENT_OVER_SERVER_TTFT = 2.0
 BUFFERED_STREAM = "buffered stream"
 
 
@@ -191,7 +197,8 @@ def _request_flags(
 
 def _server_flags(server: Mapping[str, Any], obs: Sequence[RequestObs], counted: bool) -> list[str]:
     """What the server's side says of the client's figures: a restart, prefix-cache hits, a stream that reached
-    the client in bursts (its TPOT beside the server's), tokens the client did not count."""
+    the client in bursts (its TPOT beside the server's) or late (its TTFT beside the server's), tokens the client
+    did not count."""
     flags: list[str] = []
     if server["restarted"]:
         flags.append("the server restarted during the run")
@@ -206,6 +213,20 @@ def _server_flags(server: Mapping[str, Any], obs: Sequence[RequestObs], counted:
             f"{MIN_CLIENT_OVER_SERVER_TPOT:.0%} of the server's {server_tpot:.3g} ms "
             "(vllm:request_time_per_output_token_seconds): the tokens reached the client in bursts, so its chunk "
             "intervals, TPOT and decode rate are not the server's"
+        )
+    client_ttft = describe([_ms(o.ttft_s) for o in obs if o.success])["median"]
+    server_ttft = server["ttft"]["mean_ms"]
+    if (
+        client_ttft is not None
+        and server_ttft
+        and client_ttft - server_ttft > MAX_CLIENT_TTFT_LATE_MS
+        and client_ttft > MAX_CLIENT_OVER_SERVER_TTFT * server_ttft
+    ):
+        flags.append(
+            f"{BUFFERED_STREAM}: the client's TTFT median {client_ttft:.3g} ms is {client_ttft - server_ttft:.3g} ms "
+            f"after the server's mean {server_ttft:.3g} ms (vllm:time_to_first_token_seconds; tolerance "
+            f"{MAX_CLIENT_TTFT_LATE_MS:g} ms and {MAX_CLIENT_OVER_SERVER_TTFT:g}x): the first token waited on its "
+            "way to the client, so the client's TTFT is not the server's"
         )
     client_tokens = sum(o.output_tokens or 0 for o in obs)
     gen = server["generation_tokens"]

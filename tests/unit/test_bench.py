@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -219,13 +220,33 @@ def test_a_stream_that_reached_the_client_in_a_burst_is_flagged_against_the_serv
     result, status, before, after = fixture("c1-m1")
     s = bench_runs.summarize_run(RUN, status, _buffered(result), before, after, SMOKE.model_dump())
     assert not s["valid"]
-    (flag,) = s["flags"]
-    assert flag.startswith("buffered stream: the client's TPOT median 0.001 ms is under 50% of the server's 9.1 ms")
-    assert "(vllm:request_time_per_output_token_seconds)" in flag
+    tpot, ttft = s["flags"]
+    assert tpot.startswith("buffered stream: the client's TPOT median 0.001 ms is under 50% of the server's 9.1 ms")
+    assert "(vllm:request_time_per_output_token_seconds)" in tpot
+    # Its first token reached the client with the last: late against the server's TTFT too.
+    assert re.match(r"buffered stream: the client's TTFT median [\d.]+ ms is [\d.]+ ms after the server's mean", ttft)
+    assert "(vllm:time_to_first_token_seconds; tolerance 50 ms and 2x)" in ttft
     # The clean run's client TPOT is the server's to within a few percent: nothing flagged.
     clean = bench_runs.summarize_run(RUN, status, result, before, after, SMOKE.model_dump())
     assert clean["flags"] == []
     assert 0.9 < clean["tpot_ms"]["median"] / clean["server"]["tpot"]["mean_ms"] < 1.1
+
+
+def test_a_first_token_that_reached_the_client_late_is_flagged_against_the_servers_ttft() -> None:
+    """A stream held before its first chunk (an API server behind its engine, a buffering proxy): every chunk after
+    it keeps its pace, so the TPOT check cannot see it; TTFT against the server's histogram does."""
+    result, status, before, after = fixture("c1-m1")
+    late = copy.deepcopy(result)
+    late["ttfts"] = [t + 0.120 for t in late["ttfts"]]
+    late["latencies"] = [x + 0.120 for x in late["latencies"]]
+    s = bench_runs.summarize_run(RUN, status, late, before, after, SMOKE.model_dump())
+    (flag,) = s["flags"]
+    assert flag.startswith("buffered stream: the client's TTFT median ") and not s["valid"]
+    # Within the tolerance (50 ms later): a client's own HTTP and queueing, not flagged.
+    near = copy.deepcopy(result)
+    near["ttfts"] = [t + 0.030 for t in near["ttfts"]]
+    near["latencies"] = [x + 0.030 for x in near["latencies"]]
+    assert bench_runs.summarize_run(RUN, status, near, before, after, SMOKE.model_dump())["flags"] == []
 
 
 def test_grouped_chunks_are_not_called_itl() -> None:
