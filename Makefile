@@ -28,6 +28,12 @@ PROFILER  ?=
 A         ?=
 B         ?=
 VARIABLE  ?=
+# make hypothesis / make compare: what you expect and why, and the prediction ('<figure> up|down [>= n[%]] [at cN]');
+# make compare takes a recorded one (HYPOTHESIS=<ts>), or both here (then it was not written before the runs).
+# Exported: the recipes read them from the environment, so that quotes in them reach the CLI as typed.
+HYPOTHESIS ?=
+PREDICT   ?=
+export HYPOTHESIS PREDICT
 # pytest selection for `make test-unit`/`make test`, e.g. PYTEST_ARGS='-k manifest'.
 PYTEST_ARGS ?=
 
@@ -113,7 +119,12 @@ bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=def
 .PHONY: compare
 compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI)
 	@test -n "$(A)" && test -n "$(B)" || { echo "make compare: set A=<run> and B=<run> (runs/<host>/<ts>, or the ts; several: comma-separated)" >&2; exit 2; }
-	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(VARIABLE),--variable $(VARIABLE),)
+	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(VARIABLE),--variable $(VARIABLE),) \
+	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",)
+
+.PHONY: hypothesis
+hypothesis: $(STAMP) ## Write down HYPOTHESIS='...' and PREDICT='tpot_ms down >= 5%' before the runs (for make compare)
+	@$(BIN)/refdeploy hypothesis --statement "$$HYPOTHESIS" --predict "$$PREDICT"
 
 ##@ Development
 

@@ -2,6 +2,8 @@
 
   refdeploy bench-report BENCH_DIR
   refdeploy compare --a RUN[,RUN...] --b RUN[,RUN...] [--variable FIELD ...] [--out DIR]
+                    [--hypothesis FILE|TS | --hypothesis TEXT --predict PREDICTION]
+  refdeploy hypothesis --statement TEXT --predict PREDICTION
 
 bench-report writes summary.json, report.txt and report.html into a fetched bench directory and prints report.txt
 (exit 1 when the bench failed: the report of what was kept is still written); compare prints the effects, or refuses
@@ -38,7 +40,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
     side_a = load_side("A", [x for x in a.a.split(",") if x], runs_dir)
     side_b = load_side("B", [x for x in a.b.split(",") if x], runs_dir)
     variables = [v for arg in a.variable or [] for v in arg.split(",") if v]
-    result: dict[str, Any] = compare(side_a, side_b, variables, iterations=a.iterations)
+    claim = _hypothesis(a, runs_dir)
+    result: dict[str, Any] = compare(side_a, side_b, variables, iterations=a.iterations, hypothesis=claim)
     text = render_text(result)
     if a.out:
         out = Path(a.out)
@@ -49,6 +52,30 @@ def cmd_compare(a: argparse.Namespace) -> int:
     (out / "compare.txt").write_text(text)
     sys.stdout.write(text)
     print(f"written: {out / 'compare.txt'}")
+    return 0
+
+
+def _hypothesis(a: argparse.Namespace, runs_dir: Path) -> dict[str, Any] | None:
+    """A recorded hypothesis (--hypothesis <file or ts>), or one stated with the compare (--hypothesis TEXT
+    --predict P): recorded now, so the report says it was not written before the runs."""
+    from serving import hypothesis
+    from serving.compare import FIGURES
+
+    if not a.hypothesis:
+        if a.predict:
+            raise hypothesis.HypothesisError("PREDICT needs HYPOTHESIS: what you expect, and why")
+        return None
+    if a.predict:
+        return hypothesis.load(str(hypothesis.record(a.hypothesis, a.predict, list(FIGURES), runs_dir)), runs_dir)
+    return hypothesis.load(a.hypothesis, runs_dir)
+
+
+def cmd_hypothesis(a: argparse.Namespace) -> int:
+    from serving import hypothesis
+    from serving.compare import FIGURES
+
+    path = hypothesis.record(a.statement, a.predict, list(FIGURES), Path(a.runs_dir))
+    print(f"hypothesis written: {path} (give it to make compare as HYPOTHESIS={path.stem})")
     return 0
 
 
@@ -65,4 +92,12 @@ def register(sub: Any) -> None:
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--iterations", type=int, default=4000, help="bootstrap resamples")
     p.add_argument("--out", help="where compare.json/.txt go (default runs/compare/<ts>/)")
+    p.add_argument("--hypothesis", help="a recorded hypothesis (its file or timestamp), or its text with --predict")
+    p.add_argument("--predict", help="the prediction, e.g. 'tpot_ms down >= 5%%' (serving/hypothesis.py)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("hypothesis", help="write down a hypothesis and its prediction before the runs")
+    p.add_argument("--statement", required=True, help="what you expect, and why")
+    p.add_argument("--predict", required=True, help="'<figure> up|down [>= <amount>[%%]] [at <point>]'")
+    p.add_argument("--runs-dir", default="runs")
+    p.set_defaults(func=cmd_hypothesis)

@@ -247,7 +247,16 @@ def effect(
 FAMILY_LEVEL = 0.95
 
 
-def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, seed: int = 0) -> dict[str, Any]:
+def compare(
+    a: Side,
+    b: Side,
+    variables: Sequence[str],
+    iterations: int = 4000,
+    seed: int = 0,
+    hypothesis: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The effects at each point both sides measured; with a recorded hypothesis (serving/hypothesis.py), its
+    verdict."""
     declared = check_conditions(a, b, variables)
     points = [p for p in a.observations if p in b.observations]
     if not points:
@@ -277,6 +286,10 @@ def compare(a: Side, b: Side, variables: Sequence[str], iterations: int = 4000, 
             k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed, level)
             for k, (_, _, hib, _) in FIGURES.items()
         }
+    if hypothesis is not None:
+        from serving import hypothesis as hyp
+
+        result["hypothesis"] = hyp.judge(hypothesis, result["points"], min(a.started + b.started), list(FIGURES))
     return result
 
 
@@ -326,4 +339,8 @@ def render_text(r: Mapping[str, Any]) -> str:
                 )
                 + f"  {e['verdict']}"
             )
+    if r.get("hypothesis"):
+        from serving import hypothesis as hyp
+
+        lines += ["", *hyp.render(r["hypothesis"])]
     return "\n".join(lines) + "\n"
