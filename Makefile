@@ -27,6 +27,9 @@ KEEP      ?=
 PROFILER  ?=
 A         ?=
 B         ?=
+# make compare, a 2x2 design: C is A with change 2, D is A with both (VARIABLE=change1,change2).
+C         ?=
+D         ?=
 VARIABLE  ?=
 # make hypothesis / make compare: what you expect and why, and the prediction ('<figure> up|down [>= n[%]] [at cN]');
 # make compare takes a recorded one (HYPOTHESIS=<ts>), or both here (then it was not written before the runs).
@@ -117,9 +120,10 @@ bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=def
 	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),)
 
 .PHONY: compare
-compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI)
+compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI); 2x2: C= D= VARIABLE=v1,v2
 	@test -n "$(A)" && test -n "$(B)" || { echo "make compare: set A=<run> and B=<run> (runs/<host>/<ts>, or the ts; several: comma-separated)" >&2; exit 2; }
-	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(VARIABLE),--variable $(VARIABLE),) \
+	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(C),--c $(C),) $(if $(D),--d $(D),) \
+	  $(if $(VARIABLE),--variable $(VARIABLE),) \
 	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",)
 
 .PHONY: hypothesis

@@ -3,6 +3,7 @@
   refdeploy bench-report BENCH_DIR
   refdeploy compare --a RUN[,RUN...] --b RUN[,RUN...] [--variable FIELD ...] [--out DIR]
                     [--hypothesis FILE|TS | --hypothesis TEXT --predict PREDICTION]
+                    [--c RUN[,RUN...] --d RUN[,RUN...]]   a 2x2 design: --variable change1,change2
   refdeploy hypothesis --statement TEXT --predict PREDICTION
 
 bench-report writes summary.json, report.txt and report.html into a fetched bench directory and prints report.txt
@@ -17,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from serving.errors import InputError
 
 
 def cmd_bench_report(a: argparse.Namespace) -> int:
@@ -40,9 +43,23 @@ def cmd_compare(a: argparse.Namespace) -> int:
     side_a = load_side("A", [x for x in a.a.split(",") if x], runs_dir)
     side_b = load_side("B", [x for x in a.b.split(",") if x], runs_dir)
     variables = [v for arg in a.variable or [] for v in arg.split(",") if v]
-    claim = _hypothesis(a, runs_dir)
-    result: dict[str, Any] = compare(side_a, side_b, variables, iterations=a.iterations, hypothesis=claim)
-    text = render_text(result)
+    result: dict[str, Any]
+    if a.c or a.d:
+        from serving.compare import design_2x2, render_2x2
+
+        if not (a.c and a.d) or a.hypothesis or a.predict:
+            raise InputError("a 2x2 design takes C and D both (C: A with change 2, D: A with both), no hypothesis")
+        sides = [
+            side_a,
+            side_b,
+            *(load_side(n, [x for x in r.split(",") if x], runs_dir) for n, r in (("C", a.c), ("D", a.d))),
+        ]
+        result = design_2x2(sides, variables, iterations=a.iterations)
+        text = render_2x2(result)
+    else:
+        claim = _hypothesis(a, runs_dir)
+        result = compare(side_a, side_b, variables, iterations=a.iterations, hypothesis=claim)
+        text = render_text(result)
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -88,6 +105,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="compare two sets of bench runs that differ in one declared variable")
     p.add_argument("--a", required=True, help="bench runs of side A: run dirs or ids, comma-separated")
     p.add_argument("--b", required=True, help="bench runs of side B")
+    p.add_argument("--c", help="a 2x2 design: side C, A with change 2 (--variable change1,change2)")
+    p.add_argument("--d", help="a 2x2 design: side D, A with both changes")
     p.add_argument("--variable", action="append", help="a condition allowed to differ, e.g. max_num_seqs")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--iterations", type=int, default=4000, help="bootstrap resamples")

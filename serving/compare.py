@@ -344,3 +344,105 @@ def render_text(r: Mapping[str, Any]) -> str:
 
         lines += ["", *hyp.render(r["hypothesis"])]
     return "\n".join(lines) + "\n"
+
+
+# A 2x2 design (seed 000 §8, §13: "each change alone had a small effect, but together they substantially reduced
+# latency"): A the base, B with change 1, C with change 2, D with both. Each contrast is a weighted sum of the
+# sides' medians: (weights of A, B, C, D).
+CONTRASTS: dict[str, tuple[str, tuple[float, float, float, float]]] = {
+    "change1": ("change 1 alone (B - A)", (-1.0, 1.0, 0.0, 0.0)),
+    "change2": ("change 2 alone (C - A)", (-1.0, 0.0, 1.0, 0.0)),
+    "both": ("both together (D - A)", (-1.0, 0.0, 0.0, 1.0)),
+    "interaction": ("interaction (D - B - C + A)", (1.0, -1.0, -1.0, 1.0)),
+}
+
+
+def _differs_in(x: Side, y: Side, variables: Sequence[str], what: str) -> dict[str, Any]:
+    """x and y differ in exactly the variables named (CompareRefused otherwise): their declared differences."""
+    declared = check_conditions(x, y, variables)
+    for v in variables:
+        if not any(_declared(k, [v]) for k in declared):
+            raise CompareRefused(f"refusing the 2x2 design: {x.name} and {y.name} do not differ in {v} ({what})")
+    return declared
+
+
+def design_2x2(
+    sides: Sequence[Side], variables: Sequence[str], iterations: int = 4000, seed: int = 0
+) -> dict[str, Any]:
+    """Four sides A, B = A + change 1, C = A + change 2, D = A + both; variables: (change 1's, change 2's).
+
+    Every pair is checked: B and D differ from A and C in change 1 only, C and D from A and B in change 2 only.
+    Per point all four measured and per figure: each change alone, both together, and the interaction, each with
+    a bootstrap interval that resamples every side on its own (serving.stats.bootstrap_contrast). The intervals
+    are simultaneous over every contrast of every figure and point, as compare's are. An interaction whose
+    interval excludes 0 means the changes do not add up: together they did more (or less) than each alone.
+    """
+    if len(sides) != 4 or len(variables) != 2:
+        raise CompareRefused("a 2x2 design takes four sides (A, B, C, D) and two variables (change 1, change 2)")
+    a, b, c, d = sides
+    v1, v2 = variables
+    declared = {
+        "change1": _differs_in(a, b, [v1], "B is A with change 1"),
+        "change2": _differs_in(a, c, [v2], "C is A with change 2"),
+    }
+    _differs_in(a, d, [v1, v2], "D is A with both")
+    _differs_in(b, d, [v2], "D is B with change 2")
+    _differs_in(c, d, [v1], "D is C with change 1")
+    points = [p for p in a.observations if all(p in s.observations for s in (b, c, d))]
+    if not points:
+        raise CompareRefused("A, B, C and D have no operating point with valid measured runs on all four sides")
+    tested = len(points) * len(FIGURES) * len(CONTRASTS)
+    level = 1 - (1 - FAMILY_LEVEL) / tested
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "design": "2x2",
+        "sides": {s.name: [str(x) for x in s.dirs] for s in sides},
+        "variables": list(variables),
+        "declared_differences": declared,
+        "family_level": FAMILY_LEVEL,
+        "figures_tested": tested,
+        "level_per_figure": level,
+        "excluded": {s.name: list(s.excluded) for s in sides},
+        "points": {},
+    }
+    for p in points:
+        cells: dict[str, Any] = {}
+        for k in FIGURES:
+            benches = [s.observations[p][k] for s in sides]
+            if any(not any(r for bench in side for r in bench) for side in benches):
+                cells[k] = None
+                continue
+            medians = [statistics.median([x for bench in side for r in bench for x in r]) for side in benches]
+            effects = {}
+            for name, (_, weights) in CONTRASTS.items():
+                est, lo, hi = stats.bootstrap_contrast(benches, weights, iterations=iterations, level=level, seed=seed)
+                effects[name] = {"estimate": est, "ci": [lo, hi], "excludes_zero": not lo <= 0 <= hi}
+            cells[k] = {"medians": dict(zip("ABCD", medians, strict=True)), "effects": effects}
+        result["points"][p] = cells
+    return result
+
+
+def render_2x2(r: Mapping[str, Any]) -> str:
+    v1, v2 = r["variables"]
+    lines = [f"{name}: {', '.join(dirs)}" for name, dirs in r["sides"].items()]
+    lines.append(f"design 2x2: change 1 = {v1} (A -> B), change 2 = {v2} (A -> C), both (A -> D)")
+    for side, left_out in (r.get("excluded") or {}).items():
+        lines += [f"left out of {side} (its bench flagged it): {x}" for x in left_out]
+    lines.append(
+        f"  intervals are simultaneous at {r['family_level']:.0%} over the {r['figures_tested']} contrasts below "
+        f"(Bonferroni: each at {r['level_per_figure']:.2%}); an interaction outside 0 means the changes do not add up"
+    )
+    for point, cells in r["points"].items():
+        lines += ["", f"{point}:"]
+        for k, cell in cells.items():
+            what, unit, _, _ = FIGURES[k]
+            if cell is None:
+                lines.append(f"  {what:24} no observations on a side")
+                continue
+            m = cell["medians"]
+            lines.append(f"  {what} ({unit}): A {m['A']:.4g}  B {m['B']:.4g}  C {m['C']:.4g}  D {m['D']:.4g}")
+            for name, (label, _) in CONTRASTS.items():
+                e = cell["effects"][name]
+                mark = "" if e["excludes_zero"] else f"  {NO_DIFFERENCE}"
+                lines.append(f"    {label:30} {e['estimate']:+.4g} [{e['ci'][0]:+.4g}, {e['ci'][1]:+.4g}]{mark}")
+    return "\n".join(lines) + "\n"

@@ -50,10 +50,23 @@ def bootstrap_diff_benches(
     runs inside each agreed, so with several benches per side the bench is the unit that is resampled. With
     one bench per side that level is fixed, and drift between the two benches is inside the effect.
     """
-    side_a = [x for x in ([list(r) for r in bench if r] for bench in a) if x]
-    side_b = [x for x in ([list(r) for r in bench if r] for bench in b) if x]
-    if not side_a or not side_b:
-        raise ValueError("both sides need at least one run with observations")
+    return bootstrap_contrast([b, a], [1.0, -1.0], stat, iterations, level, seed)
+
+
+def bootstrap_contrast(
+    sides: Sequence[Sequence[Sequence[Sequence[float]]]],
+    weights: Sequence[float],
+    stat: Callable[[Sequence[float]], float] = statistics.median,
+    iterations: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """sum(w_i * stat(side_i)) with its bootstrap interval, each side several benches of runs of requests and
+    resampled on its own, as bootstrap_diff_benches does (a difference is the contrast B - A). A 2x2 design's
+    interaction is the contrast D - B - C + A (serving/compare.py design_2x2)."""
+    pools = [[x for x in ([list(r) for r in bench if r] for bench in side) if x] for side in sides]
+    if any(not p for p in pools):
+        raise ValueError("every side needs at least one run with observations")
     rng = random.Random(seed)
 
     def resample(benches: list[list[list[float]]]) -> list[float]:
@@ -68,11 +81,11 @@ def bootstrap_diff_benches(
     def flat(benches: list[list[list[float]]]) -> list[float]:
         return [x for bench in benches for r in bench for x in r]
 
-    est = stat(flat(side_b)) - stat(flat(side_a))
-    diffs = sorted(stat(resample(side_b)) - stat(resample(side_a)) for _ in range(iterations))
+    est = sum(w * stat(flat(p)) for w, p in zip(weights, pools, strict=True))
+    values = sorted(sum(w * stat(resample(p)) for w, p in zip(weights, pools, strict=True)) for _ in range(iterations))
     lo_i = math.floor((1 - level) / 2 * iterations)
     hi_i = min(iterations - 1, math.ceil((1 + level) / 2 * iterations) - 1)
-    return est, diffs[lo_i], diffs[hi_i]
+    return est, values[lo_i], values[hi_i]
 
 
 def t_quantile(p: float, df: float) -> float:
