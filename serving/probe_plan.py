@@ -165,8 +165,8 @@ def render_capture_argv(
     It joins the serving container's PID namespace (py-spy, pidstat, wchan see vLLM's processes) and network
     namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with
     `--cgroupns host` read-only, the data directories read-only, and writes only its output directory.
-    Capabilities: none but SYS_PTRACE (py-spy, smaps_rollup, wchan), plus the perf capability when perf
-    is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON. On a GPU profile
+    Capabilities: none but SYS_PTRACE (py-spy, smaps_rollup, wchan), FOWNER where it reads the served files'
+    page-cache residency (below), plus the perf capability when perf is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON. On a GPU profile
     it gets the GPUs' driver (`gpu_run_flags`), and it runs on the CPUs the NUMA plan keeps for the probes
     (`cpus`). `data_file_note` says why no data file is given (the page-cache reading is then skipped);
     `pcie_min` is the class's PCIe (generation, width), which a link under load must reach. `workload` is what the
@@ -196,6 +196,11 @@ def render_capture_argv(
             "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
     if "perf" in parts:
         argv += ["--cap-add", perf_capability]
+    if "hoststate" in parts and data_files:
+        # fincore's mincore(2) tells the truth only about files its caller owns or may write: for any other the
+        # kernel reports every page resident (a side-channel guard). The served files are neither (nobody's, and
+        # mounted read-only), so without FOWNER a capture read 100% resident after the file had been evicted.
+        argv += ["--cap-add", "FOWNER"]
     if cpus:
         argv += ["--cpuset-cpus", cpus]
     argv += gpu_run_flags(gpu_access)

@@ -311,6 +311,21 @@ def test_make_probe_runs_one_part(deployed: None) -> None:
     assert not (bundle / "samplers").exists()
 
 
+def test_the_page_cache_reading_sees_an_evicted_file(deployed: None) -> None:
+    """mincore(2) reports every page resident to a reader that neither owns the file nor holds FOWNER: before the
+    capture container had FOWNER, this read 100% right after the eviction."""
+    weights = Path("/var/lib/refdeploy/models/tiny-llama/model.safetensors")
+    fd = os.open(weights, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    r = make("probe", "PROBE=hoststate", "SECONDS=2")
+    assert r.rc == 0, r.output[-4000:]
+    state = json.loads((_bundle_dir(r.output) / "host-state" / "before" / "host-state.json").read_text())
+    (reading,) = state["page_cache"]["files"]
+    assert reading["path"] == str(weights)
+    assert reading["resident_pct"] < 10, reading
+
+
 def test_make_probe_rejects_an_unknown_probe(deployed: None) -> None:
     r = make("probe", "PROBE=flamegraph")
     assert r.rc != 0

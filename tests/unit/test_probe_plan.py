@@ -85,6 +85,9 @@ def test_capture_joins_the_serving_namespaces_with_least_capabilities() -> None:
     assert "--pid container:refdeploy-vllm --network container:refdeploy-vllm" in joined
     assert "--cap-drop ALL --cap-add SYS_PTRACE" in joined
     assert "PERFMON" not in joined and "SYS_ADMIN" not in joined  # no perf, no perf capability
+    assert "FOWNER" not in joined  # no page-cache reading
+    with_residency = " ".join(_capture(parts=["hoststate"]))
+    assert "--cap-drop ALL --cap-add SYS_PTRACE" in with_residency and "--cap-add FOWNER" in with_residency
     assert "--read-only" in argv
     assert "/sys/fs/cgroup:/host/sys/fs/cgroup:ro" in argv
     assert "/var/lib/refdeploy/models/tiny-llama:/var/lib/refdeploy/models/tiny-llama:ro" in argv
