@@ -45,6 +45,28 @@ FIGURES: dict[str, tuple[str, str, bool, bool]] = {
 }
 
 
+# A side needs this many valid measured runs at a point for its figures there to be compared: the intervals
+# resample runs, and one run's requests show that run's spread, not the spread between runs (±12% here); one
+# run a side once gave aggregate output an interval of zero width.
+MIN_VALID_RUNS = 2
+
+
+def valid_runs(side: Side, point: str) -> int:
+    """The valid measured runs a side has at a point, over its benches."""
+    return sum(len(bench) for bench in (side.observations.get(point) or {}).get("ttft_ms", []))
+
+
+def too_few_runs(sides: Sequence[Side], point: str) -> str | None:
+    """Why a point cannot be compared (a side with fewer than MIN_VALID_RUNS valid runs there), or None."""
+    short = [f"{s.name} has {valid_runs(s, point)}" for s in sides if valid_runs(s, point) < MIN_VALID_RUNS]
+    if not short:
+        return None
+    return (
+        f"not compared: {', '.join(short)} valid measured run(s) here, at least {MIN_VALID_RUNS} a side are needed "
+        "(more runs: RUNS=n)"
+    )
+
+
 class CompareRefused(InputError):
     """The two sides cannot be compared: their conditions differ in more than the declared variables."""
 
@@ -277,11 +299,17 @@ def compare(
         "figures_tested": tested,
         "level_per_figure": level,
         "excluded": {"A": list(a.excluded), "B": list(b.excluded)},
+        "too_few_runs": {},
         "points": {},
     }
     if variables and not declared:
         result["note"] = f"the declared variable ({', '.join(variables)}) is the same on both sides"
     for p in points:
+        why = too_few_runs([a, b], p)
+        if why:
+            result["too_few_runs"][p] = why
+            result["points"][p] = dict.fromkeys(FIGURES)
+            continue
         result["points"][p] = {
             k: effect(a.observations[p][k], b.observations[p][k], hib, iterations, seed, level)
             for k, (_, _, hib, _) in FIGURES.items()
@@ -322,6 +350,9 @@ def render_text(r: Mapping[str, Any]) -> str:
         )
     for point, figures in r["points"].items():
         lines += ["", f"{point}:"]
+        if (r.get("too_few_runs") or {}).get(point):
+            lines.append(f"  {r['too_few_runs'][point]}")
+            continue
         for k, e in figures.items():
             what, unit, _, _ = FIGURES[k]
             if e is None:
@@ -403,9 +434,15 @@ def design_2x2(
         "figures_tested": tested,
         "level_per_figure": level,
         "excluded": {s.name: list(s.excluded) for s in sides},
+        "too_few_runs": {},
         "points": {},
     }
     for p in points:
+        why = too_few_runs(sides, p)
+        if why:
+            result["too_few_runs"][p] = why
+            result["points"][p] = dict.fromkeys(FIGURES)
+            continue
         cells: dict[str, Any] = {}
         for k in FIGURES:
             benches = [s.observations[p][k] for s in sides]
@@ -434,6 +471,9 @@ def render_2x2(r: Mapping[str, Any]) -> str:
     )
     for point, cells in r["points"].items():
         lines += ["", f"{point}:"]
+        if (r.get("too_few_runs") or {}).get(point):
+            lines.append(f"  {r['too_few_runs'][point]}")
+            continue
         for k, cell in cells.items():
             what, unit, _, _ = FIGURES[k]
             if cell is None:

@@ -83,9 +83,15 @@ def test_a_run_its_bench_flagged_is_left_out_and_named(tmp_path: Path) -> None:
     assert r["excluded"]["A"] == []
     (left_out,) = r["excluded"]["B"]
     assert left_out.startswith(f"{b} c1-m1: output length mismatch")
-    c1 = r["points"]["c1"]["ttft_ms"]
-    assert (c1["n_runs_a"], c1["n_runs_b"]) == (2, 1)
-    assert f"left out of B (its bench flagged it): {b} c1-m1: output length mismatch" in compare.render_text(r)
+    # B keeps one valid run at c1: too few to compare there (one run's spread is not run-to-run spread)
+    assert r["points"]["c1"] == dict.fromkeys(compare.FIGURES)
+    why = "not compared: B has 1 valid measured run(s) here, at least 2 a side are needed (more runs: RUNS=n)"
+    assert r["too_few_runs"] == {"c1": why}
+    c4 = r["points"]["c4"]["ttft_ms"]
+    assert (c4["n_runs_a"], c4["n_runs_b"]) == (2, 2)
+    text = compare.render_text(r)
+    assert f"left out of B (its bench flagged it): {b} c1-m1: output length mismatch" in text
+    assert f"c1:\n  {why}\n" in text
 
 
 def test_same_deployment_shows_no_measurable_difference(tmp_path: Path) -> None:

@@ -61,3 +61,16 @@ def test_a_side_that_is_not_its_cell_is_refused(tmp_path: Path) -> None:
         compare.design_2x2([a, c, b, d], VARIABLES)
     with pytest.raises(compare.CompareRefused, match="four sides"):
         compare.design_2x2([a, b, c, d], ["max_num_seqs"])
+
+
+def test_a_cell_with_one_valid_run_is_not_compared_at_that_point(tmp_path: Path) -> None:
+    a, b, c, d = _sides(tmp_path, both=8.0)
+    # D's first c4 run left out by its bench: one run a cell is not run-to-run spread.
+    d.observations["c4"] = {k: [bench[:1] for bench in d.observations["c4"][k]] for k in d.observations["c4"]}
+    r = compare.design_2x2([a, b, c, d], VARIABLES)
+    assert r["too_few_runs"] == {
+        "c4": "not compared: D has 1 valid measured run(s) here, at least 2 a side are needed (more runs: RUNS=n)"
+    }
+    assert r["points"]["c4"] == dict.fromkeys(compare.FIGURES)
+    assert r["points"]["c1"]["ttft_ms"]["effects"]["interaction"]["excludes_zero"]
+    assert "c4:\n  not compared: D has 1" in compare.render_2x2(r)
