@@ -195,14 +195,37 @@ def client_runs(
     return runs
 
 
+def served_paths(served_dirs: Sequence[str], volumes: Sequence[str]) -> list[str]:
+    """The served host directories as the client container sees them (through the serving container's volumes,
+    which it mounts read-only): the files whose page-cache state each run makes and records."""
+    out: list[str] = []
+    for d in served_dirs:
+        for v in volumes:
+            host, inside = v.split(":")[:2]
+            if d == host or d.startswith(host.rstrip("/") + "/"):
+                out.append(inside.rstrip("/") + d[len(host.rstrip("/")) :])
+                break
+    return out
+
+
 def _client_docker_argv(
     container: str, placement: Placement, host_out: str, volumes: Sequence[str], samplers_dir: str, image: str
 ) -> list[str]:
     """The client container's `docker run` argv: on the host's network, pinned to the client's CPUs, writing
-    into `host_out` and reading the sidecar's logs from `samplers_dir` ("" for none)."""
+    into `host_out` and reading the sidecar's logs from `samplers_dir` ("" for none).
+
+    It joins the serving container's PID namespace to read the engine processes' /proc/<pid>/io around each run,
+    and sees nothing of the host's other processes. It starts as root with FOWNER, SETUID and SETGID only: the
+    served files' residency is read by a helper that keeps FOWNER (mincore(2) reports every page resident to a
+    reader that neither owns a file nor holds FOWNER), and the client then drops to the runtime user, which the
+    engine runs as too (so it may read its /proc/<pid>/io), with no capability left."""
     argv = [
         "docker", "run", "--rm", "--name", f"{container}-bench",
         "--network", "host",
+        "--pid", f"container:{container}",
+        "--user", "0:0",
+        "--cap-drop", "ALL", "--cap-add", "FOWNER", "--cap-add", "SETUID", "--cap-add", "SETGID",
+        "--security-opt", "no-new-privileges",
         "--cpuset-cpus", placement.client_cpus,
         "--label", "refdeploy.role=bench-client",
         "-v", f"{host_out}:{CLIENT_DIR}",
@@ -294,6 +317,9 @@ def plan_bench(
         "out": f"{CLIENT_DIR}/out",
         "samplers_dir": CLIENT_SAMPLERS_DIR if samplers_dir else None,
         "prefix_cache": workload.prefix_cache,
+        "page_cache": {"state": workload.page_cache, "paths": served_paths(profile.served_dirs, targets.volumes)},
+        # The user the client drops to once the residency reader has started (images/vllm/bench_client.py).
+        "run_as_uid": targets.runtime_uid,
         # The client reads the key from the key file among the volumes below (images/vllm/bench_client.py).
         "api_key": targets.api_key,
         "runs": runs,
@@ -366,6 +392,9 @@ def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
         # other prompts (a manifest from before it was recorded had 0).
         "seed_offset": manifest.get("seed_offset", 0),
     }
+    # The page-cache state became a workload field after benches were recorded; theirs was left as found.
+    if isinstance(wanted["workload"], Mapping) and "page_cache" not in wanted["workload"]:
+        wanted["workload"] = {**wanted["workload"], "page_cache": "as-found"}
     flat = flatten(wanted)
     return {k: v for k, v in flat.items() if not any(k == n or k.startswith(n + ".") for n in _NOT_CONDITIONS)}
 

@@ -26,6 +26,7 @@ from probes.timeline import cgroup_notes
 from serving import bench, bench_runs, bench_trace, memory_phases
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
+from serving.stats import describe
 
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
@@ -93,6 +94,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         "manifest": manifest,
         "client": client,
         "prefix_cache": {"mode": mode, "note": cache_note, "hits_in_measured_runs": hits},
+        "page_cache": page_cache_summary(workload, runs),
         "grouped_streaming": any(r["grouped_streaming"] for r in measured),
         "output_length_mismatch": [r["id"] for r in runs if any("output length mismatch" in f for f in r["flags"])],
         "runs": runs,
@@ -196,6 +198,54 @@ def render_text(s: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PAGE_CACHE_HOW = {
+    "cold": "evicted before each run (posix_fadvise DONTNEED on each served file; nothing else on the host)",
+    "warm": "read in before each run",
+    "as-found": "left as found",
+}
+
+
+def page_cache_summary(workload: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The served files' page-cache state over the bench: asked for, resident at the start of each measured run,
+    and what the engine processes read over them (seed 000 §11: save residency and actual read volume)."""
+    measured = [r["page_cache"] for r in runs if r["phase"] == "measured" and r.get("page_cache")]
+    state = workload.get("page_cache", "as-found")
+    reads = [c["engine_read_bytes"] for c in measured if c.get("engine_read_bytes") is not None]
+    rchars = [c["engine_rchar"] for c in measured if c.get("engine_rchar") is not None]
+    return {
+        "state": state,
+        "how": PAGE_CACHE_HOW.get(state, state),
+        "recorded": bool(measured),
+        "files": measured[0].get("files") if measured else None,
+        "size_bytes": measured[0].get("size_bytes") if measured else None,
+        "resident_before": describe([c.get("resident_before") for c in measured]),
+        "resident_after": describe([c.get("resident_after") for c in measured]),
+        "engine_read_bytes": sum(reads) if reads else None,
+        "engine_rchar": sum(rchars) if rchars else None,
+        "engine_pids_unreadable": sorted({p for c in measured for p in c.get("engine_pids_unreadable") or []}),
+    }
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _page_cache_line(pc: Mapping[str, Any]) -> str:
+    if not pc["recorded"]:
+        return f"page cache of the served files: {pc['how']}; not recorded (a bench from before it was)"
+    size = pc["size_bytes"] / 2**20 if pc["size_bytes"] is not None else None
+    unreadable = (
+        f"; engine pids unreadable: {', '.join(pc['engine_pids_unreadable'])}" if pc["engine_pids_unreadable"] else ""
+    )
+    return (
+        f"page cache of the served files ({pc['files']} files, {_f(size)} MiB): {pc['state']}, {pc['how']}; "
+        f"resident at the start of measured runs {_pct(pc['resident_before']['min'])}-"
+        f"{_pct(pc['resident_before']['max'])}, at their end {_pct(pc['resident_after']['min'])}-"
+        f"{_pct(pc['resident_after']['max'])}; the engine read {_f(pc['engine_read_bytes'])} bytes from storage "
+        f"(read_bytes) and {_f(pc['engine_rchar'])} through read calls (rchar) over them{unreadable}"
+    )
+
+
 def _header_lines(s: Mapping[str, Any]) -> list[str]:
     m = s["manifest"]
     w = m["workload"]
@@ -217,6 +267,7 @@ def _header_lines(s: Mapping[str, Any]) -> list[str]:
         f"client CPUs {c['client_cpus']} (server {c['server_cpus']}): {c['note']}",
         f"prefix cache: {s['prefix_cache']['note']}; "
         f"hits in measured runs: {_f(s['prefix_cache']['hits_in_measured_runs'])}",
+        *([_page_cache_line(s["page_cache"])] if "page_cache" in s else []),
         "definitions: TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1); "
         "N from the server's usage",
     ]
@@ -274,6 +325,11 @@ def _point_tables(s: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _resident(pc: Mapping[str, Any] | None) -> str:
+    """The served files' residency at a run's start and end: "0%>100%"."""
+    return f"{_pct(pc.get('resident_before'))}>{_pct(pc.get('resident_after'))}" if pc else "-"
+
+
 def _run_lines(s: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     lines += ["", "runs:"]
@@ -284,11 +340,12 @@ def _run_lines(s: Mapping[str, Any]) -> list[str]:
             (r["id"], r["phase"], r["status"], str(r["seed"]), f"{r['requests_ok']}/{r['requests']}",
              _f(r["ttft_ms"]["median"]), _f(r["tpot_ms"]["median"]), _f(r["output_tok_s"]),
              _f((server.get("ttft") or {}).get("mean_ms")), _f((server.get("tpot") or {}).get("mean_ms")),
-             _f(server.get("prefix_cache_hits")), _f(r["achieved_over_requested"]))
+             _f(server.get("prefix_cache_hits")), _f(r["achieved_over_requested"]),
+             _resident(r.get("page_cache")), _f((r.get("page_cache") or {}).get("engine_read_bytes")))
         )  # fmt: skip
     lines += _table(
         ("run", "phase", "status", "seed", "ok", "TTFT p50", "TPOT p50", "tok/s", "srv TTFT", "srv TPOT", "hits",
-         "rate ratio"),
+         "rate ratio", "resident", "eng read B"),
         rows,
     )  # fmt: skip
     flagged = [r for r in s["runs"] if r["flags"]]

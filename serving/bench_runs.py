@@ -3,7 +3,8 @@ TTFT = t1 - t0; mean TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1), 
 server's usage count, t1 and tN the first and last streamed chunks), the server's side from its /metrics
 snapshots, and `summarize_run`: the run's figures and the flags that make it untrustworthy (failed requests,
 fewer tokens than asked for, prefix-cache hits where none may be, a server restart, a stream that reached the
-client in bursts, an arrival rate the client did not sustain). `pool_point` pools a point's valid runs."""
+client in bursts, an arrival rate the client did not sustain, served files not in the page-cache state asked
+for). `pool_point` pools a point's valid runs."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ MIN_CLIENT_OVER_SERVER_TPOT = 0.5
 MAX_CLIENT_TTFT_LATE_MS = 50.0
 MAX_CLIENT_OVER_SERVER_TTFT = 2.0
 BUFFERED_STREAM = "buffered stream"
+# A run asked to start cold (warm) whose served files were more (less) resident than this when it began did not
+# have the state its workload names: pages mapped or locked by a process cannot be evicted, and a warm read
+# can be evicted again under memory pressure before the run starts.
+MAX_COLD_RESIDENT = 0.05
+MIN_WARM_RESIDENT = 0.95
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,62 @@ def _server_flags(server: Mapping[str, Any], obs: Sequence[RequestObs], counted:
     return flags
 
 
+def page_cache_figures(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The served files' page-cache state the run asked for and had: residency before and after (fincore), and
+    the engine processes' read volume over the run (/proc/<pid>/io, summed over the pids read both times).
+    None for a run recorded before the client made and read it."""
+    cache = status.get("page_cache")
+    if not isinstance(cache, Mapping):
+        return None
+    before, after = cache.get("before") or {}, cache.get("after") or {}
+    io_a, io_b = status.get("engine_io_before") or {}, status.get("engine_io_after") or {}
+    pids_a, pids_b = io_a.get("pids") or {}, io_b.get("pids") or {}
+    both = sorted(set(pids_a) & set(pids_b), key=int)
+
+    def delta(key: str) -> int | None:
+        got = [(pids_b[p].get(key), pids_a[p].get(key)) for p in both]
+        return sum(b - a for b, a in got if b is not None and a is not None) if both else None
+
+    return {
+        "state": (cache.get("made") or {}).get("state"),
+        "made": cache.get("made"),
+        "files": before.get("files"),
+        "size_bytes": before.get("size_bytes"),
+        "resident_before": before.get("fraction"),
+        "resident_after": after.get("fraction"),
+        "resident_bytes_before": before.get("resident_bytes"),
+        "resident_bytes_after": after.get("resident_bytes"),
+        "residency_error": before.get("error") or after.get("error"),
+        "engine_read_bytes": delta("read_bytes"),
+        "engine_rchar": delta("rchar"),
+        "engine_pids": len(both),
+        "engine_pids_unreadable": sorted(set(io_a.get("unreadable") or {}) | set(io_b.get("unreadable") or {})),
+    }
+
+
+def _page_cache_flags(cache: Mapping[str, Any] | None) -> list[str]:
+    """A run whose served files were not in the state its workload asked for, or whose state nobody could read."""
+    if not cache or cache["state"] not in ("cold", "warm"):
+        return []
+    made = cache.get("made") or {}
+    if made.get("errors"):
+        return [f"page cache not made {cache['state']}: {'; '.join(made['errors'][:3])}"]
+    got = cache["resident_before"]
+    if got is None:
+        return [f"page cache {cache['state']} asked for, residency not read: {cache['residency_error']}"]
+    if cache["state"] == "cold" and got > MAX_COLD_RESIDENT:
+        return [
+            f"page cache not cold: {got:.0%} of the served files were resident when the run began (at most "
+            f"{MAX_COLD_RESIDENT:.0%}; a process maps or locks them)"
+        ]
+    if cache["state"] == "warm" and got < MIN_WARM_RESIDENT:
+        return [
+            f"page cache not warm: {got:.0%} of the served files were resident when the run began (at least "
+            f"{MIN_WARM_RESIDENT:.0%}; memory pressure evicted them after the read)"
+        ]
+    return []
+
+
 def _server_side(
     state: str, metrics_before: str | None, metrics_after: str | None
 ) -> tuple[dict[str, Any] | None, list[str]]:
@@ -271,6 +333,8 @@ def summarize_run(
     flags += missing
     if server is not None:
         flags += _server_flags(server, obs, result is not None)
+    cache = page_cache_figures(status)
+    flags += _page_cache_flags(cache)
     rate = achieved_rate(obs)
     requested = run.get("request_rate")
     rate_ratio = rate / requested if rate is not None and requested else None
@@ -317,6 +381,7 @@ def summarize_run(
             for k in ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "output_throughput")
         },
         "server": server,
+        "page_cache": cache,
     }
 
 

@@ -43,6 +43,12 @@ class Workload(StrictModel):
     # and the cache is also reset first where the server offers /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1);
     # "off": the server runs without prefix caching. Either way the metrics delta must show no hits.
     prefix_cache: Literal["fresh", "off"] = "fresh"
+    # The OS page cache of the served files (the model, a GPU profile's data), made before every run, warm-ups
+    # included (images/vllm/bench_client.py): "as-found" leaves it; "cold" evicts the served files' pages with
+    # posix_fadvise(DONTNEED), file by file, never a host-wide drop (seed 000 §11: that changes unrelated
+    # workloads); "warm" reads them in first. Either way each run records their residency (fincore) before and
+    # after, and the engine processes' read volume.
+    page_cache: Literal["as-found", "cold", "warm"] = "as-found"
     # Seconds one run may take before it is stopped and marked failed.
     run_timeout_s: float = Field(default=600, gt=0)
 

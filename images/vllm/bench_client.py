@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -162,11 +163,202 @@ def copy_sampler_window(samplers_dir: Path, out: Path, start_mono: float, end_mo
     return copied
 
 
+def served_files(paths: list[str]) -> list[str]:
+    """Every regular file under the served paths (the model, a GPU profile's data), sorted; links not followed."""
+    files: list[str] = []
+    for top in paths:
+        for root, _dirs, names in os.walk(top):
+            files += [
+                str(Path(root) / n) for n in names if (Path(root) / n).is_file() and not (Path(root) / n).is_symlink()
+            ]
+    return sorted(files)
+
+
+def make_page_cache_state(state: str, files: list[str]) -> dict[str, Any]:
+    """Before a run: "cold" evicts each served file's clean, unmapped pages (posix_fadvise DONTNEED: this file's
+    pages only, nothing else on the host); "warm" reads each file through; "as-found" touches nothing.
+    What was done, and what could not be (a file that would not open)."""
+    t0 = time.monotonic()
+    done: dict[str, Any] = {"state": state, "files": len(files), "bytes_read": 0, "errors": []}
+    if state not in ("cold", "warm"):
+        return done
+    for f in files:
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError as exc:
+            done["errors"].append(f"{f}: {exc.strerror}")
+            continue
+        try:
+            if state == "cold":
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            else:
+                while chunk := os.read(fd, 1 << 20):
+                    done["bytes_read"] += len(chunk)
+        except OSError as exc:
+            done["errors"].append(f"{f}: {exc.strerror}")
+        finally:
+            os.close(fd)
+    done["seconds"] = round(time.monotonic() - t0, 3)
+    return done
+
+
+CAP_FOWNER = 3
+
+
+def has_fowner() -> bool:
+    """Whether this process holds CAP_FOWNER (its effective set in /proc/self/status)."""
+    try:
+        eff = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("CapEff:"))
+        return bool(int(eff.split()[1], 16) & (1 << CAP_FOWNER))
+    except (OSError, StopIteration, ValueError):
+        return False
+
+
+def residency(files: list[str]) -> dict[str, Any]:
+    """The served files' pages in the page cache now, from util-linux fincore (mincore(2) per file): totals in
+    pages and bytes, and per file; {"error": why} when fincore could not say.
+
+    mincore(2) tells the truth only to a caller that owns the file, may write it, or holds CAP_FOWNER: for anyone
+    else the kernel reports every page resident (a side-channel guard). Measured here: 100% resident in a
+    container without FOWNER while the host's fincore read 0 after an eviction. So no figure is better than
+    that one."""
+    if not files:
+        return {"error": "no served files found"}
+    if not has_fowner():
+        foreign = [f for f in files if os.stat(f).st_uid != os.geteuid()]
+        if foreign:
+            return {
+                "error": f"not read: uid {os.geteuid()} without CAP_FOWNER neither owns nor may write {foreign[0]}, "
+                "and mincore(2) reports every page of such a file resident"
+            }
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        proc = subprocess.run(
+            ["fincore", "--json", "--bytes", "--output", "RES,PAGES,SIZE,FILE", *files],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        rows = json.loads(proc.stdout or "{}").get("fincore") or []
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"fincore: {type(exc).__name__}: {exc}"}
+    if not rows:
+        return {"error": f"fincore exited {proc.returncode}: {proc.stderr.strip()[:300]}"}
+    total = sum(-(-int(r["size"]) // page) for r in rows)
+    resident = sum(int(r["pages"]) for r in rows)
+    return {
+        "files": len(rows),
+        "pages": total,
+        "resident_pages": resident,
+        "size_bytes": sum(int(r["size"]) for r in rows),
+        "resident_bytes": resident * page,
+        "fraction": resident / total if total else None,
+        "per_file": {r["file"]: int(r["pages"]) for r in rows},
+    }
+
+
+class ResidencyReader:
+    """Reads residency in a helper process that keeps root's CAP_FOWNER (started before the client drops to the
+    runtime user, which runs everything else): one JSON line of files in, one JSON line of residency out."""
+
+    def __init__(self, proc: subprocess.Popen[str] | None = None) -> None:
+        self.proc = proc
+
+    @classmethod
+    def start(cls) -> ResidencyReader:
+        helper = [sys.executable, "-I", str(Path(__file__).resolve()), "--residency-helper"]
+        return cls(subprocess.Popen(helper, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+
+    def read(self, files: list[str]) -> dict[str, Any]:
+        if self.proc is None or self.proc.stdin is None or self.proc.stdout is None:
+            return residency(files)
+        try:
+            self.proc.stdin.write(json.dumps(files) + "\n")
+            self.proc.stdin.flush()
+            got: dict[str, Any] = json.loads(self.proc.stdout.readline() or "{}")
+            return got or {"error": f"the residency helper exited ({self.proc.poll()})"}
+        except (OSError, ValueError) as exc:
+            return {"error": f"the residency helper: {type(exc).__name__}: {exc}"}
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.stdin is not None:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+
+
+def residency_helper() -> int:
+    """--residency-helper: residency() of each JSON list of files read from stdin, as a JSON line on stdout."""
+    for line in sys.stdin:
+        print(json.dumps(residency(list(json.loads(line)))), flush=True)
+    return 0
+
+
+def drop_to(uid: int) -> None:
+    """Become the runtime user (no capabilities left), with its home: what `vllm bench serve` runs as."""
+    import pwd
+
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    try:
+        os.environ["HOME"] = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        os.environ["HOME"] = "/tmp"
+
+
+def engine_io() -> dict[str, Any]:
+    """Read volume so far of every process of the serving container (this container shares its PID namespace:
+    its processes are those descending from its PID 1; the sidecar's and this client's descend from their own
+    init): /proc/<pid>/io's rchar (read syscalls, page-cache hits included) and read_bytes (what the block layer
+    was asked to read). Pids that could not be read are named with the reason."""
+    parents: dict[int, int] = {}
+    comms: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comms[int(d.name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
+        parents[int(d.name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
+
+    def root(pid: int) -> int:
+        seen = 0
+        while parents.get(pid, 0) not in (0, pid) and seen < 4096:
+            pid, seen = parents[pid], seen + 1
+        return pid
+
+    out: dict[str, Any] = {"pids": {}, "unreadable": {}}
+    for pid in sorted(p for p in parents if root(p) == 1):
+        try:
+            text = (Path("/proc") / str(pid) / "io").read_text()
+            fields: dict[str, str] = dict(line.split(": ", 1) for line in text.splitlines())
+            reading: dict[str, Any] = {"comm": comms[pid]}
+            reading.update({k: int(v) for k, v in fields.items() if k in ("rchar", "read_bytes", "syscr")})
+            out["pids"][str(pid)] = reading
+        except (OSError, ValueError) as exc:
+            out["unreadable"][str(pid)] = f"{comms.get(pid, '?')}: {getattr(exc, 'strerror', None) or exc}"
+    return out
+
+
 def _bench_between_snapshots(
-    run: dict[str, Any], run_dir: Path, base: str, reset_prefix_cache: bool, status: dict[str, Any]
+    run: dict[str, Any],
+    run_dir: Path,
+    base: str,
+    reset_prefix_cache: bool,
+    status: dict[str, Any],
+    page_cache: dict[str, Any] | None = None,
+    reader: ResidencyReader | None = None,
 ) -> tuple[int | None, bool]:
     """One run's `vllm bench serve` between two /metrics snapshots (after a prefix-cache reset when the plan
-    asks for one): (exit code or None, timed out). What happened, on both clocks, goes into `status`."""
+    asks for one, and with the served files' page-cache state made first): (exit code or None, timed out).
+    What happened, on both clocks, goes into `status`, with the residency and the engine's read volume before
+    and after."""
+    cache = page_cache or {}
+    files = served_files(list(cache.get("paths") or []))
+    read = (reader or ResidencyReader()).read
+    status["page_cache"] = {"made": make_page_cache_state(str(cache.get("state", "as-found")), files)}
+    status["page_cache"]["before"] = read(files)
+    status["engine_io_before"] = engine_io()
     code, body = http("GET", base + "/metrics")
     if code == 200:
         (run_dir / "metrics-before.txt").write_text(body)
@@ -184,6 +376,8 @@ def _bench_between_snapshots(
     if code == 200:
         (run_dir / "metrics-after.txt").write_text(body)
     status["metrics_after_status"] = code
+    status["engine_io_after"] = engine_io()
+    status["page_cache"]["after"] = read(files)
     return rc, timed_out
 
 
@@ -205,7 +399,7 @@ def _run_failure(run: dict[str, Any], rc: int | None, timed_out: bool, result_pa
     return ""
 
 
-def run_plan(plan: dict[str, Any]) -> int:
+def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int:
     out = Path(plan["out"])
     (out / "runs").mkdir(parents=True, exist_ok=True)
     base = str(plan["base_url"]).rstrip("/")
@@ -243,7 +437,9 @@ def run_plan(plan: dict[str, Any]) -> int:
             client["runs"].append({"id": run["id"], "status": "failed"})
             failed += 1
             continue
-        rc, timed_out = _bench_between_snapshots(run, run_dir, base, plan.get("prefix_cache") == "fresh", status)
+        rc, timed_out = _bench_between_snapshots(
+            run, run_dir, base, plan.get("prefix_cache") == "fresh", status, plan.get("page_cache"), reader
+        )
         reason = _run_failure(run, rc, timed_out, run_dir / "result.json")
         if reason:
             failed += 1
@@ -274,6 +470,8 @@ def run_plan(plan: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--residency-helper"]:
+        return residency_helper()
     if len(argv) != 1:
         print("usage: bench_client.py PLAN_JSON", file=sys.stderr)
         return 2
@@ -292,8 +490,18 @@ def main(argv: list[str]) -> int:
             return 2
         # In this process's environment only (root-only /proc/<pid>/environ), never in an argv or an artifact.
         os.environ["OPENAI_API_KEY"] = key
+    # Started as root with FOWNER, SETUID and SETGID only (serving/bench.py): the residency reader keeps root's
+    # FOWNER, everything else runs as the runtime user, with no capability.
+    reader = None
+    if os.geteuid() == 0:
+        reader = ResidencyReader.start()
+        drop_to(int(plan.get("run_as_uid", 10001)))
     shutil.rmtree(Path(plan["out"]), ignore_errors=True)
-    return run_plan(plan)
+    try:
+        return run_plan(plan, reader)
+    finally:
+        if reader is not None:
+            reader.close()
 
 
 if __name__ == "__main__":

@@ -281,6 +281,30 @@ def test_compare_refuses_runs_whose_manifests_differ(default_benches: list[Path]
     assert "B-A" not in r.output
 
 
+def test_cold_and_warm_runs_record_their_page_cache_state(tmp_path: Path) -> None:
+    """The served files evicted (cold) or read in (warm) before every run, their residency read by the client's
+    reader (FOWNER: without it mincore says 100% of a file its reader does not own), and the state compared."""
+    r = make("deploy")
+    assert r.rc == 0, r.output[-3000:]
+    smoke = yaml.safe_load((REPO / "serving" / "workloads" / "smoke.yaml").read_text())
+    got: dict[str, dict[str, Any]] = {}
+    for state in ("cold", "warm"):
+        path = tmp_path / f"{state}.yaml"
+        path.write_text(yaml.safe_dump({**smoke, "concurrency": [1], "num_prompts": 4, "warmups": 0,
+                                        "runs": 1, "page_cache": state}))  # fmt: skip
+        b = make("bench", f"WORKLOAD={path}", timeout=600)
+        assert b.rc == 0, b.output[-4000:]
+        s = summary(bench_dir(b))
+        (run,) = s["runs"]
+        assert run["valid"], run["flags"]
+        got[state] = run["page_cache"]
+        report = (bench_dir(b) / "report.txt").read_text()
+        assert re.search(rf"page cache of the served files \(\d+ files, [\d.]+ MiB\): {state}, ", report), report
+    assert got["cold"]["resident_before"] <= 0.05 and got["warm"]["resident_before"] == 1.0, got
+    assert got["cold"]["engine_pids"] >= 3 and got["cold"]["engine_pids_unreadable"] == [], got["cold"]
+    assert got["warm"]["engine_read_bytes"] is not None
+
+
 def test_unknown_workload_is_refused_before_anything_runs() -> None:
     benches = sorted(RUNS.glob("*/bench"))
     r = make("bench", "WORKLOAD=no-such-workload")
