@@ -126,6 +126,16 @@ compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only
 	  $(if $(VARIABLE),--variable $(VARIABLE),) \
 	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",)
 
+.PHONY: validate
+validate: $(STAMP) ## Correctness through the server: A=<profile> B=<profile>, A vs B beside A vs A across a restart
+	@test -n "$(A)" && test -n "$(B)" || { echo "make validate: set A=<profile> and B=<profile> (names in serving/profiles/ or paths); A is left deployed" >&2; exit 2; }
+	@test -z "$(PROFILE)" || { echo "make validate: A and B name the profiles; leave PROFILE unset" >&2; exit 2; }
+	@$(CHECK_HOST)
+	@$(BIN)/refdeploy validate-check --a "$(A)" --b "$(B)"
+	$(eval VALIDATE_ID := $(shell date -u +%Y%m%dT%H%M%SZ)-validate)
+	$(PLAYBOOK) ansible/validate.yml -e validate_a=$(A) -e validate_b=$(B) -e validate_run_id=$(VALIDATE_ID)
+	@$(BIN)/refdeploy validate-report --id $(VALIDATE_ID)
+
 .PHONY: hypothesis
 hypothesis: $(STAMP) ## Write down HYPOTHESIS='...' and PREDICT='tpot_ms down >= 5%' before the runs (for make compare)
 	@$(BIN)/refdeploy hypothesis --statement "$$HYPOTHESIS" --predict "$$PREDICT"

@@ -80,6 +80,10 @@ def parser() -> argparse.ArgumentParser:
     from serving.bench_cli import register as register_bench
 
     register_bench(sub)
+    # Correctness through the server: validate-check, validate-report (serving/validate.py).
+    from serving.validate import register as register_validate
+
+    register_validate(sub)
     return ap
 
 

@@ -132,6 +132,27 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             "workload": load}  # fmt: skip
 
 
+def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe container of `make validate`: the fixed requests (probes/correctness.py) inside vLLM's network
+    namespace, read-only, no capability; its output in settings["out"] on the host."""
+    p = parse_plan(plan)
+    name = f"{p.profile.container.name}-validate"
+    key = bool(p.api.key_file)
+    argv = ["docker", "run", "--rm", "--name", name, "--network", f"container:{p.profile.container.name}",
+            "--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--memory", "256m", "--volume", f"{settings['out']}:/out"]  # fmt: skip
+    if p.probes.cpus:
+        argv += ["--cpuset-cpus", p.probes.cpus]
+    if key:
+        argv += ["--volume", f"{p.api.key_copy}:{API_KEY_MOUNT}:ro"]
+    argv += [p.images.probes_tag, "python3", "-m", "probes.correctness", "--out", "/out",
+             "--port", str(p.profile.ports.container_port), "--model", p.profile.model.served_name]  # fmt: skip
+    if key:
+        argv += ["--api-key-file", API_KEY_MOUNT]
+    # The first request after a start waits on the engine's warm-up (16 s here); eight requests of at most 5 min.
+    return {"argv": argv, "timeout_s": 8 * 300 + 60, "container": name}
+
+
 def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container of `make profile`: /start_profile, REQUESTS requests of WORKLOAD, /stop_profile
     (probes/profile_run.py), inside vLLM's network namespace; {"error": line} on bad input."""

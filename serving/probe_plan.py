@@ -166,12 +166,13 @@ def render_capture_argv(
     namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with
     `--cgroupns host` read-only, the data directories read-only, and writes only its output directory.
     Capabilities: none but SYS_PTRACE (py-spy, smaps_rollup, wchan), FOWNER where it reads the served files'
-    page-cache residency (below), plus the perf capability when perf is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not know PERFMON. On a GPU profile
-    it gets the GPUs' driver (`gpu_run_flags`), and it runs on the CPUs the NUMA plan keeps for the probes
-    (`cpus`). `data_file_note` says why no data file is given (the page-cache reading is then skipped);
-    `pcie_min` is the class's PCIe (generation, width), which a link under load must reach. `workload` is what the
-    capture sends through its window (probes/load.py's LoadSpec fields), with the API key's host copy
-    `api_key_copy` mounted read-only where the server has a key; the argv carries the key's path, never the key.
+    page-cache residency (below), plus the perf capability when perf is one of the parts: PERFMON, or SYS_ADMIN on
+    Docker releases that do not know PERFMON. On a GPU profile it gets the GPUs' driver (`gpu_run_flags`), and it
+    runs on the CPUs the NUMA plan keeps for the probes (`cpus`). `data_file_note` says why no data file is given
+    (the page-cache reading is then skipped); `pcie_min` is the class's PCIe (generation, width), which a link under
+    load must reach. `workload` is what the capture sends through its window (probes/load.py's LoadSpec fields),
+    with the API key's host copy `api_key_copy` mounted read-only where the server has a key; the argv carries the
+    key's path, never the key.
     """
     unknown = sorted(set(parts) - set(CAPTURE_PARTS))
     if not parts or unknown:

@@ -7,6 +7,7 @@
   plan      | refdeploy_capture_argv(settings)               the probe container of make capture / make probe
   plan      | refdeploy_probe_io_argv(settings)              the fio container of make probe-io
   plan      | refdeploy_profile_argv(settings)               the requests container of make profile
+  plan      | refdeploy_correctness_argv(settings)           the fixed requests of make validate
   plan      | refdeploy_bench_plan(settings)                 the bench client's plan and manifest
   document  | refdeploy_redact                               secret-looking values hidden (serving/redact.py)
   settings  | refdeploy_docker_unreachable                   Docker did not answer: may this run set it up?
@@ -35,6 +36,7 @@ NAMES = (
     "capture_argv",
     "probe_io_argv",
     "profile_argv",
+    "correctness_argv",
     "bench_plan",
     "docker_unreachable",
     "docker_engine",
