@@ -38,7 +38,12 @@ def test_verify_passes_on_its_deploy_and_names_a_changed_profile_field(tmp_path:
     r = make("deploy")  # the default; a no-op where it already runs, and either way a fresh manifest
     assert r.rc == 0, r.output[-4000:]
     ref_dir, ref = latest_manifest()
-    assert ref["kind"] == "deploy" and ref["host_tuning"]["thp"]["enabled"] != "absent"
+    assert ref["kind"] == "deploy"
+    # The host's tuning as this machine has it.
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    want = thp.read_text().split("[", 1)[1].split("]", 1)[0] if thp.exists() else "absent"
+    assert ref["host_tuning"]["thp"]["enabled"] == want
+    assert ref["host_tuning"]["kernel_cmdline"] == Path("/proc/cmdline").read_text().strip()
     assert ref["repo"]["commit"] and isinstance(ref["repo"]["dirty"], bool)
 
     before = host_state()
