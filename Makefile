@@ -37,6 +37,10 @@ VARIABLE  ?=
 HYPOTHESIS ?=
 PREDICT   ?=
 export HYPOTHESIS PREDICT
+# make verify: the reference deploy manifest (runs/<host>/<ts>/manifest.json, its directory, or its run id).
+# Exported, like HYPOTHESIS: the recipe reads it from the environment, never as part of a shell string.
+REF       ?=
+export REF
 # pytest selection for `make test-unit`/`make test`, e.g. PYTEST_ARGS='-k manifest'.
 PYTEST_ARGS ?=
 
@@ -88,6 +92,13 @@ images: $(STAMP) ## Build the base and runtime images on HOST (cached by content
 plan: $(STAMP) ## Print the run's plan for HOST: what is built and started, each rank's CPUs, probe targets
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/plan.yml
+
+.PHONY: verify
+verify: $(STAMP) ## Does HOST (or a group) run what REF=<manifest> says? Every difference, must-match or not; reads only
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+	  $(BIN)/refdeploy verify-ref --ref "$$REF" --vars-out "$$dir/vars.json" $(if $(PROFILE),,--profile-out "$$dir/profile.json") && \
+	  $(CHECK_HOST) && \
+	  $(PLAYBOOK) ansible/verify.yml -e "@$$dir/vars.json"
 
 ##@ Probes
 

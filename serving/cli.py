@@ -4,6 +4,7 @@
   refdeploy plan --profile NAME|PATH [--host H] [--readings FILE] [--gpu-class FILE]
   refdeploy bench-report BENCH_DIR
   refdeploy compare --a RUN[,RUN...] --b RUN[,RUN...] [--variable FIELD]
+  refdeploy verify-ref --ref REF [--profile-out FILE]
 
 Each prints JSON or text on stdout and one clear line on stderr when it refuses; exit status 2 means bad
 input, 1 means a check failed. The playbooks' own decisions run in-process (ansible/action_plugins,
@@ -84,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
     from serving.validate import register as register_validate
 
     register_validate(sub)
+    # make verify's reference, checked before any host is read (serving/verify.py).
+    from serving.verify import register as register_verify
+
+    register_verify(sub)
     return ap
 
 

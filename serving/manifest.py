@@ -1,20 +1,24 @@
 """The deploy manifest: what is running, read back from the host, checked against the plan.
 
 The manifest role collects raw readings on the host (docker inspect, the
-engine's /proc/1/limits, cgroup files, the image's own patch record); this
-module turns them into runs/<host>/<timestamp>/manifest.json and checks that
-the limits in force and the applied patches are the ones the plan asked for.
+engine's /proc/1/limits, cgroup files, the image's own patch record, the host's
+tuning); this module turns them into runs/<host>/<timestamp>/manifest.json and
+checks that the container runs the planned spec, and that the limits in force
+and the applied patches are the ones the plan asked for. `make verify` builds
+the same manifest in memory from the same readings (serving/verify.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from serving.host_tuning import host_tuning
 from serving.images import PATCH_LABEL_PREFIX
 from serving.limits import (
     LIMIT_ROWS,
@@ -24,8 +28,38 @@ from serving.limits import (
     parse_proc_limits,
 )
 from serving.numa import parse_cpulist
+from serving.render import PROFILE_LABEL, SPEC_LABEL
 
-SCHEMA_VERSION = 1
+# 2: the repo's commit, the host's tuning, and the running container's spec digest, profile and argv read back.
+SCHEMA_VERSION = 2
+# What `make verify` accepts as a reference: the manifests of a deploy (running, or rendered only).
+DEPLOY_KINDS = ("deploy", "deploy-rendered")
+
+
+def repo_state(root: Path) -> dict[str, Any]:
+    """The controller checkout's commit and whether its tree was dirty (`git rev-parse HEAD`, `git status
+    --porcelain`): the playbooks, roles and patch series a deploy ran from. {"commit": None, "error": why}
+    where `root` is not a git checkout (a copy without .git) or git is missing."""
+
+    def git(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, timeout=30, check=False)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=normal") if head.returncode == 0 else head
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"commit": None, "dirty": None, "error": f"git: {e}"}
+    if head.returncode != 0 or status.returncode != 0:
+        said = ((head.stderr if head.returncode else status.stderr).strip().splitlines() or ["no output"])[-1]
+        return {"commit": None, "dirty": None, "error": f"{root}: {said}"}
+    changed = status.stdout.splitlines()
+    # The first lines name what was dirty; the count says how much.
+    return {
+        "commit": head.stdout.strip(),
+        "dirty": bool(changed),
+        "changed": changed[:20],
+        "changed_count": len(changed),
+    }
 
 
 def new_run_dir(runs_dir: Path, host: str) -> Path:
@@ -123,8 +157,19 @@ def _check_image(
 ) -> dict[str, str]:
     """The container runs the planned image, which carries the planned patches: {patch: sha256} planned."""
     labels = image.get("Config", {}).get("Labels") or {}
+    config = container.get("Config", {})
     _check(checks, "container runs the planned image", image["Id"], container.get("Image"))
-    _check(checks, "container runs the planned image tag", spec["image"], container.get("Config", {}).get("Image"))
+    _check(checks, "container runs the planned image tag", spec["image"], config.get("Image"))
+    # What it was started from, as Docker holds it: the digest of its spec (the serve role's decision,
+    # serving.plan.running_state) and the vLLM argv.
+    planned_digest = (spec.get("labels") or {}).get(SPEC_LABEL)
+    _check(
+        checks,
+        "container was started from the planned spec",
+        planned_digest,
+        (config.get("Labels") or {}).get(SPEC_LABEL),
+    )
+    _check(checks, "container runs the planned vLLM argv", spec["command"], config.get("Cmd"))
     planned = {p["name"]: p["sha256"] for p in images["patches"]}
     labelled = {
         k[len(PATCH_LABEL_PREFIX) :]: v.removeprefix("sha256:")
@@ -193,13 +238,16 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
 
     effective = raw.get("effective", {})
     engine_s = engine_startup_s(container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts"))
+    container_labels = container.get("Config", {}).get("Labels") or {}
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "deploy",
         "host": raw["host"],
         "run_id": raw["run_id"],
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repo": raw.get("repo"),
         "host_facts": raw.get("facts", {}),
+        "host_tuning": host_tuning(raw.get("host_tuning")),
         "stand_in": launch.get("stand_in"),
         "image": {
             "id": image["Id"],
@@ -225,6 +273,10 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "id": container.get("Id"),
             "name": container.get("Name", "").lstrip("/"),
             "started_at": container.get("State", {}).get("StartedAt"),
+            # Read back from Docker: what it was started from (the plan's are container_spec and vllm_argv).
+            "profile": container_labels.get(PROFILE_LABEL),
+            "spec_sha256": container_labels.get(SPEC_LABEL),
+            "cmd": container.get("Config", {}).get("Cmd"),
             "replaced_by_this_deploy": bool(raw.get("replaced")),
             "engine_startup_s": engine_s,
         },
@@ -294,7 +346,9 @@ def build_rendered_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         "host": raw["host"],
         "run_id": raw["run_id"],
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repo": raw.get("repo"),
         "host_facts": raw.get("facts", {}),
+        "host_tuning": host_tuning(raw.get("host_tuning")),
         "stand_in": launch.get("stand_in"),
         "image": {
             "tag": images["runtime_tag"],

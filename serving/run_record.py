@@ -12,6 +12,9 @@ KEYS: dict[str, str] = {
     "plan": "preflight",
     "deploy_started_utc": "preflight",
     "docker_server_version": "preflight",
+    # The host's tuning (kernel command line, governor, THP, swappiness, NUMA balancing, GPU settings) as the
+    # plan's read found it: the module's `tuning` readings, parsed by the manifest (serving/host_tuning.py).
+    "host_tuning": "preflight",
     "host_settings": "runtime",
     "slice_readings": "serving_slice",
     "launched": "serve",

@@ -1,16 +1,18 @@
 """Action plugin refdeploy_plan: the run's plan (serving/plan.py), made once per run on the controller.
 
 It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
-profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`,
-with the lines an operator reads first as `refdeploy_plan_summary`, and the host's facts read in the same run
-(ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts). The same read says what is on the
-host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does not answer, the
-containers on the serving port, the project's images, the serving container, one set aside and the sidecar,
-whether the API key's copy and the sidecar's directory exist, and the rendered spec's sum, mode and owner). A
-run that installs or restarts Docker Engine plans again after it. It is kept out of the plan, which the manifest
-records and must not vary with what a deploy found there. It changes nothing. Bad input (a profile that does not
-load, a GPU profile without gpu_class) fails the task with the one line that says what to fix.
-A host the plan cannot deploy to is not an error here (status and capture still run there);
+profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`, with
+the lines an operator reads first as `refdeploy_plan_summary`, and the host's facts read in the same run
+(ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts), and the host's tuning as the manifest
+records it, `refdeploy_host_tuning` (serving/host_tuning.py: kernel command line, CPU governor, THP, swappiness,
+NUMA balancing and on a GPU host each GPU's settings), kept out of the plan like refdeploy_host. The same read
+says what is on the host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does
+not answer, the containers on the serving port, the project's images, the serving container, one set aside and
+the sidecar, whether the API key's copy and the sidecar's directory exist, and the rendered spec's sum, mode and
+owner). A run that installs or restarts Docker Engine plans again after it. It is kept out of the plan, which
+the manifest records and must not vary with what a deploy found there. It changes nothing. Bad input (a profile
+that does not load, a GPU profile without gpu_class) fails the task with the one line that says what to fix. A
+host the plan cannot deploy to is not an error here (status and capture still run there);
 `refdeploy_plan.failures` says why, and the preflight role stops a deploy on them.
 
   - name: Plan | Build the deployment plan
@@ -35,7 +37,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving import gpu_facts, standin
+        from serving import gpu_facts, host_tuning, standin
         from serving.images import plan_images
         from serving.plan import build_plan, describe
         from serving.profile import load_profile
@@ -66,6 +68,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "served_dirs": list(profile.served_dirs),
                     "api_key_file": key_file or "",
                     "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
+                    "settings_fields": list(host_tuning.SETTINGS_FIELDS),
                     "docker_port": profile.ports.host_port,
                     # By repository: a GPU test host's stand-in runs the CPU images (serving/standin.py).
                     "images": sorted({t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag)}),
@@ -100,6 +103,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "refdeploy_plan": data,
             "refdeploy_plan_summary": describe(plan),
             "refdeploy_host": read.get("host_state") or {},
+            "refdeploy_host_tuning": read.get("tuning"),
         }
         result.update(changed=False, ansible_facts=facts)
         if plan.api.secret_env:

@@ -8,13 +8,15 @@
       served_dirs: [/srv/models/llama]
       api_key_file: /etc/refdeploy/api-key    # its owner, mode, size and type; never its contents
       query_gpu_fields: [index, name, ...]    # serving.gpu_facts.QUERY_GPU_FIELDS
+      settings_fields: [index, ...]           # serving.host_tuning.SETTINGS_FIELDS (GPU mode: the GPUs' settings)
       docker_port: 8000                       # Docker Engine's state (0: not read), see `host_state`
       images: [refdeploy/vllm, refdeploy/probes]   # references (a repository: all its tags)
       paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
       files: [/var/lib/refdeploy/rendered/refdeploy-vllm.json]
     register: got                             # got.readings: {name: text}, as serving/gpu_plan.py reads them;
-                                              # got.host_state: what the roles act on, see below
+                                              # got.host_state: what the roles act on, see below;
+                                              # got.tuning: the host's tuning, for the manifest, see below
 
 Readings (each the tool's own output, in its own format): hostname, served_files (`find -type f -printf
 '%s\\t%p\\n'`), api_key_file (`stat -c '%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L,
@@ -34,6 +36,16 @@ Id, Name, RestartCount, State, Config.Image and Config.Labels; never their envir
 `paths` as directory, file or missing) and `files` (each regular file of `files` as its sha256, mode, uid and
 gid: a role skips writing a file the host has as it would write it). One read for what preflight, images and
 serve would each ask again.
+
+`tuning` is the host's tuning as the manifest records it (serving/host_tuning.py parses it), each reading the
+file's text or null where the file does not exist (no cpufreq on many VMs, no NUMA balancing on some kernels):
+cmdline (/proc/cmdline), cpu_governors ("cpu<N>\t<governor>" per /sys/devices/system/cpu/cpu*/cpufreq/
+scaling_governor), thp_enabled and thp_defrag (/sys/kernel/mm/transparent_hugepage/), swappiness
+(/proc/sys/vm/swappiness), numa_balancing (/proc/sys/kernel/numa_balancing), and in GPU mode gpu_settings
+(`nvidia-smi --query-gpu=<settings_fields> --format=csv,noheader,nounits`: persistence mode, application
+clocks, power limits, ECC mode, PCIe links). Like the plan's readings it only reads; it is kept out of the plan
+(a host's tuning is compared by `make verify`, not planned from). `replayed` names the replay directory where
+there is one, so the manifest says the GPU settings were replayed.
 
 The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
 directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
@@ -157,6 +169,35 @@ def readings(mode: str, host: str, dirs: list[str], key_file: str, fields: list[
     return out
 
 
+def tuning(mode: str, settings_fields: list[str], r: Reader) -> dict[str, str | None]:
+    """The host's tuning, for the manifest (serving/host_tuning.py): each file's text, None where it is absent."""
+    sys_root = Path(r.sys_root)
+    governors = []
+    for f in sorted(sys_root.glob("devices/system/cpu/cpu*/cpufreq/scaling_governor"), key=lambda p: p.parts[-3]):
+        value = _read(str(f))
+        cpu = f.parts[-3]
+        if value is not None and cpu[3:].isdigit():
+            governors.append((int(cpu[3:]), value.strip()))
+    out: dict[str, str | None] = {
+        "cmdline": _read("/proc/cmdline"),
+        "cpu_governors": "".join(f"cpu{n}\t{g}\n" for n, g in sorted(governors)) or None,
+        "thp_enabled": _read(str(sys_root / "kernel/mm/transparent_hugepage/enabled")),
+        "thp_defrag": _read(str(sys_root / "kernel/mm/transparent_hugepage/defrag")),
+        "swappiness": _read("/proc/sys/vm/swappiness"),
+        "numa_balancing": _read("/proc/sys/kernel/numa_balancing"),
+    }
+    if mode == "gpu":
+        # nvidia-smi's absence is already in `missing` (the plan's readings name it): None here.
+        fields = ",".join(settings_fields)
+        has_smi = r.which("nvidia-smi") is not None
+        query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
+        out["gpu_settings"] = r.run(query) if has_smi and settings_fields else None
+    replay = os.environ.get("REFDEPLOY_REPLAY_DIR") or ""
+    if replay:
+        out["replayed"] = replay
+    return out
+
+
 def _docker(argv: list[str], timeout_s: int) -> tuple[int, str, str]:
     """rc, stdout, last stderr line of `docker ARGV`, bounded (127: no docker CLI, 124: no answer in time)."""
     try:
@@ -233,6 +274,7 @@ def main() -> None:
             "served_dirs": {"type": "list", "elements": "str", "default": []},
             "api_key_file": {"type": "str", "default": ""},
             "query_gpu_fields": {"type": "list", "elements": "str", "default": []},
+            "settings_fields": {"type": "list", "elements": "str", "default": []},
             "timeout_s": {"type": "int", "default": 30},
             "docker_port": {"type": "int", "default": 0},
             "images": {"type": "list", "elements": "str", "default": []},
@@ -251,7 +293,8 @@ def main() -> None:
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
     state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["files"], p["timeout_s"])
-    module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state)
+    tuned = tuning(p["mode"], p["settings_fields"], r)
+    module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state, tuning=tuned)
 
 
 if __name__ == "__main__":

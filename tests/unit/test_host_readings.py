@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from serving import gpu_facts, gpu_plan
+from serving import gpu_facts, gpu_plan, host_tuning
 from serving.profile import load_profile
 from tests.ansible_run import run_module
 from tests.unit.test_gpu_plan import IMAGE, _class, _readings
@@ -111,6 +111,38 @@ def test_a_tool_that_does_not_answer_is_named_and_a_missing_one_listed(tmp_path:
     assert r["nvidia_smi_L"] == ""
     if not any((Path(p) / "nvme").exists() for p in os.environ.get("PATH", "").split(":")):
         assert "nvme" in r["missing"].split()
+
+
+def test_the_hosts_tuning_is_read_as_its_files_say_and_absent_where_there_is_none() -> None:
+    t = read_host({"mode": "cpu", "host": "h1"})["tuning"]
+    assert t["cmdline"] == Path("/proc/cmdline").read_text()
+    assert t["swappiness"] == Path("/proc/sys/vm/swappiness").read_text()
+    for name, path in (("thp_enabled", "enabled"), ("thp_defrag", "defrag"), ("numa_balancing", None)):
+        f = (
+            Path("/proc/sys/kernel/numa_balancing")
+            if path is None
+            else Path("/sys/kernel/mm/transparent_hugepage", path)
+        )
+        assert t[name] == (f.read_text() if f.exists() else None)
+    governors = sorted(Path("/sys/devices/system/cpu").glob("cpu*/cpufreq/scaling_governor"))
+    assert (t["cpu_governors"] is None) == (not governors)
+    assert "gpu_settings" not in t and "replayed" not in t  # a CPU host: no nvidia-smi asked, nothing replayed
+    tuned = host_tuning.host_tuning(t)
+    assert tuned is not None and "unreadable" not in tuned
+
+
+def test_a_replayed_gpu_hosts_tuning_comes_from_the_replay_and_says_so() -> None:
+    args = {"mode": "gpu", "host": "gpu3090-a", "settings_fields": list(host_tuning.SETTINGS_FIELDS)}
+    t = read_host(args, replay_env())["tuning"]
+    recorded = (FIXTURE / "nvidia-smi-settings.csv").read_text()
+    assert t["gpu_settings"] == recorded.split("\n", 1)[1]
+    assert t["replayed"] == str(FIXTURE)
+    assert t["cpu_governors"] == "".join(f"cpu{n}\tperformance\n" for n in range(32))
+    tuned = host_tuning.host_tuning(t)
+    assert tuned is not None
+    assert tuned["source"] == f"replayed: {FIXTURE}"
+    assert tuned["cpu_governor"] == "performance" and tuned["thp"] == {"enabled": "madvise", "defrag": "madvise"}
+    assert [g["power_limit_w"] for g in tuned["gpus"]] == [350.0, 350.0, 300.0]
 
 
 @pytest.fixture(autouse=True)

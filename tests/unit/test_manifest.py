@@ -21,8 +21,10 @@ def _raw(d: Path) -> dict[str, Any]:
     images = replace(images, patches=[Patch(n, h, n) for n, h in applied.items()])
     plan = build_plan(load_profile("cpu-tiny"), "localhost", images, {"hostname": "localhost", "served_files": ""})
     container = json.loads((d / "container-inspect.json").read_text())[0]
-    # The fixture container ran the image of its day; the plan's tag is what a container of this plan shows.
+    # The fixture container ran the image of its day; the plan's tag is what a container of this plan shows, and
+    # the labels (the spec's digest, the profile) are what the serve role starts it with.
     container["Config"]["Image"] = images.runtime_tag
+    container["Config"]["Labels"] = {**container["Config"]["Labels"], **plan.launch.spec["labels"]}
     image = {
         "Id": container["Image"],
         "Config": {"Labels": {PATCH_LABEL_PREFIX + n: f"sha256:{h}" for n, h in applied.items()}},
@@ -136,3 +138,55 @@ def test_a_recorded_deploy_is_written_private_and_redacted_and_says_what_differs
     assert bad["error"] is not None and bad["error"].startswith(f"manifest {bad['path']}: the running container")
     assert "memory limit (docker): expected 4294967296, found 8589934592" in bad["error"]
     assert Path(bad["path"]).is_file() and bad["run_id"] != ok["run_id"]
+
+
+def test_a_container_started_from_another_spec_fails_naming_its_argv(vllm_cpu_fixtures: Path) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    config = raw["container_inspect"]["Config"]
+    cmd = list(config["Cmd"])
+    cmd[cmd.index("--max-num-seqs") + 1] = "4"
+    config["Cmd"] = cmd
+    config["Labels"]["org.refdeploy.spec-sha256"] = "ab" * 32
+    m = build_manifest(raw)
+    bad = failed_checks(m)
+    assert any(b.startswith("container runs the planned vLLM argv: expected [") and "'4'" in b for b in bad)
+    assert (
+        f"container was started from the planned spec: expected {m['plan']['launch']['spec_digest']!r}, "
+        f"found {'ab' * 32!r}" in bad
+    )
+    # What runs is recorded beside what was planned.
+    assert m["container"]["cmd"] == cmd and m["vllm_argv"] != cmd
+    assert m["container"]["spec_sha256"] == "ab" * 32 and m["container"]["profile"] == "cpu-tiny"
+    assert m["verified"] is False
+
+
+def test_the_manifest_records_the_hosts_tuning_and_the_repos_commit(vllm_cpu_fixtures: Path) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    raw["host_tuning"] = {"cmdline": "ro quiet\n", "thp_enabled": "[always] madvise never\n", "swappiness": "10\n"}
+    raw["repo"] = {"commit": "c0ffee" * 6 + "0123", "dirty": False, "changed": [], "changed_count": 0}
+    m = build_manifest(raw)
+    assert m["schema_version"] == 2
+    assert m["host_tuning"]["kernel_cmdline"] == "ro quiet" and m["host_tuning"]["thp"]["enabled"] == "always"
+    assert m["host_tuning"]["swappiness"] == 10 and m["host_tuning"]["numa_balancing"] == "absent"
+    assert m["repo"] == raw["repo"]
+
+
+def test_the_repos_commit_and_whether_its_tree_is_dirty(tmp_path: Path) -> None:
+    import subprocess
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *argv], capture_output=True, text=True, check=True).stdout
+
+    assert manifest.repo_state(tmp_path)["commit"] is None  # not a checkout: said, not raised
+    assert "not a git repository" in manifest.repo_state(tmp_path)["error"]
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("a\n")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "a")
+    clean = manifest.repo_state(tmp_path)
+    assert clean == {"commit": git("rev-parse", "HEAD").strip(), "dirty": False, "changed": [], "changed_count": 0}
+    (tmp_path / "a.txt").write_text("b\n")
+    (tmp_path / "new.txt").write_text("n\n")
+    dirty = manifest.repo_state(tmp_path)
+    assert dirty["commit"] == clean["commit"] and dirty["dirty"] is True
+    assert dirty["changed"] == [" M a.txt", "?? new.txt"] and dirty["changed_count"] == 2
