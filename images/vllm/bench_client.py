@@ -214,6 +214,13 @@ def has_fowner() -> bool:
         return False
 
 
+def _owner(path: str) -> int | None:
+    try:
+        return Path(path).stat().st_uid
+    except OSError:
+        return None
+
+
 def residency(files: list[str]) -> dict[str, Any]:
     """The served files' pages in the page cache now, from util-linux fincore (mincore(2) per file): totals in
     pages and bytes, and per file; {"error": why} when fincore could not say.
@@ -225,7 +232,7 @@ def residency(files: list[str]) -> dict[str, Any]:
     if not files:
         return {"error": "no served files found"}
     if not has_fowner():
-        foreign = [f for f in files if os.stat(f).st_uid != os.geteuid()]
+        foreign = [f for f in files if _owner(f) != os.geteuid()]
         if foreign:
             return {
                 "error": f"not read: uid {os.geteuid()} without CAP_FOWNER neither owns nor may write {foreign[0]}, "
