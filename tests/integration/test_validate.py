@@ -52,7 +52,7 @@ def test_bfloat16_against_float32_is_outside_and_a_is_left_running(tmp_path: Pat
     bf16 = tmp_path / "cpu-tiny-bf16.yaml"
     bf16.write_text(yaml.safe_dump(profile))
     r = make("validate", "A=cpu-tiny", f"B={bf16}", timeout=900)
-    assert r.rc == 1, r.output[-4000:]
+    assert r.rc != 0, r.output[-4000:]  # make exits 2 for any failed recipe
     v = _verdict(r.output)
     assert v["verdict"] == "outside run-to-run variation"
     ab, aa = v["a_vs_b"], v["a_vs_a"]
