@@ -318,6 +318,9 @@ def compare(
         from serving import hypothesis as hyp
 
         result["hypothesis"] = hyp.judge(hypothesis, result["points"], min(a.started + b.started), list(FIGURES))
+        for point, why in result["too_few_runs"].items():  # say why a point has no effect to judge
+            if point in result["hypothesis"]["points"]:
+                result["hypothesis"]["points"][point]["why"] = why
     return result
 
 

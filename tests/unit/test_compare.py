@@ -293,3 +293,16 @@ def test_the_plan_of_a_profiled_engine_configures_vllms_profiler_and_labels_it()
     # Another spec: the deploy replaces the container (and rolls back as ever), and `make deploy` puts it back.
     assert plan.spec_digest != plain_plan.spec_digest and plan.argv == spec["command"]
     assert bench.plan_bench(SMOKE, plan, "/o", "0-1", "0-1")["manifest"]["profiler"] == "torch"
+
+
+def test_a_hypothesis_at_a_point_with_too_few_runs_is_inconclusive_and_says_why(tmp_path: Path) -> None:
+    a = make_bench(tmp_path, "a", 1000)
+    b = make_bench(tmp_path, "b", 2000, scale_ttft=4.0)
+    run = b / "runs" / "c1-m1" / "result.json"
+    result = json.loads(run.read_text())
+    result["output_lens"][0] = 5  # B keeps one valid run at c1
+    run.write_text(json.dumps(result))
+    claim = {"statement": "s", "predict": "ttft_ms up at c1", "written_unix_s": 0.0}
+    r = compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), [], hypothesis=claim)
+    assert r["hypothesis"]["verdict"] == "inconclusive"
+    assert r["hypothesis"]["points"]["c1"]["why"].startswith("not compared: B has 1 valid measured run(s) here")
