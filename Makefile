@@ -31,6 +31,8 @@ B         ?=
 C         ?=
 D         ?=
 VARIABLE  ?=
+# make compare DESIGN=restarts: each side's benches must come from separate deploys (restart variation).
+DESIGN    ?=
 # make hypothesis / make compare: what you expect and why, and the prediction ('<figure> up|down [>= n[%]] [at cN]');
 # make compare takes a recorded one (HYPOTHESIS=<ts>), or both here (then it was not written before the runs).
 # Exported: the recipes read them from the environment, so that quotes in them reach the CLI as typed.
@@ -135,7 +137,8 @@ compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only
 	@test -n "$(A)" && test -n "$(B)" || { echo "make compare: set A=<run> and B=<run> (runs/<host>/<ts>, or the ts; several: comma-separated)" >&2; exit 2; }
 	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(C),--c $(C),) $(if $(D),--d $(D),) \
 	  $(if $(VARIABLE),--variable $(VARIABLE),) \
-	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",)
+	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",) \
+	  $(if $(DESIGN),--design $(DESIGN),)
 
 .PHONY: validate
 validate: $(STAMP) ## Correctness through the server: A=<profile> B=<profile>, A vs B beside A vs A across a restart

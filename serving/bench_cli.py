@@ -58,7 +58,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
         text = render_2x2(result)
     else:
         claim = _hypothesis(a, runs_dir)
-        result = compare(side_a, side_b, variables, iterations=a.iterations, hypothesis=claim)
+        result = compare(
+            side_a, side_b, variables, iterations=a.iterations, hypothesis=claim, restarts=a.design == "restarts"
+        )
         text = render_text(result)
     if a.out:
         out = Path(a.out)
@@ -113,6 +115,9 @@ def register(sub: Any) -> None:
     p.add_argument("--out", help="where compare.json/.txt go (default runs/compare/<ts>/)")
     p.add_argument("--hypothesis", help="a recorded hypothesis (its file or timestamp), or its text with --predict")
     p.add_argument("--predict", help="the prediction, e.g. 'tpot_ms down >= 5%%' (serving/hypothesis.py)")
+    p.add_argument(
+        "--design", choices=["restarts"], help="restarts: each side's benches from separate deploys (compare.py)"
+    )
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("hypothesis", help="write down a hypothesis and its prediction before the runs")

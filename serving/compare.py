@@ -81,6 +81,12 @@ class Side:
     observations: dict[str, dict[str, list[list[list[float]]]]]
     # measured runs left out because their bench flagged them invalid: "<bench dir> <run id>: <first flag>"
     excluded: tuple[str, ...] = ()
+    # the serving container each bench ran against (bench/serving-container.json), None where not recorded
+    containers: tuple[str | None, ...] = ()
+
+    def deploys(self) -> int:
+        """How many serving containers (deploys, restarts) this side's benches ran against."""
+        return len({c for c in self.containers if c})
 
 
 def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
@@ -148,12 +154,13 @@ def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, lis
 def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
     if not refs:
         raise InputError(f"side {name}: give at least one bench run")
-    dirs, manifests, started, excluded = [], [], [], []
+    dirs, manifests, started, excluded, containers = [], [], [], [], []
     observations: dict[str, dict[str, list[list[list[float]]]]] = {}
     for ref in refs:
         d = resolve_bench_dir(ref, runs_dir)
         manifest, first, obs, left_out = _load_bench(d)
         excluded += left_out
+        containers.append(_container(d))
         dirs.append(d)
         manifests.append(manifest)
         started.append(first)
@@ -161,7 +168,28 @@ def load_side(name: str, refs: Sequence[str], runs_dir: Path) -> Side:
             into = observations.setdefault(point, {k: [] for k in FIGURES})
             for k, runs in figures.items():
                 into[k].append(runs)
-    return Side(name, tuple(dirs), tuple(manifests), tuple(started), observations, tuple(excluded))
+    return Side(name, tuple(dirs), tuple(manifests), tuple(started), observations, tuple(excluded), tuple(containers))
+
+
+def _container(d: Path) -> str | None:
+    """The serving container's id a bench ran against (bench/serving-container.json), or None."""
+    try:
+        data = json.loads((d / "serving-container.json").read_text())
+        return str((data.get("before") or {}).get("id") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_restarts(sides: Sequence[Side]) -> None:
+    """DESIGN=restarts: each side's benches ran against as many serving containers as there are benches (a deploy
+    or restart before each), so the interval over benches carries restart-to-restart variation."""
+    for s in sides:
+        if len(s.dirs) < 2 or s.deploys() < len(s.dirs):
+            raise CompareRefused(
+                f"DESIGN=restarts: side {s.name} has {len(s.dirs)} bench(es) from {s.deploys()} serving "
+                "container(s); give each side two or more benches, each after its own deploy (make deploy "
+                "ANSIBLE_ARGS='-e serve_force_replace=true' restarts the same profile)"
+            )
 
 
 def _declared(key: str, variables: Sequence[str]) -> bool:
@@ -276,10 +304,13 @@ def compare(
     iterations: int = 4000,
     seed: int = 0,
     hypothesis: Mapping[str, Any] | None = None,
+    restarts: bool = False,
 ) -> dict[str, Any]:
     """The effects at each point both sides measured; with a recorded hypothesis (serving/hypothesis.py), its
-    verdict."""
+    verdict. restarts: the design DESIGN=restarts (check_restarts) is required of both sides."""
     declared = check_conditions(a, b, variables)
+    if restarts:
+        check_restarts([a, b])
     points = [p for p in a.observations if p in b.observations]
     if not points:
         raise CompareRefused(
@@ -299,6 +330,8 @@ def compare(
         "figures_tested": tested,
         "level_per_figure": level,
         "excluded": {"A": list(a.excluded), "B": list(b.excluded)},
+        "deploys": {"A": a.deploys(), "B": b.deploys()},
+        "design": "restarts" if restarts else None,
         "too_few_runs": {},
         "points": {},
     }
@@ -350,6 +383,17 @@ def render_text(r: Mapping[str, Any]) -> str:
         lines.append(
             "note: one bench on a side: drift between benches (load, temperature) is not in the interval; "
             "run several a side, A/B/B/A, for that"
+        )
+    deploys = r.get("deploys") or {}
+    if deploys:
+        restart = (
+            "restart-to-restart variation is in the interval over benches"
+            if r.get("design")
+            else ("DESIGN=restarts requires a deploy before each bench")
+        )
+        lines.append(
+            f"deploys: A's {len(r['a'])} bench(es) ran against {deploys.get('A')} serving container(s), B's "
+            f"{len(r['b'])} against {deploys.get('B')}: {restart}"
         )
     for point, figures in r["points"].items():
         lines += ["", f"{point}:"]

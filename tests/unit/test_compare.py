@@ -306,3 +306,25 @@ def test_a_hypothesis_at_a_point_with_too_few_runs_is_inconclusive_and_says_why(
     r = compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), [], hypothesis=claim)
     assert r["hypothesis"]["verdict"] == "inconclusive"
     assert r["hypothesis"]["points"]["c1"]["why"].startswith("not compared: B has 1 valid measured run(s) here")
+
+
+def _ran_against(bench: Path, container: str) -> None:
+    (bench / "serving-container.json").write_text(json.dumps({"before": {"id": container}, "changed": False}))
+
+
+def test_the_restarts_design_needs_each_bench_of_a_side_from_its_own_deploy(tmp_path: Path) -> None:
+    a1, a2 = make_bench(tmp_path, "a1", 1000), make_bench(tmp_path, "a2", 3000)
+    b1, b2 = make_bench(tmp_path, "b1", 2000), make_bench(tmp_path, "b2", 4000)
+    for d, container in ((a1, "c1"), (a2, "c1"), (b1, "c2"), (b2, "c3")):
+        _ran_against(d, container)
+    a, b = side("A", [a1, a2], tmp_path), side("B", [b1, b2], tmp_path)
+    assert (a.deploys(), b.deploys()) == (1, 2)
+    with pytest.raises(compare.CompareRefused, match=r"DESIGN=restarts: side A has 2 bench\(es\) from 1 serving"):
+        compare.compare(a, b, [], restarts=True)
+    _ran_against(a2, "c4")
+    r = compare.compare(side("A", [a1, a2], tmp_path), b, [], restarts=True)
+    assert r["design"] == "restarts" and r["deploys"] == {"A": 2, "B": 2}
+    assert "restart-to-restart variation is in the interval over benches" in compare.render_text(r)
+    # Without the design the report still says how many deploys each side's benches came from.
+    plain = compare.render_text(compare.compare(side("A", [a1], tmp_path), b, []))
+    assert "A's 1 bench(es) ran against 1 serving container(s), B's 2 against 2" in plain
