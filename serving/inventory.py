@@ -1,8 +1,9 @@
-"""Hosts in an Ansible inventory, read through ansible-inventory (so every inventory format works).
+"""Hosts and groups in an Ansible inventory, read through ansible-inventory (so every inventory format works).
 
-`make` checks HOST before every playbook. ansible-inventory takes about 0.45 s here (most of it importing
-Ansible), on every target's path; a host named literally in a static YAML inventory file (as every inventory
-this project ships names its hosts) is found by reading that file, and only another answer asks Ansible."""
+`make` checks HOST (a host, or a group: make deploy rolls through a group) before every playbook. ansible-inventory
+takes about 0.45 s here (most of it importing Ansible), on every target's path; a host named literally in a static
+YAML inventory file (as every inventory this project ships names its hosts) is found by reading that file, and only
+another answer asks Ansible."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ class InventoryError(InputError):
 
 
 def inventory_hosts(inventory: Path, ansible_inventory: str = "ansible-inventory") -> list[str]:
+    return inventory_listing(inventory, ansible_inventory)[0]
+
+
+def inventory_listing(inventory: Path, ansible_inventory: str = "ansible-inventory") -> tuple[list[str], list[str]]:
+    """(hosts, groups) of an inventory, as ansible-inventory --list gives them."""
     if not inventory.exists():
         raise InventoryError(f"{inventory}: no such inventory (set INVENTORY=inventory/<name>)")
     try:
@@ -33,7 +39,11 @@ def inventory_hosts(inventory: Path, ansible_inventory: str = "ansible-inventory
     if proc.returncode != 0:
         raise InventoryError(f"{inventory}: ansible-inventory failed: {proc.stderr.strip()}")
     data = json.loads(proc.stdout)
-    return sorted(data.get("_meta", {}).get("hostvars", {}))
+    groups = sorted(k for k in data if k != "_meta")
+    # A host without variables is only in its group's "hosts" list, not in _meta.hostvars.
+    hosts = set(data.get("_meta", {}).get("hostvars", {}))
+    hosts.update(h for g in groups if isinstance(data[g], dict) for h in data[g].get("hosts", []))
+    return sorted(hosts), groups
 
 
 def _yaml_sources(inventory: Path) -> list[Path]:
@@ -46,14 +56,15 @@ def _yaml_sources(inventory: Path) -> list[Path]:
 
 
 def _names_host(group: object, host: str) -> bool:
-    """A YAML inventory group (all: {hosts: {...}, children: {...}}) names host literally, at any depth."""
+    """A YAML inventory group (all: {hosts: {...}, children: {...}}) names host literally, or a group of that
+    name, at any depth."""
     if not isinstance(group, dict):
         return False
     hosts = group.get("hosts")
     if isinstance(hosts, dict) and host in hosts:
         return True
     children = group.get("children")
-    return isinstance(children, dict) and any(_names_host(g, host) for g in children.values())
+    return isinstance(children, dict) and (host in children or any(_names_host(g, host) for g in children.values()))
 
 
 def named_in_static_yaml(host: str, inventory: Path) -> bool:
@@ -66,7 +77,8 @@ def named_in_static_yaml(host: str, inventory: Path) -> bool:
             data = yaml.safe_load(source.read_text())
         except (OSError, yaml.YAMLError):
             continue  # Ansible says what is wrong with it
-        if isinstance(data, dict) and "plugin" not in data and any(_names_host(g, host) for g in data.values()):
+        named = isinstance(data, dict) and "plugin" not in data
+        if named and (host in data or any(_names_host(g, host) for g in data.values())):
             return True
     return False
 
@@ -74,10 +86,12 @@ def named_in_static_yaml(host: str, inventory: Path) -> bool:
 def check_host(host: str, inventory: Path, ansible_inventory: str = "ansible-inventory") -> None:
     if named_in_static_yaml(host, inventory):
         return
-    hosts = inventory_hosts(inventory, ansible_inventory)
-    if host not in hosts:
+    hosts, groups = inventory_listing(inventory, ansible_inventory)
+    if host not in hosts and host not in groups:
         listed = ", ".join(hosts) if hosts else "(none)"
+        named = [g for g in groups if g not in ("all", "ungrouped")]
         raise InventoryError(
-            f"unknown HOST '{host}': inventory {inventory} has: {listed} "
-            "(pick one of these, or INVENTORY=... for another inventory)"
+            f"unknown HOST '{host}': inventory {inventory} has: {listed}"
+            + (f"; groups: {', '.join(named)}" if named else "")
+            + " (pick one of these, or INVENTORY=... for another inventory)"
         )

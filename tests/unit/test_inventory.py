@@ -37,10 +37,21 @@ def test_a_host_named_in_a_static_yaml_inventory_is_found_without_ansible(tmp_pa
     (inv / "cloud.yml").write_text("plugin: amazon.aws.aws_ec2\nall:\n  hosts:\n    fake: {}\n")
     # No ansible-inventory: the host is found in hosts.yml alone.
     check_host("gpu3090-a", inv, "/nonexistent/ansible-inventory")
-    for other in ("stray", "fake", "gpus"):
+    for group in ("gpus", "a", "all"):  # a group: make deploy rolls through it
+        check_host(group, inv, "/nonexistent/ansible-inventory")
+    for other in ("stray", "fake"):
         with pytest.raises(InventoryError, match="not found"):  # asks Ansible, which is not there
             check_host(other, inv, "/nonexistent/ansible-inventory")
     # Ansible's answer stands where the file does not name the host: the unknown host is refused by it.
     with pytest.raises(InventoryError, match="unknown HOST 'stray'"):
         check_host("stray", inv, ANSIBLE_INVENTORY)
     check_host("gpu3090-a", REPO / "inventory/production-example", "/nonexistent/ansible-inventory")
+
+
+def test_a_group_is_a_host_to_ansible_and_an_unknown_name_lists_the_groups(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.ini"  # not YAML: only Ansible can answer
+    inv.write_text("[fleet]\ngpu-a\ngpu-b\n")
+    check_host("fleet", inv, ANSIBLE_INVENTORY)
+    check_host("gpu-b", inv, ANSIBLE_INVENTORY)
+    with pytest.raises(InventoryError, match=r"unknown HOST 'flet': .* has: gpu-a, gpu-b; groups: fleet \(pick"):
+        check_host("flet", inv, ANSIBLE_INVENTORY)
