@@ -154,6 +154,8 @@ def _write_inventory(inv: Path, key: Path, profiles: dict[str, Path], share: Pat
         }
     # The 3090 host also has the deploy raise the engine's memlock (the drop-ins and a restart).
     groups["gpu_rtx3090"]["hosts"]["rdtest-gpu3090"]["pinned_ram_engine_memlock"] = "infinity"
+    # Both hosts as one group, the 3090 host first (a roll's canary: test_fleet_roll.py).
+    groups["fleet"] = {"children": {"gpu_rtx3090": {}, "gpu_rtxpro6000": {}}}
     (inv / "hosts.yml").write_text(
         yaml.safe_dump(
             {
