@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -214,15 +215,18 @@ def _client_docker_argv(
     """The client container's `docker run` argv: on the host's network, pinned to the client's CPUs, writing
     into `host_out` and reading the sidecar's logs from `samplers_dir` ("" for none).
 
-    It joins the serving container's PID namespace to read the engine processes' /proc/<pid>/io around each run,
-    and sees nothing of the host's other processes. It starts as root with FOWNER, SETUID and SETGID only: the
+    It sees the host's PIDs, to read the engine processes' /proc/<pid>/io around each run (the serving container's
+    init and its descendants; it records nothing of any other process). It does not join the serving container's
+    PID namespace: a server that dies would take the client with it (the kernel kills a namespace's processes with
+    its init), and the bench would lose the record of the run it died in. It starts as root with FOWNER, SETUID
+    and SETGID only: the
     served files' residency is read by a helper that keeps FOWNER (mincore(2) reports every page resident to a
     reader that neither owns a file nor holds FOWNER), and the client then drops to the runtime user, which the
     engine runs as too (so it may read its /proc/<pid>/io), with no capability left."""
     argv = [
         "docker", "run", "--rm", "--name", f"{container}-bench",
         "--network", "host",
-        "--pid", f"container:{container}",
+        "--pid", "host",
         "--user", "0:0",
         "--cap-drop", "ALL", "--cap-add", "FOWNER", "--cap-add", "SETUID", "--cap-add", "SETGID",
         "--security-opt", "no-new-privileges",
@@ -293,6 +297,8 @@ def plan_bench(
     gpu_class: Mapping[str, Any] | None = None,
     seed_offset: int = 0,
     cache_salt: str | None = None,
+    via: str = "",
+    engine_pid: int | None = None,
 ) -> dict[str, Any]:
     """The client's plan, its container's argv and the bench manifest, from the deployment's plan.
 
@@ -300,7 +306,10 @@ def plan_bench(
     checks first); `host_out` the host directory the client container writes into (mounted at /bench);
     `server_cpuset` what the running serving container is pinned to (docker inspect), "" for unpinned;
     `client_cpus` pins the client (bench_client_cpus), else the CPUs the NUMA plan keeps for it, else the host's
-    outside the server's set.
+    outside the server's set. `via` ("host:port", bench_via) sends everything the client sends through what
+    listens there (a proxy, a load balancer in front of the server) instead of to the server itself: a condition,
+    and the client/server agreement checks say what it did to the stream. `engine_pid` is the serving
+    container's init on the host (docker inspect State.Pid): the client reads its processes' read volume.
     """
     if plan.launch is None or plan.bench is None:
         raise InputError(f"the plan has no serving container on {plan.host}: " + "; ".join(plan.failures))
@@ -308,16 +317,23 @@ def plan_bench(
     profile = plan.profile
     container = plan.launch.spec["name"]
     placement = place_client(host_online_cpus, server_cpuset, client_cpus, targets.client_cpus)
-    runs = client_runs(workload, plan.base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
+    if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
+        raise InputError(f"bench_via={via!r}: give host:port of what the client should send through")
+    base_url = f"http://{via}" if via else plan.base_url
+    runs = client_runs(workload, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
     samplers_dir = f"{profile.probes.sidecar_host_dir}/{container}" if profile.probes.sidecar_samplers else ""
     image = targets.image
     client_plan = {
         "schema_version": SCHEMA_VERSION,
-        "base_url": plan.base_url,
+        "base_url": base_url,
         "out": f"{CLIENT_DIR}/out",
         "samplers_dir": CLIENT_SAMPLERS_DIR if samplers_dir else None,
         "prefix_cache": workload.prefix_cache,
-        "page_cache": {"state": workload.page_cache, "paths": served_paths(profile.served_dirs, targets.volumes)},
+        "page_cache": {
+            "state": workload.page_cache,
+            "paths": served_paths(profile.served_dirs, targets.volumes),
+            "engine_pid": engine_pid,
+        },
         # The user the client drops to once the residency reader has started (images/vllm/bench_client.py).
         "run_as_uid": targets.runtime_uid,
         # The client reads the key from the key file among the volumes below (images/vllm/bench_client.py).
@@ -328,6 +344,8 @@ def plan_bench(
     manifest = _bench_manifest(
         workload, plan, plan.launch, targets, placement, runs, gpu_class, seed_offset, cache_salt
     )
+    manifest["via"] = via or None
+    manifest["base_url"] = base_url
     # Per run: the timeout, the client's start-up and a margin for metrics snapshots.
     timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + 120)
     return {"client_plan": client_plan, "docker_argv": argv, "manifest": manifest, "timeout_s": timeout_s,
@@ -391,6 +409,8 @@ def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
         # The prompts: each run's seed is the workload's + this offset + its position, so another offset sends
         # other prompts (a manifest from before it was recorded had 0).
         "seed_offset": manifest.get("seed_offset", 0),
+        # The client sent through a proxy (bench_via) or to the server itself (None; before it was recorded).
+        "via": manifest.get("via"),
     }
     # The page-cache state became a workload field after benches were recorded; theirs was left as found.
     if isinstance(wanted["workload"], Mapping) and "page_cache" not in wanted["workload"]:

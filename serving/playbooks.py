@@ -252,7 +252,11 @@ def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             str(settings.get("client_cpus") or ""),
             settings.get("gpu_class") or None,
             int(settings.get("seed_offset") or 0),
-            str(settings.get("cache_salt") or "") or cache_salt_for(workload, time.time()),
+            # bench_cache_salt given: the runs reuse the blocks an earlier bench with it cached (flagged hits).
+            (str(settings.get("cache_salt") or "") if workload.prefix_cache != "off" else None)
+            or cache_salt_for(workload, time.time()),
+            str(settings.get("via") or ""),
+            int(settings["engine_pid"]) if settings.get("engine_pid") else None,
         )
     except InputError as e:
         return {"error": str(e)}

@@ -311,11 +311,11 @@ def drop_to(uid: int) -> None:
         os.environ["HOME"] = "/tmp"
 
 
-def engine_io() -> dict[str, Any]:
-    """Read volume so far of every process of the serving container (this container shares its PID namespace:
-    its processes are those descending from its PID 1; the sidecar's and this client's descend from their own
-    init): /proc/<pid>/io's rchar (read syscalls, page-cache hits included) and read_bytes (what the block layer
-    was asked to read). Pids that could not be read are named with the reason."""
+def engine_io(engine_pid: int = 1) -> dict[str, Any]:
+    """Read volume so far of every process of the serving container: `engine_pid` (its init, in this container's
+    view of PIDs: the host's, serving/bench.py) and its descendants. /proc/<pid>/io's rchar (read syscalls,
+    page-cache hits included) and read_bytes (what the block layer was asked to read); pids that could not be
+    read are named with the reason."""
     parents: dict[int, int] = {}
     comms: dict[int, str] = {}
     for d in Path("/proc").iterdir():
@@ -328,14 +328,14 @@ def engine_io() -> dict[str, Any]:
         comms[int(d.name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
         parents[int(d.name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
 
-    def root(pid: int) -> int:
+    def under(pid: int) -> bool:
         seen = 0
-        while parents.get(pid, 0) not in (0, pid) and seen < 4096:
+        while pid != engine_pid and parents.get(pid, 0) not in (0, pid) and seen < 4096:
             pid, seen = parents[pid], seen + 1
-        return pid
+        return pid == engine_pid
 
     out: dict[str, Any] = {"pids": {}, "unreadable": {}}
-    for pid in sorted(p for p in parents if root(p) == 1):
+    for pid in sorted(p for p in parents if under(p)):
         try:
             text = (Path("/proc") / str(pid) / "io").read_text()
             fields: dict[str, str] = dict(line.split(": ", 1) for line in text.splitlines())
@@ -365,7 +365,8 @@ def _bench_between_snapshots(
     read = (reader or ResidencyReader()).read
     status["page_cache"] = {"made": make_page_cache_state(str(cache.get("state", "as-found")), files)}
     status["page_cache"]["before"] = read(files)
-    status["engine_io_before"] = engine_io()
+    engine_pid = int(cache.get("engine_pid") or 1)
+    status["engine_io_before"] = engine_io(engine_pid)
     code, body = http("GET", base + "/metrics")
     if code == 200:
         (run_dir / "metrics-before.txt").write_text(body)
@@ -383,7 +384,7 @@ def _bench_between_snapshots(
     if code == 200:
         (run_dir / "metrics-after.txt").write_text(body)
     status["metrics_after_status"] = code
-    status["engine_io_after"] = engine_io()
+    status["engine_io_after"] = engine_io(engine_pid)
     status["page_cache"]["after"] = read(files)
     return rc, timed_out
 

@@ -11,10 +11,13 @@ is deployed again, as the other tests expect).
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import re
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -303,6 +306,80 @@ def test_cold_and_warm_runs_record_their_page_cache_state(tmp_path: Path) -> Non
     assert got["cold"]["resident_before"] <= 0.05 and got["warm"]["resident_before"] == 1.0, got
     assert got["cold"]["engine_pids"] >= 3 and got["cold"]["engine_pids_unreadable"] == [], got["cold"]
     assert got["warm"]["engine_read_bytes"] is not None
+
+
+def test_a_bench_whose_prefix_cache_was_allowed_to_hit_is_left_out_by_name(tmp_path: Path) -> None:
+    """The same salt twice (bench_cache_salt): the second bench's runs are served from the blocks the first cached.
+    Its bench flags every run that hit, and compare leaves them out, naming each: with none left, it refuses.
+    96-token prompts: with 32-token blocks, a 32-token prompt has no full block before its last token to hit."""
+    smoke = yaml.safe_load((REPO / "serving" / "workloads" / "smoke.yaml").read_text())
+    workload = tmp_path / "longer.yaml"
+    workload.write_text(yaml.safe_dump({**smoke, "input_len": 96, "concurrency": [1]}))
+    salt = f"refdeploy-test-reuse-{time.time_ns()}"
+    args = (f"WORKLOAD={workload}", "RUNS=1", f"ANSIBLE_ARGS=-e bench_cache_salt={salt}")
+    first = make("bench", *args, timeout=600)
+    assert first.rc == 0, first.output[-4000:]
+    again = make("bench", *args, timeout=600)
+    assert again.rc == 0, again.output[-4000:]
+    hit = bench_dir(again)
+    measured = [r for r in summary(hit)["runs"] if r["phase"] == "measured"]
+    assert measured and all(
+        any(f.startswith("prefix-cache hits where none may be") for f in r["flags"]) for r in measured
+    ), [r["flags"] for r in measured]
+    r = make("compare", f"A={hit}", f"B={bench_dir(first)}")
+    assert r.rc != 0
+    assert "A and B have no operating point with valid measured runs on both sides" in r.output
+    assert f"A left out {hit} c1-m1: prefix-cache hits where none may be" in r.output, r.output[-2000:]
+
+
+class _BufferingProxy(http.server.BaseHTTPRequestHandler):
+    """A reverse proxy that holds each response until the server has finished it, as a proxy with response
+    buffering on does (nginx's proxy_buffering, the default): a stream reaches the client in one burst."""
+
+    upstream = ("127.0.0.1", 8000)
+
+    def _relay(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        conn = http.client.HTTPConnection(*self.upstream, timeout=300)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        conn.request(self.command, self.path, body=body or None, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()  # the whole response, then all of it at once
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        conn.close()
+
+    do_GET = do_POST = _relay
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_stream_a_proxy_buffered_is_flagged_and_a_direct_one_is_not(default_benches: list[Path]) -> None:
+    """The same workload through a buffering proxy: the client's chunk times are the proxy's, every measured run is
+    flagged against the server's own TPOT and left out of a compare; the direct benches' runs are mostly not."""
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BufferingProxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        b = bench(f"ANSIBLE_ARGS=-e bench_via=127.0.0.1:{proxy.server_address[1]}", runs="2")
+    finally:
+        proxy.shutdown()
+    assert b.rc == 0, b.output[-4000:]
+    proxied = bench_dir(b)
+    measured = [r for r in summary(proxied)["runs"] if r["phase"] == "measured"]
+    assert measured and all(
+        any(f.startswith("buffered stream: the client's TPOT median") for f in r["flags"]) for r in measured
+    ), [r["flags"] for r in measured]
+    assert "their chunk intervals are not token intervals" in (proxied / "report.txt").read_text()
+    direct = [r for d in default_benches for r in summary(d)["runs"] if r["phase"] == "measured"]
+    assert sum(1 for r in direct if not r["flags"]) > len(direct) / 2, [r["flags"] for r in direct]
+    r = make("compare", f"A={default_benches[0]}", f"B={proxied}", "VARIABLE=via")
+    assert r.rc != 0 and "B left out" in r.output and "buffered stream" in r.output, r.output[-2000:]
 
 
 def test_unknown_workload_is_refused_before_anything_runs() -> None:

@@ -364,3 +364,14 @@ def test_welch_interval_over_bench_medians() -> None:
     assert est == pytest.approx(1.75) and lo < 0 < hi  # two a side: wide, as it should be
     est, lo, hi = stats.welch_interval([1.0, 1.1, 0.9], [5.0, 5.1, 4.9])  # type: ignore[misc]
     assert est == pytest.approx(4.0) and 3.5 < lo < hi < 4.5
+
+
+def test_a_bench_through_a_proxy_sends_there_and_the_proxy_is_a_condition() -> None:
+    direct = bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1")
+    proxied = bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="127.0.0.1:18080")
+    argv = proxied["client_plan"]["runs"][0]["argv"]
+    assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:18080" == proxied["client_plan"]["base_url"]
+    ca, cb = bench.conditions(direct["manifest"]), bench.conditions(proxied["manifest"])
+    assert [k for k in ca if ca[k] != cb.get(k)] == ["via"]
+    with pytest.raises(InputError, match="bench_via='http://x': give host:port"):
+        bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="http://x")

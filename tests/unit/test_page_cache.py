@@ -84,11 +84,19 @@ def test_the_residency_reader_answers_through_its_helper_process(served: list[st
     assert reader.proc.returncode == 0
 
 
-def test_engine_io_reads_the_processes_under_pid_1() -> None:
-    """Here (no shared namespace) PID 1 is this machine's init, and this test process descends from it."""
-    io = client.engine_io()
+def test_engine_io_reads_the_processes_under_the_engines_init() -> None:
+    """This test process stands in for the engine's init: it and its child are read, nothing else."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        io = client.engine_io(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert set(io["pids"]) == {str(os.getpid()), str(child.pid)}
     mine = io["pids"][str(os.getpid())]
-    assert mine["rchar"] > 0 and "read_bytes" in mine
+    assert mine["rchar"] > 0 and "read_bytes" in mine and io["pids"][str(child.pid)]["comm"] == "sleep"
 
 
 # --- the controller's side -----------------------------------------------------------------------------------
@@ -172,10 +180,15 @@ def test_the_report_states_the_page_cache_state_and_its_readings() -> None:
 
 def test_the_client_is_told_the_state_and_the_served_paths_as_it_mounts_them() -> None:
     cold = SMOKE.model_copy(update={"page_cache": "cold"})
-    planned = bench.plan_bench(cold, serving_plan(), "/o", "0-1", "0-1")
-    assert planned["client_plan"]["page_cache"] == {"state": "cold", "paths": ["/models/tiny-llama"]}
+    planned = bench.plan_bench(cold, serving_plan(), "/o", "0-1", "0-1", engine_pid=4242)
+    assert planned["client_plan"]["page_cache"] == {
+        "state": "cold",
+        "paths": ["/models/tiny-llama"],
+        "engine_pid": 4242,
+    }
     argv = planned["docker_argv"]
-    assert argv[argv.index("--pid") + 1] == "container:refdeploy-vllm"
+    # Not the serving container's PID namespace: a server that dies would take the client with it.
+    assert argv[argv.index("--pid") + 1] == "host"
     # root with FOWNER (the residency reader) and what it needs to drop to the runtime user; nothing else
     assert " ".join(argv[argv.index("--user") : argv.index("--security-opt")]) == (
         "--user 0:0 --cap-drop ALL --cap-add FOWNER --cap-add SETUID --cap-add SETGID"
