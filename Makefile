@@ -66,7 +66,7 @@ OBSERVE = $(BIN)/python -S -m serving.observer
 ##@ Serving
 
 .PHONY: deploy
-deploy: $(STAMP) ## Deploy the serving stack to HOST (default: this machine, CPU profile)
+deploy: $(STAMP) ## Deploy the serving stack to HOST (default: this machine, CPU profile); a group rolls, canary first
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/deploy.yml
 
