@@ -132,20 +132,28 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             "workload": load}  # fmt: skip
 
 
+def _requests_container(p: Any, name: str, out: str) -> list[str]:
+    """`docker run` of a probe-image container that sends requests from inside vLLM's network namespace
+    (make profile, make validate): read-only, no capability, 256 MiB, writing only `out` (at /out), on the CPUs
+    the plan keeps for the probes, with the API key's copy where the server has one; up to the image."""
+    argv = ["docker", "run", "--rm", "--name", name, "--network", f"container:{p.profile.container.name}",
+            "--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--memory", "256m", "--volume", f"{out}:/out"]  # fmt: skip
+    if p.probes.cpus:
+        argv += ["--cpuset-cpus", p.probes.cpus]
+    if p.api.key_file:
+        argv += ["--volume", f"{p.api.key_copy}:{API_KEY_MOUNT}:ro"]
+    return [*argv, p.images.probes_tag]
+
+
 def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container of `make validate`: the fixed requests (probes/correctness.py) inside vLLM's network
     namespace, read-only, no capability; its output in settings["out"] on the host."""
     p = parse_plan(plan)
     name = f"{p.profile.container.name}-validate"
     key = bool(p.api.key_file)
-    argv = ["docker", "run", "--rm", "--name", name, "--network", f"container:{p.profile.container.name}",
-            "--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--memory", "256m", "--volume", f"{settings['out']}:/out"]  # fmt: skip
-    if p.probes.cpus:
-        argv += ["--cpuset-cpus", p.probes.cpus]
-    if key:
-        argv += ["--volume", f"{p.api.key_copy}:{API_KEY_MOUNT}:ro"]
-    argv += [p.images.probes_tag, "python3", "-m", "probes.correctness", "--out", "/out",
+    argv = _requests_container(p, name, str(settings["out"]))
+    argv += ["python3", "-m", "probes.correctness", "--out", "/out",
              "--port", str(p.profile.ports.container_port), "--model", p.profile.model.served_name]  # fmt: skip
     if key:
         argv += ["--api-key-file", API_KEY_MOUNT]
@@ -168,15 +176,9 @@ def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         key = bool(p.api.key_file)
         spec["api_key_file"] = API_KEY_MOUNT if key else ""
         name = f"{p.profile.container.name}-profile"
-        argv = ["docker", "run", "--rm", "--name", name, "--network", f"container:{p.profile.container.name}",
-                "--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--memory", "256m", "--volume", f"{settings['out']}:/out"]  # fmt: skip
-        if p.probes.cpus:
-            argv += ["--cpuset-cpus", p.probes.cpus]
-        if key:
-            argv += ["--volume", f"{p.api.key_copy}:{API_KEY_MOUNT}:ro"]
+        argv = _requests_container(p, name, str(settings["out"]))
         stop_s = int(settings.get("stop_timeout_s") or 600)
-        argv += [p.images.probes_tag, "python3", "-m", "probes.profile_run", "--out", "/out",
+        argv += ["python3", "-m", "probes.profile_run", "--out", "/out",
                  "--requests", str(requests), "--stop-timeout-s", str(stop_s),
                  "--spec-json", json.dumps(spec, sort_keys=True, separators=(",", ":"))]  # fmt: skip
     except InputError as e:
