@@ -60,15 +60,35 @@ def unpack(archive: Path | None, dest: Path, top: str, name: str, records: Mappi
     return target
 
 
+# Seconds the collection waits for Docker to notice that the serving container's PID 1 died (after_window_script).
+WAIT_FOR_DOCKER_S = 10
+
+
 def after_window_script(
-    out: str, top: str, serving: str, remove: Sequence[str], log_match: str = "", log_tail: int = 0
+    out: str,
+    top: str,
+    serving: str,
+    remove: Sequence[str],
+    log_match: str = "",
+    log_tail: int = 0,
+    before_pid: int = 0,
 ) -> str:
     """The host's side of a probe's collection (sh). out: the probe's output directory on the host, holding
-    top/ or top.tar.gz; serving: the serving container's name; remove: the probe containers' names."""
+    top/ or top.tar.gz; serving: the serving container's name; remove: the probe containers' names;
+    before_pid: the serving container's PID before the window (0: unknown).
+
+    Docker learns of its container's death asynchronously: just after the kernel killed vLLM's PID 1 (and the
+    probe with it), `docker inspect` can still say "running" with the dead PID, and the capture would be judged
+    to have run throughout (seen once in CI, under load). While the PID before the window is gone from /proc and
+    Docker still reports it, the script waits for Docker to catch up (at most WAIT_FOR_DOCKER_S)."""
     q = shlex.quote
     archive = f"{out.rstrip('/')}/{top}.tar.gz"
+    pid = int(before_pid)
     lines = [
         f"docker rm --force {' '.join(q(n) for n in remove)} >/dev/null 2>&1",
+        f"p={pid}; i=0; while [ $p -gt 0 ] && [ ! -d /proc/$p ] && [ $i -lt {WAIT_FOR_DOCKER_S * 5} ] && "
+        f'[ "$(docker container inspect --format \'{{{{.State.Pid}}}}\' {q(serving)} 2>/dev/null)" = "$p" ]; '
+        "do sleep 0.2; i=$((i+1)); done",
         # One line: the container's object, or what docker said instead ("No such container", or no daemon).
         f"docker container inspect --format '{{{{json .}}}}' {q(serving)} 2>&1 | tr '\\n' ' '"
         " | sed 's/^/serving /'; echo",

@@ -50,12 +50,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             raise AnsibleError(f"the host did not answer: {said or 'exit ' + str(got.get('rc'))}")
         return reply
 
-    def _collect(self, out: str, top: str, serving: str, remove: list[str], log: dict[str, Any], archive: Path) -> Any:
+    def _collect(
+        self, out: str, top: str, serving: str, remove: list[str], log: dict[str, Any], archive: Path, pid: int
+    ) -> Any:
         """Steps 1 and 2: what the host says after the window, and the archive fetched and checked."""
         from serving import fetched
 
         match, tail = str(log.get("match", "")), int(log.get("tail", 0))
-        script = fetched.after_window_script(out, top, serving, remove, match, tail)
+        script = fetched.after_window_script(out, top, serving, remove, match, tail, pid)
         after = fetched.parse_after_window(self._host(script).stdout)
         if fetched.serving_unreadable(after):
             raise AnsibleError(f"could not read {serving} after the window: {after.serving_error}")
@@ -86,7 +88,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         archive = dest / f"{name}.tar.gz"
         after, failure = None, ""
         try:
-            after = self._collect(out, top, serving, remove, dict(args.get("log") or {}), archive)
+            before_pid = int(((args.get("before") or {}).get("State") or {}).get("Pid") or 0)
+            after = self._collect(out, top, serving, remove, dict(args.get("log") or {}), archive, before_pid)
         except (AnsibleError, OSError) as e:
             failure = f"collecting {out}: {e}"
         finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -116,3 +117,34 @@ def test_the_reply_is_read_line_by_line() -> None:
     assert gone.serving is None and not serving_unreadable(gone)  # gone is an answer: the change says "absent"
     down = parse_after_window("serving Cannot connect to the Docker daemon at unix:///var/run/docker.sock. \n")
     assert serving_unreadable(down)
+
+
+def test_the_collection_waits_for_docker_to_notice_that_vllm_died(tmp_path: Path) -> None:
+    # A stand-in docker on PATH (the one seam: Docker's lag is what is tested): it reports the dead PID as running
+    # for its first three answers, as Docker did in CI right after the kernel killed vLLM, then the restarted one.
+    dead = 4194303  # above the kernel's pid_max on this machine's default: never in /proc
+    assert not Path(f"/proc/{dead}").exists()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "sleep", "tr", "sed", "cat", "expr"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
+    calls = tmp_path / "calls"
+    calls.write_text("0")
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {calls}); n=$(expr $n + 1); echo $n > {calls}\n"
+        'case "$*" in *State.Pid*) if [ $n -le 3 ]; then echo ' + str(dead) + "; else echo 777; fi;;\n"
+        ' *inspect*) echo \'{"Id": "abc", "State": {"Status": "running", "Pid": 777}, "RestartCount": 1}\';;\n'
+        "esac\n"
+    )
+    (bin_dir / "docker").chmod(0o755)
+    script = after_window_script(str(tmp_path / "out"), "bundle", "refdeploy-vllm", ["p"], before_pid=dead)
+    got = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": str(bin_dir)}, check=False)
+    after = parse_after_window(got.stdout)
+    assert after.serving is not None and after.serving["State"]["Pid"] == 777, got.stdout + got.stderr
+    assert int(calls.read_text()) >= 5  # rm, three answers with the dead PID, the one that moved on, the inspect
+    # A PID that still lives is not waited on: one question about it at most.
+    calls.write_text("0")
+    script = after_window_script(str(tmp_path / "out"), "bundle", "refdeploy-vllm", ["p"], before_pid=os.getpid())
+    subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": str(bin_dir)}, check=False)
+    assert int(calls.read_text()) == 2  # rm and the inspect
