@@ -490,19 +490,21 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"bench client: bad plan {argv[0]}: {exc}", file=sys.stderr)
         return 2
+    # Started as root with FOWNER, SETUID and SETGID only (serving/bench.py): the residency reader keeps root's
+    # FOWNER, everything else runs as the runtime user, with no capability. The reader starts before the key is
+    # read, so the one process left with a capability never holds the key in its environment.
+    reader = ResidencyReader.start() if os.geteuid() == 0 else None
     if plan.get("api_key"):
         try:
             key = API_KEY_MOUNT.read_text().strip()
         except OSError as exc:
             print(f"bench client: the deploy has an API key; {API_KEY_MOUNT} cannot be read: {exc}", file=sys.stderr)
+            if reader is not None:
+                reader.close()
             return 2
         # In this process's environment only (root-only /proc/<pid>/environ), never in an argv or an artifact.
         os.environ["OPENAI_API_KEY"] = key
-    # Started as root with FOWNER, SETUID and SETGID only (serving/bench.py): the residency reader keeps root's
-    # FOWNER, everything else runs as the runtime user, with no capability.
-    reader = None
-    if os.geteuid() == 0:
-        reader = ResidencyReader.start()
+    if reader is not None:
         drop_to(int(plan.get("run_as_uid", 10001)))
     shutil.rmtree(Path(plan["out"]), ignore_errors=True)
     try:
