@@ -20,13 +20,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from serving.errors import InputError
 from serving.numa import format_cpulist, parse_cpulist
 from serving.redact import redact
 from serving.render import PROFILER_LABEL
-from serving.workload import Workload
+from serving.workload import Workload, canonical_trace, read_prompts, read_trace, sized_for
 
 if TYPE_CHECKING:
     from serving.launch import Launch
@@ -103,26 +104,67 @@ class Point:
 
 
 def points(w: Workload) -> list[Point]:
+    if w.dataset == "trace":
+        # One point: the trace's own arrival times (scaled), no cap.
+        return [Point("trace", None, math.inf)]
     out = [Point(f"c{c}", c, math.inf) for c in w.concurrency]
     out += [Point(f"r{r:g}", None, r) for r in w.arrival_rates]
     return out
 
 
+# Where the client container finds a workload's data file (prompts, trace): copied into its scratch directory.
+DATA_DIR = f"{CLIENT_DIR}/data"
+
+
+def data_file(w: Workload) -> str | None:
+    """The controller's path of the workload's data file (prompts or trace), None for generated prompts."""
+    return w.prompts if w.dataset == "prompts" else w.trace if w.dataset == "trace" else None
+
+
+def _dataset_argv(w: Workload) -> list[str]:
+    """The dataset's own `vllm bench serve` arguments (vLLM 0.32: random, prefix_repetition, custom, timed_trace)."""
+    if w.dataset == "random":
+        return ["--dataset-name", "random", "--random-input-len", str(w.input_len),
+                "--random-output-len", str(w.output_len), "--random-range-ratio", "0"]  # fmt: skip
+    if w.dataset == "shared_prefix":
+        assert w.input_len is not None and w.prefix_len is not None
+        return ["--dataset-name", "prefix_repetition",
+                "--prefix-repetition-prefix-len", str(w.prefix_len),
+                "--prefix-repetition-suffix-len", str(w.input_len - w.prefix_len),
+                "--prefix-repetition-num-prefixes", str(w.num_prefixes),
+                "--prefix-repetition-output-len", str(w.output_len)]  # fmt: skip
+    path = f"{DATA_DIR}/{Path(data_file(w) or '').name}"
+    if w.dataset == "prompts":
+        # The raw prompt goes out: with api chat the server applies the model's chat template, once (vLLM's custom
+        # dataset would otherwise template it on the client too, and the server again).
+        return ["--dataset-name", "custom", "--dataset-path", path, "--custom-output-len", str(w.output_len),
+                "--skip-chat-template"]  # fmt: skip
+    return ["--dataset-name", "timed_trace", "--dataset-path", path,
+            "--timed-trace-sec-multiplier", repr(w.trace_time_scale),
+            "--timed-trace-chunk-hash-size", str(w.trace_block_tokens)]  # fmt: skip
+
+
 def bench_argv(
-    w: Workload, point: Point, seed: int, base_url: str, served_name: str, tokenizer: str, result_dir: str
+    w: Workload,
+    point: Point,
+    seed: int,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    result_dir: str,
+    num_prompts: int | None = None,
 ) -> list[str]:
-    """The `vllm bench serve` arguments of one run (REFERENCE §4, seed 000 §4)."""
+    """The `vllm bench serve` arguments of one run (REFERENCE §4, seed 000 §4). A trace sends its own number of
+    requests (`num_prompts`, its lines)."""
+    chat = w.api == "chat"
     argv = [
-        "--backend", "vllm",
+        "--backend", "openai-chat" if chat else "vllm",
         "--base-url", base_url,
-        "--endpoint", "/v1/completions",
+        "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
         "--model", served_name,
         "--tokenizer", tokenizer,
-        "--dataset-name", w.dataset,
-        "--random-input-len", str(w.input_len),
-        "--random-output-len", str(w.output_len),
-        "--random-range-ratio", "0",
-        "--num-prompts", str(w.num_prompts),
+        *_dataset_argv(w),
+        "--num-prompts", str(num_prompts or w.num_prompts),
         "--request-rate", "inf" if math.isinf(point.request_rate) else repr(point.request_rate),
         "--burstiness", "inf" if math.isinf(w.burstiness) else repr(w.burstiness),
         "--ignore-eos",
@@ -137,6 +179,10 @@ def bench_argv(
     ]  # fmt: skip
     if point.max_concurrency is not None:
         argv += ["--max-concurrency", str(point.max_concurrency)]
+    if w.slo is not None:
+        # vLLM's own goodput beside ours (serving/bench_runs.py): the same SLO, its definitions.
+        names = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2el"}
+        argv += ["--goodput", *(f"{names[k]}:{v:g}" for k, v in w.slo.thresholds_ms().items())]
     return argv
 
 
@@ -162,6 +208,7 @@ def client_runs(
     tokenizer: str,
     seed_offset: int = 0,
     cache_salt: str | None = None,
+    num_prompts: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every run the client makes, in order: per point, the warm-ups then the measured runs.
 
@@ -176,7 +223,9 @@ def client_runs(
                 run_id = f"{p.id}-{'w' if phase == 'warmup' else 'm'}{i + 1}"
                 seed = w.seed + k
                 k += 1
-                argv = bench_argv(w, p, seed, base_url, served_name, tokenizer, f"{CLIENT_DIR}/out/runs/{run_id}")
+                argv = bench_argv(
+                    w, p, seed, base_url, served_name, tokenizer, f"{CLIENT_DIR}/out/runs/{run_id}", num_prompts
+                )
                 salt = f"{cache_salt}-{run_id}" if cache_salt else None
                 if salt:
                     argv += ["--extra-body", json.dumps({"cache_salt": salt})]
@@ -232,6 +281,9 @@ def _client_docker_argv(
         "--security-opt", "no-new-privileges",
         "--cpuset-cpus", placement.client_cpus,
         "--label", "refdeploy.role=bench-client",
+        # vLLM's timed_trace seeds each trace block's tokens with hash(): fixed, so a trace sends the same prompts
+        # in every run and every bench.
+        "--env", "PYTHONHASHSEED=0",
         "-v", f"{host_out}:{CLIENT_DIR}",
     ]  # fmt: skip
     # The serving container's volumes, read-only: the tokenizer resolves as it does in the server.
@@ -316,11 +368,18 @@ def plan_bench(
     targets = plan.bench
     profile = plan.profile
     container = plan.launch.spec["name"]
+    workload, sized = sized_for(workload, profile.name)
+    data = workload_data(workload)
+    fits = context_problem(workload, data, profile.vllm.max_model_len)
+    if fits:
+        raise InputError(fits)
     placement = place_client(host_online_cpus, server_cpuset, client_cpus, targets.client_cpus)
     if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
         raise InputError(f"bench_via={via!r}: give host:port of what the client should send through")
     base_url = f"http://{via}" if via else plan.base_url
-    runs = client_runs(workload, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
+    runs = client_runs(
+        workload, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt, data.get("requests")
+    )
     samplers_dir = f"{profile.probes.sidecar_host_dir}/{container}" if profile.probes.sidecar_samplers else ""
     image = targets.image
     client_plan = {
@@ -346,10 +405,70 @@ def plan_bench(
     )
     manifest["via"] = via or None
     manifest["base_url"] = base_url
+    # The workload's data file by content (a condition), its requests' expected lengths, and any resizing.
+    manifest["workload_data"] = {k: v for k, v in data.items() if k not in ("path", "content")} or None
+    manifest["sized"] = sized
     # Per run: the timeout, the client's start-up and a margin for metrics snapshots.
     timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + 120)
+    # A prompts file goes as it is; a trace as vLLM reads it (canonical_trace: every line with its blocks).
+    name = f"data/{Path(str(data.get('path'))).name}"
+    files = [{"content": data["content"], "name": name}] if "content" in data else []
+    files += [{"src": data["path"], "name": name}] if data.get("path") and "content" not in data else []
     return {"client_plan": client_plan, "docker_argv": argv, "manifest": manifest, "timeout_s": timeout_s,
-            "cgroup_argv": cgroup_argv(plan.images.probes_tag, container)}  # fmt: skip
+            "cgroup_argv": cgroup_argv(plan.images.probes_tag, container), "files": files}  # fmt: skip
+
+
+def workload_data(w: Workload) -> dict[str, Any]:
+    """The workload's data file read and checked on the controller, before any request is sent: {} for generated
+    prompts; else its path, sha256 and lines, and for a trace the requests one run sends and each one's expected
+    output length (vLLM sends a trace's lines in file order)."""
+    path = data_file(w)
+    if path is None:
+        return {}
+    import hashlib
+
+    try:
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise InputError(f"workload {w.name}: {w.dataset} file {path} cannot be read: {exc.strerror or exc}") from None
+    if w.dataset == "prompts":
+        return {"path": path, "sha256": digest, "lines": len(read_prompts(path))}
+    entries = read_trace(path)[: w.num_prompts or None]
+    text, shared = canonical_trace(entries, w.trace_block_tokens)
+    return {
+        "path": path,
+        "sha256": digest,
+        "content": text,
+        "shared_blocks": shared,
+        "lines": len(entries),
+        "requests": len(entries),
+        "expected_output_lens": [int(e["output_length"]) for e in entries],
+        "max_tokens": max(int(e["input_length"]) + int(e["output_length"]) for e in entries),
+        "span_s": float(entries[-1]["timestamp"] - entries[0]["timestamp"]) * w.trace_time_scale,
+    }
+
+
+def context_problem(w: Workload, data: Mapping[str, Any], max_model_len: int | None) -> str | None:
+    """A workload whose prompt and output would not fit the profile's context (vLLM would refuse every request
+    mid-bench): one line, before any request. A prompts file's lengths are known only to the tokenizer, so only
+    its output length is checked here."""
+    if not max_model_len:
+        return None
+    if w.dataset == "trace":
+        longest = int(data.get("max_tokens") or 0)
+        what = f"its longest request needs {longest} tokens (input_length + output_length)"
+    elif w.dataset == "prompts":
+        longest = int(w.output_len or 0)
+        what = f"output_len {longest}"
+    else:
+        longest = int(w.input_len or 0) + int(w.output_len or 0)
+        what = f"input_len {w.input_len} + output_len {w.output_len} = {longest} tokens"
+    if longest <= max_model_len:
+        return None
+    return (
+        f"workload {w.name}: {what}, beyond the profile's context (max_model_len {max_model_len}): shorten them, "
+        f"give the workload a `sizes` entry for this profile, or deploy a profile with a longer context"
+    )
 
 
 CGROUP_MOUNT = "/host/sys/fs/cgroup"
@@ -378,8 +497,24 @@ _NOT_CONDITIONS = (
     "workload.description",
     "workload.name",
     "workload.runs",
+    # The data file's place on the controller: its content (workload_data.sha256) is the condition.
+    "workload.prompts",
+    "workload.trace",
+    # Sizes other profiles would run: the sizes this bench ran are in the workload's own fields.
+    "workload.sizes",
+    # The SLO judges the figures; it does not change what was sent (two benches with other SLOs compare).
+    "workload.slo",
     "gpu_class",
 )
+
+
+def workload_defaults() -> dict[str, Any]:
+    """Every optional workload field's default, as a manifest records it (JSON)."""
+    return {
+        name: (f.get_default(call_default_factory=True) if not f.is_required() else None)
+        for name, f in Workload.model_fields.items()
+        if not f.is_required()
+    }
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -412,9 +547,12 @@ def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
         # The client sent through a proxy (bench_via) or to the server itself (None; before it was recorded).
         "via": manifest.get("via"),
     }
-    # The page-cache state became a workload field after benches were recorded; theirs was left as found.
-    if isinstance(wanted["workload"], Mapping) and "page_cache" not in wanted["workload"]:
-        wanted["workload"] = {**wanted["workload"], "page_cache": "as-found"}
+    # Fields the workload gained after benches were recorded take their defaults, which is what those benches
+    # ran (page_cache "as-found", api "completions", ...).
+    if isinstance(wanted["workload"], Mapping):
+        wanted["workload"] = {**workload_defaults(), **wanted["workload"]}
+    # The data file by content: another file at the same path sends other requests.
+    wanted["workload_data"] = {"sha256": (manifest.get("workload_data") or {}).get("sha256")}
     flat = flatten(wanted)
     return {k: v for k, v in flat.items() if not any(k == n or k.startswith(n + ".") for n in _NOT_CONDITIONS)}
 

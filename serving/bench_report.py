@@ -27,6 +27,7 @@ from serving import bench, bench_runs, bench_trace, memory_phases
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 from serving.stats import describe
+from serving.workload import intends_prefix_hits
 
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
@@ -61,7 +62,13 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         status = _load(d / "status.json") or {"status": "not run", "reason": "no status.json: the client stopped first"}
         result = _load(d / bench.RESULT_FILE)
         summary = bench_runs.summarize_run(
-            run, status, result, _text(d / "metrics-before.txt"), _text(d / "metrics-after.txt"), workload
+            run,
+            status,
+            result,
+            _text(d / "metrics-before.txt"),
+            _text(d / "metrics-after.txt"),
+            workload,
+            manifest.get("workload_data"),
         )
         runs.append(summary)
         obs[run["id"]] = bench_runs.parse_requests(result) if isinstance(result, dict) else []
@@ -86,6 +93,14 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
     else:
         cache_note = "prefix caching off on the server"
     hits = sum(((r["server"] or {}).get("prefix_cache_hits") or 0) for r in measured)
+    queries = sum(((r["server"] or {}).get("prefix_cache_queries") or 0) for r in measured)
+    intended = intends_prefix_hits(workload, manifest.get("workload_data"))
+    if intended:
+        cache_note = (
+            "HITS INTENDED: the prompts share prefixes, so the cache serving them is what this workload measures; "
+            + cache_note
+            + ", so every hit came from the run's own requests"
+        )
     return {
         "schema_version": bench.SCHEMA_VERSION,
         "status": status,
@@ -93,7 +108,14 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         "bench_dir": str(bench_dir),
         "manifest": manifest,
         "client": client,
-        "prefix_cache": {"mode": mode, "note": cache_note, "hits_in_measured_runs": hits},
+        "prefix_cache": {
+            "mode": mode,
+            "note": cache_note,
+            "hits_intended": intended,
+            "hits_in_measured_runs": hits,
+            "queries_in_measured_runs": queries,
+            "hit_rate": hits / queries if queries else None,
+        },
         "page_cache": page_cache_summary(workload, runs),
         "grouped_streaming": any(r["grouped_streaming"] for r in measured),
         "output_length_mismatch": [r["id"] for r in runs if any("output length mismatch" in f for f in r["flags"])],
@@ -144,6 +166,8 @@ def _stat(d: Mapping[str, Any] | None) -> str:
 
 
 def _point_label(p: Mapping[str, Any]) -> str:
+    if p.get("point") == "trace":
+        return "trace replay"
     if p.get("request_rate") is not None:
         return f"rate {p['request_rate']:g} req/s"
     return f"concurrency {p.get('max_concurrency')}"
@@ -246,6 +270,49 @@ def _page_cache_line(pc: Mapping[str, Any]) -> str:
     )
 
 
+def workload_line(w: Mapping[str, Any], data: Mapping[str, Any] | None) -> str:
+    """What one run sends, in words: the path, the dataset and its lengths, the arrivals."""
+    api = "/v1/chat/completions (the model's chat template)" if w.get("api") == "chat" else "/v1/completions"
+    dataset = w.get("dataset", "random")
+    data = data or {}
+    if dataset == "shared_prefix":
+        what = (
+            f"{w['num_prefixes']} shared prefix(es) of {w['prefix_len']} tokens, {w['input_len']} in / "
+            f"{w['output_len']} out tokens"
+        )
+    elif dataset == "prompts":
+        name = Path(str(w["prompts"])).name
+        what = f"prompts from {name} ({data.get('lines', '?')} prompts), {w['output_len']} out tokens"
+    elif dataset == "trace":
+        what = (
+            f"trace {Path(str(w['trace'])).name} replayed on its timestamps x{w.get('trace_time_scale', 1):g}: "
+            f"{data.get('requests', '?')} requests over {_f(data.get('span_s'))} s"
+        )
+    else:
+        what = f"random {w['input_len']} in / {w['output_len']} out tokens"
+    arrivals = ""
+    if dataset != "trace" and w.get("arrival_rates"):
+        b = w.get("burstiness", 1.0)
+        # JSON has no infinity: the manifest holds null for .inf (evenly spaced).
+        kind = "Poisson" if b == 1 else "evenly spaced" if b in (None, math.inf) else f"gamma, burstiness {b:g}"
+        arrivals = f", arrivals {kind}"
+    count = "" if dataset == "trace" else f", {w['num_prompts']} prompts per run"
+    return f"{api}, {what}{count}{arrivals}"
+
+
+def slo_line(slo: Mapping[str, Any]) -> str:
+    given = [f"{k} <= {slo[k]}" for k in ("ttft", "tpot", "e2e") if slo.get(k)]
+    return ", ".join(given) + f"; a load holds it when {float(slo.get('min_share', 0.9)):.0%} of requests meet all"
+
+
+def holds_line(p: Mapping[str, Any], slo: Mapping[str, Any]) -> str:
+    """Whether the point held the SLO: the median share of its runs meeting it, against min_share."""
+    share = (p.get("slo_share_met") or {}).get("median")
+    if share is None:
+        return "-"
+    return "yes" if share >= float(slo.get("min_share", 0.9)) else "no"
+
+
 def _header_lines(s: Mapping[str, Any]) -> list[str]:
     m = s["manifest"]
     w = m["workload"]
@@ -261,12 +328,18 @@ def _header_lines(s: Mapping[str, Any]) -> list[str]:
         *profiled,
         f"status: {s['status'].upper()}" + (f": {s['reason']}" if s["reason"] else ""),
         f"host {m['host']}, profile {m['profile'].get('name')}, image {m['runtime_image']}",
-        f"workload {w['name']}: {w['dataset']} {w['input_len']} in / {w['output_len']} out tokens, "
-        f"{w['num_prompts']} prompts per run, seed {w['seed']}, {w['warmups']} warm-up + {w['runs']} measured runs "
-        "per point, --ignore-eos",
+        f"workload {w['name']}: {workload_line(w, m.get('workload_data'))}, seed {w['seed']}, "
+        f"{w['warmups']} warm-up + {w['runs']} measured runs per point, --ignore-eos",
+        *([f"  {m['sized']}"] if m.get("sized") else []),
+        *([f"  SLO per request: {slo_line(w['slo'])}"] if w.get("slo") else []),
         f"client CPUs {c['client_cpus']} (server {c['server_cpus']}): {c['note']}",
         f"prefix cache: {s['prefix_cache']['note']}; "
-        f"hits in measured runs: {_f(s['prefix_cache']['hits_in_measured_runs'])}",
+        f"hits in measured runs: {_f(s['prefix_cache']['hits_in_measured_runs'])} tokens"
+        + (
+            f" of {_f(pc['queries_in_measured_runs'])} queried (hit rate {_pct(pc['hit_rate'])})"
+            if (pc := s["prefix_cache"]).get("queries_in_measured_runs")
+            else ""
+        ),
         *([_page_cache_line(s["page_cache"])] if "page_cache" in s else []),
         "definitions: TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1); "
         "N from the server's usage",
@@ -315,6 +388,12 @@ def _point_tables(s: Mapping[str, Any]) -> list[str]:
         for p in s["points"]
     ]  # fmt: skip
     lines += _table(("point", "server TTFT ms", "server TPOT ms", "server queue ms"), rows)
+    slo = (s["manifest"]["workload"] or {}).get("slo")
+    if slo:
+        lines += ["", f"SLO per request ({slo_line(slo)}); per run, median [min-max] over runs:"]
+        rows = [(_point_label(p), _stat(p.get("slo_share_met")), _stat(p.get("goodput_req_s")), _stat(p["request_s"]),
+                 holds_line(p, slo)) for p in s["points"]]  # fmt: skip
+        lines += _table(("point", "share meeting all", "goodput req/s", "completed req/s", "holds"), rows)
     rate_points = [p for p in s["points"] if p.get("request_rate") is not None]
     if rate_points:
         lines += ["", "fixed arrival rate:"]

@@ -178,20 +178,30 @@ def server_figures(before_text: str, after_text: str) -> dict[str, Any]:
 
 
 def _request_flags(
-    obs: Sequence[RequestObs], result: Mapping[str, Any] | None, workload: Mapping[str, Any]
+    obs: Sequence[RequestObs],
+    result: Mapping[str, Any] | None,
+    workload: Mapping[str, Any],
+    data: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """What the client's own record says is wrong: failed requests, a request count or output length other
-    than the workload's (the denominators would differ)."""
+    than the workload's (the denominators would differ). A trace's requests each have their own output length,
+    in the trace's order (`data`: the manifest's workload_data)."""
     flags: list[str] = []
     ok = [o for o in obs if o.success]
     failed = len(obs) - len(ok)
     if result is not None and failed:
         errs = sorted({o.error for o in obs if not o.success and o.error})[:3]
         flags.append(f"{failed} of {len(obs)} requests failed" + (f" ({'; '.join(errs)})" if errs else ""))
-    if result is not None and len(obs) != int(workload["num_prompts"]):
-        flags.append(f"{len(obs)} requests recorded, {workload['num_prompts']} requested")
-    asked = int(workload["output_len"])
-    short = [o for o in ok if o.output_tokens != asked]
+    requested = int((data or {}).get("requests") or workload["num_prompts"])
+    if result is not None and len(obs) != requested:
+        flags.append(f"{len(obs)} requests recorded, {requested} requested")
+    expected = list((data or {}).get("expected_output_lens") or [])
+    if workload.get("output_len") is not None:
+        short = [o for o in ok if o.output_tokens != int(workload["output_len"])]
+        asked = f"{workload['output_len']}"
+    else:
+        short = [o for o in ok if o.index < len(expected) and o.output_tokens != expected[o.index]]
+        asked = "the trace's lengths"
     if short:
         got = sorted({o.output_tokens for o in short}, key=lambda x: -1 if x is None else x)
         flags.append(
@@ -201,15 +211,47 @@ def _request_flags(
     return flags
 
 
-def _server_flags(server: Mapping[str, Any], obs: Sequence[RequestObs], counted: bool) -> list[str]:
-    """What the server's side says of the client's figures: a restart, prefix-cache hits, a stream that reached
-    the client in bursts (its TPOT beside the server's) or late (its TTFT beside the server's), tokens the client
-    did not count."""
+def slo_figures(obs: Sequence[RequestObs], duration_s: float | None, slo: Mapping[str, Any]) -> dict[str, Any]:
+    """The run against its per-request SLOs: the share of its requests meeting each, and all (a failed request
+    meets none), and goodput, the requests meeting all per second of the run (vLLM's definition; a request with
+    one output token meets the TPOT objective)."""
+    from serving.workload import Slo
+
+    limits = Slo.model_validate(dict(slo)).thresholds_ms()
+    got = {
+        "ttft_ms": lambda o: _ms(o.ttft_s),
+        "tpot_ms": lambda o: _ms(o.tpot_s) if (o.output_tokens or 0) > 1 else 0.0,
+        "e2e_ms": lambda o: _ms(o.e2el_s),
+    }
+
+    def meets(o: RequestObs, key: str) -> bool:
+        value = got[key](o)
+        return o.success and value is not None and value <= limits[key]
+
+    n = len(obs)
+    met_all = sum(1 for o in obs if all(meets(o, k) for k in limits))
+    return {
+        "thresholds_ms": limits,
+        "min_share": float(slo.get("min_share", 0.9)),
+        "requests": n,
+        "met_all": met_all,
+        "share_met": met_all / n if n else None,
+        "share_met_each": {k: (sum(1 for o in obs if meets(o, k)) / n if n else None) for k in limits},
+        "goodput_req_s": met_all / duration_s if duration_s else None,
+    }
+
+
+def _server_flags(
+    server: Mapping[str, Any], obs: Sequence[RequestObs], counted: bool, hits_intended: bool = False
+) -> list[str]:
+    """What the server's side says of the client's figures: a restart, prefix-cache hits (unless the workload
+    shares prefixes on purpose), a stream that reached the client in bursts (its TPOT beside the server's) or late
+    (its TTFT beside the server's), tokens the client did not count."""
     flags: list[str] = []
     if server["restarted"]:
         flags.append("the server restarted during the run")
     hits = server["prefix_cache_hits"]
-    if hits:
+    if hits and not hits_intended:
         flags.append(f"prefix-cache hits where none may be: {hits:g} tokens (the cache served part of the prefill)")
     client_tpot = describe([_ms(o.tpot_s) for o in obs if o.success])["median"]
     server_tpot = server["tpot"]["mean_ms"]
@@ -321,18 +363,22 @@ def summarize_run(
     metrics_before: str | None,
     metrics_after: str | None,
     workload: Mapping[str, Any],
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One run's figures and flags, from its raw artifacts (status.json, result.json, the two snapshots)."""
+    """One run's figures and flags, from its raw artifacts (status.json, result.json, the two snapshots);
+    `data` is the manifest's workload_data (a trace's request count and output lengths)."""
+    from serving.workload import intends_prefix_hits
+
     state = str(status.get("status", "not run"))
     flags = [f"run {state}: {status.get('reason', 'no reason recorded')}"] if state != "ok" else []
     obs = parse_requests(result) if result else []
     ok = [o for o in obs if o.success]
-    flags += _request_flags(obs, result, workload)
+    flags += _request_flags(obs, result, workload, data)
     grouped_requests = sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
     server, missing = _server_side(state, metrics_before, metrics_after)
     flags += missing
     if server is not None:
-        flags += _server_flags(server, obs, result is not None)
+        flags += _server_flags(server, obs, result is not None, intends_prefix_hits(workload, data))
     cache = page_cache_figures(status)
     flags += _page_cache_flags(cache)
     rate = achieved_rate(obs)
@@ -381,8 +427,17 @@ def summarize_run(
             for k in ("median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms", "output_throughput")
         },
         "server": server,
+        "prefix_cache_hit_rate": _hit_rate(server),
         "page_cache": cache,
+        "slo": slo_figures(obs, duration, workload["slo"]) if workload.get("slo") else None,
     }
+
+
+def _hit_rate(server: Mapping[str, Any] | None) -> float | None:
+    """Prefix-cache hits over queries in the run's window (tokens; vllm:prefix_cache_*_total deltas)."""
+    if not server or not server.get("prefix_cache_queries"):
+        return None
+    return float(server.get("prefix_cache_hits") or 0) / float(server["prefix_cache_queries"])
 
 
 def pool_point(
@@ -416,4 +471,7 @@ def pool_point(
         "server_ttft_mean_ms": describe([(r["server"] or {}).get("ttft", {}).get("mean_ms") for r in usable]),
         "server_tpot_mean_ms": describe([(r["server"] or {}).get("tpot", {}).get("mean_ms") for r in usable]),
         "server_queue_mean_ms": describe([(r["server"] or {}).get("queue", {}).get("mean_ms") for r in usable]),
+        "prefix_cache_hit_rate": describe([r.get("prefix_cache_hit_rate") for r in usable]),
+        "slo_share_met": describe([(r.get("slo") or {}).get("share_met") for r in usable]),
+        "goodput_req_s": describe([(r.get("slo") or {}).get("goodput_req_s") for r in usable]),
     }

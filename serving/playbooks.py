@@ -77,6 +77,11 @@ def capture_load(p: Any, workload: str) -> dict[str, Any] | None:
     if not workload:
         return None
     w = load_workload(workload)
+    if w.dataset not in ("random", "shared_prefix") or w.api != "completions":
+        raise InputError(
+            f"WORKLOAD={workload}: a capture's own load sends random token prompts to /v1/completions; for "
+            f"{w.api} with {w.dataset} prompts, run `make bench WORKLOAD={workload}` and capture beside it"
+        )
     if p.bench is None:
         raise InputError(f"WORKLOAD={workload}: the plan has no serving container on {p.host} to send requests to")
     return {
