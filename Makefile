@@ -20,6 +20,8 @@ PROBE     ?=
 # condition allowed to differ between them (e.g. max_num_seqs).
 WORKLOAD  ?= default
 RUNS      ?=
+# make bench SEARCH=rate|concurrency: search for the knee (the highest load at which the workload's SLOs hold).
+SEARCH    ?=
 # make profile: requests under the profiler, and KEEP=1 to leave the engine profiled afterwards. PROFILER=torch
 # plans any other target against the profiled engine (a bench of it, a capture of it).
 REQUESTS  ?= 4
@@ -128,9 +130,10 @@ profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of W
 ##@ Benchmarks
 
 .PHONY: bench
-bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n; report in runs/<host>/<ts>/bench/
+bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n [SEARCH=rate|concurrency: the knee]; report in runs/<host>/<ts>/bench/
 	@$(CHECK_HOST)
-	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),)
+	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),) \
+	  $(if $(SEARCH),-e bench_search=$(SEARCH),)
 
 .PHONY: compare
 compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI); 2x2: C= D= VARIABLE=v1,v2

@@ -351,6 +351,7 @@ def plan_bench(
     cache_salt: str | None = None,
     via: str = "",
     engine_pid: int | None = None,
+    search: str = "",
 ) -> dict[str, Any]:
     """The client's plan, its container's argv and the bench manifest, from the deployment's plan.
 
@@ -377,9 +378,17 @@ def plan_bench(
     if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
         raise InputError(f"bench_via={via!r}: give host:port of what the client should send through")
     base_url = f"http://{via}" if via else plan.base_url
-    runs = client_runs(
-        workload, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt, data.get("requests")
-    )
+    knee = search_plan(workload, search, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
+    if knee is not None:
+        # The search's first load, once, as the warm-up; its measured runs are decided as it goes.
+        warm = workload.model_copy(update={"runs": 0, "concurrency": [], "arrival_rates": []})
+        warm = warm.model_copy(update={"concurrency": [int(knee["start"])]} if search == "concurrency"
+                               else {"arrival_rates": [float(knee["start"])]})  # fmt: skip
+        runs = client_runs(warm, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
+    else:
+        runs = client_runs(
+            workload, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt, data.get("requests")
+        )
     samplers_dir = f"{profile.probes.sidecar_host_dir}/{container}" if profile.probes.sidecar_samplers else ""
     image = targets.image
     client_plan = {
@@ -398,6 +407,7 @@ def plan_bench(
         # The client reads the key from the key file among the volumes below (images/vllm/bench_client.py).
         "api_key": targets.api_key,
         "runs": runs,
+        "search": knee,
     }
     argv = _client_docker_argv(container, placement, host_out, targets.volumes, samplers_dir, image)
     manifest = _bench_manifest(
@@ -405,17 +415,72 @@ def plan_bench(
     )
     manifest["via"] = via or None
     manifest["base_url"] = base_url
+    manifest["search"] = {k: v for k, v in knee.items() if k != "argv"} if knee else None
     # The workload's data file by content (a condition), its requests' expected lengths, and any resizing.
     manifest["workload_data"] = {k: v for k, v in data.items() if k not in ("path", "content")} or None
     manifest["sized"] = sized
-    # Per run: the timeout, the client's start-up and a margin for metrics snapshots.
-    timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + 120)
+    # Per run: the timeout, the client's start-up and a margin for metrics snapshots; a search's runs are at most
+    # its max_runs.
+    searched = knee["max_runs"] * (workload.run_timeout_s + 30) if knee else 0
+    timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + searched + 120)
     # A prompts file goes as it is; a trace as vLLM reads it (canonical_trace: every line with its blocks).
     name = f"data/{Path(str(data.get('path'))).name}"
     files = [{"content": data["content"], "name": name}] if "content" in data else []
     files += [{"src": data["path"], "name": name}] if data.get("path") and "content" not in data else []
     return {"client_plan": client_plan, "docker_argv": argv, "manifest": manifest, "timeout_s": timeout_s,
             "cgroup_argv": cgroup_argv(plan.images.probes_tag, container), "files": files}  # fmt: skip
+
+
+def search_plan(
+    w: Workload,
+    kind: str,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    seed_offset: int = 0,
+    cache_salt: str | None = None,
+) -> dict[str, Any] | None:
+    """What the client needs to run a knee search (serving/knee.py, images/vllm/bench_client.py): the kind, its
+    settings, the SLO thresholds, and the argv of a run without its load (the client adds --request-rate or
+    --max-concurrency, the seed, the result directory and the run's cache salt). None without SEARCH. Refused with
+    one line: an unknown kind, a workload without an SLO, a trace (its timestamps set the load)."""
+    if not kind:
+        return None
+    if kind not in ("rate", "concurrency"):
+        raise InputError(f"SEARCH={kind}: give SEARCH=rate (arrival rate, no cap) or SEARCH=concurrency")
+    if w.slo is None or not w.slo.thresholds_ms():
+        raise InputError(
+            f"SEARCH={kind}: workload {w.name} has no slo, and the knee is the highest load that meets one: give it "
+            "e.g. slo: {ttft: 500ms, tpot: 100ms}"
+        )
+    if w.dataset == "trace":
+        raise InputError(f"SEARCH={kind}: a trace sets its own load (its timestamps); search with another dataset")
+    rng = w.search.rate if kind == "rate" else w.search.concurrency
+    if kind == "concurrency" and (rng.start != int(rng.start) or rng.limit != int(rng.limit)):
+        raise InputError(f"workload {w.name}: search.concurrency start and limit are whole numbers of requests")
+    if rng.start > rng.limit:
+        raise InputError(f"workload {w.name}: search.{kind} start {rng.start:g} is above its limit {rng.limit:g}")
+    template = bench_argv(w, Point("search", None, math.inf), 0, base_url, served_name, tokenizer, "")
+    # The client sets these per run: drop the template's values.
+    for name in ("--request-rate", "--seed", "--result-dir"):
+        i = template.index(name)
+        del template[i : i + 2]
+    return {
+        "kind": kind,
+        "start": rng.start,
+        "limit": rng.limit,
+        "min_share": w.slo.min_share,
+        "slo_ms": w.slo.thresholds_ms(),
+        "probe_runs": w.search.probe_runs,
+        # At least the workload's measured runs per bracketing load, as a plain bench has per point.
+        "confirm_runs": max(w.search.confirm_runs, w.runs, 2),
+        "resolution": w.search.resolution,
+        "max_runs": w.search.max_runs,
+        "seed": w.seed + seed_offset + 1000,
+        "cache_salt": cache_salt,
+        "timeout_s": w.run_timeout_s,
+        "argv": template,
+    }
 
 
 def workload_data(w: Workload) -> dict[str, Any]:
@@ -504,6 +569,8 @@ _NOT_CONDITIONS = (
     "workload.sizes",
     # The SLO judges the figures; it does not change what was sent (two benches with other SLOs compare).
     "workload.slo",
+    # How a knee search would search: a plain bench sends nothing by it (a search's loads are in its runs).
+    "workload.search",
     "gpu_class",
 )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -57,7 +58,9 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
     client = _load(bench_dir / "client.json")
     runs: list[dict[str, Any]] = []
     obs: dict[str, list[bench_runs.RequestObs]] = {}
-    for run in manifest["runs"]:
+    # A knee search's runs were decided as it went: the client lists them after the plan's warm-up.
+    planned = list(manifest["runs"]) + list((client or {}).get("search_runs") or [])
+    for run in planned:
         d = bench_dir / "runs" / run["id"]
         status = _load(d / "status.json") or {"status": "not run", "reason": "no status.json: the client stopped first"}
         result = _load(d / bench.RESULT_FILE)
@@ -72,7 +75,9 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         )
         runs.append(summary)
         obs[run["id"]] = bench_runs.parse_requests(result) if isinstance(result, dict) else []
-    point_ids = list(dict.fromkeys(r["point"] for r in manifest["runs"]))
+    point_ids = list(
+        dict.fromkeys(r["point"] for r in planned if r["phase"] == "measured" or not manifest.get("search"))
+    )
     points = [bench_runs.pool_point(p, runs, obs) for p in point_ids]
     failed = [r for r in runs if r["status"] != "ok"]
     measured = [r for r in runs if r["phase"] == "measured"]
@@ -83,7 +88,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         reason = reason or "the client left no client.json (it was stopped, or never started)"
     resets = {
         (_load(bench_dir / "runs" / r["id"] / "status.json") or {}).get("prefix_cache_reset", {}).get("status")
-        for r in manifest["runs"]
+        for r in planned
     }
     mode = workload.get("prefix_cache")
     if mode == "fresh":
@@ -129,7 +134,86 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         "gpu_links": gpu_links(bench_dir, manifest.get("gpu_class")),
         "server_cgroup": server_cgroup(bench_dir),
         "memory_at_decode": memory_phases.bench_lines(bench_dir),
+        "knee": knee_summary(bench_dir, manifest, runs, obs),
     }
+
+
+KNEE_SVG = "knee.svg"
+
+
+def _p90(xs: Sequence[float | None]) -> float | None:
+    vals = sorted(float(x) for x in xs if x is not None)
+    if not vals:
+        return None
+    return statistics.quantiles(vals, n=10, method="inclusive")[-1] if len(vals) > 1 else vals[0]
+
+
+def knee_summary(
+    bench_dir: Path,
+    manifest: Mapping[str, Any],
+    runs: Sequence[Mapping[str, Any]],
+    obs: Mapping[str, Sequence[bench_runs.RequestObs]],
+) -> dict[str, Any] | None:
+    """A knee search's result (search.json, written by the client as serving/knee.py decided), each measured run
+    as the figure draws it, and the runs the search counted that this report's checks leave out (the client judges
+    a run by its own record; the report adds the server's side: a burst, a restart, hits)."""
+    search = manifest.get("search")
+    if not search:
+        return None
+    result = _load(bench_dir / "search.json")
+    plotted = []
+    for r in runs:
+        if r["phase"] != "measured":
+            continue
+        ok = [o for o in obs.get(r["id"], []) if o.success]
+        slo = r.get("slo") or {}
+        plotted.append(
+            {
+                "id": r["id"],
+                "load": r["request_rate"] if search["kind"] == "rate" else r["max_concurrency"],
+                "share_met": slo.get("share_met"),
+                "goodput_req_s": slo.get("goodput_req_s"),
+                "ttft_p50_ms": r["ttft_ms"]["median"],
+                "ttft_p90_ms": _p90([o.ttft_s * 1000 if o.ttft_s is not None else None for o in ok]),
+                "tpot_p50_ms": r["tpot_ms"]["median"],
+                "tpot_p90_ms": _p90([o.tpot_s * 1000 if o.tpot_s is not None else None for o in ok]),
+                "valid": bool(r["valid"]),
+                "flags": r["flags"],
+            }
+        )
+    counted = {str(m.get("note", "")).split(" ")[0] for m in (result or {}).get("measurements") or [] if m.get("valid")}
+    left_out = [f"{k['id']}: {k['flags'][0]}" for k in plotted if k["id"] in counted and not k["valid"] and k["flags"]]
+    unit = "req/s" if search["kind"] == "rate" else "concurrent requests"
+    return {"kind": search["kind"], "unit": unit, "result": result, "runs": plotted, "left_out_here": left_out}
+
+
+def _knee_lines(s: Mapping[str, Any]) -> list[str]:
+    k = s.get("knee")
+    if not k:
+        return []
+    result = k["result"] or {}
+    lines = [
+        "",
+        f"knee search (SEARCH={k['kind']}): {result.get('summary') or 'no search.json: the search did not end'}",
+    ]
+    if result.get("why"):
+        lines.append(f"  why it stopped: {result['why']}")
+    for b in result.get("bracket_loads") or []:
+        share = b.get("share_met") or {}
+        good = b.get("goodput_req_s") or {}
+        lines.append(
+            f"  bracket {b.get('load')} {k['unit']}: {b.get('verdict')} ({b.get('reason')}); share meeting the SLO "
+            f"{_f(share.get('median'))} [{_f(share.get('min'))}-{_f(share.get('max'))}], goodput "
+            f"{_f(good.get('median'))} [{_f(good.get('min'))}-{_f(good.get('max'))}] req/s over {share.get('n')} "
+            "valid run(s)"
+        )
+    for note in result.get("notes") or []:
+        lines.append(f"  {note}")
+    if k["left_out_here"]:
+        lines.append("  runs the search counted that this report's checks leave out (see runs below):")
+        lines += [f"    {x}" for x in k["left_out_here"]]
+    lines.append(f"  figure: {KNEE_SVG} (latency and goodput against load, the knee and the bracket marked)")
+    return lines
 
 
 def gpu_links(bench_dir: Path, gpu_class: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -207,7 +291,8 @@ def server_cgroup(bench_dir: Path) -> list[str]:
 
 
 def render_text(s: Mapping[str, Any]) -> str:
-    lines = _header_lines(s) + _streaming_lines(s) + _point_tables(s) + _run_lines(s) + _class_lines(s)
+    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + _point_tables(s) + _run_lines(s)
+    lines += _class_lines(s)
     cg = s.get("server_cgroup") or []
     if cg:
         lines += ["", "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):"]
@@ -543,6 +628,11 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
             )
         )  # fmt: skip
     panels.append(_timeline(s, bench_dir))
+    knee_svg = bench_dir / KNEE_SVG
+    if s.get("knee") and knee_svg.is_file():
+        # Inline, as every panel here: the page is one file to attach to an incident.
+        svg = knee_svg.read_text()
+        panels.insert(0, '<div id="knee">' + svg[svg.find("<svg") :] + "</div>")
     m = manifest
     head = (
         f"<h1>bench {escape(m['workload']['name'])} on {escape(m['host'])}</h1>"
@@ -599,6 +689,10 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
     s = build_summary(bench_dir)
     (bench_dir / SUMMARY_JSON).write_text(json.dumps(s, indent=2, sort_keys=True, default=str) + "\n")
     (bench_dir / REPORT_TXT).write_text(render_text(s))
+    if s.get("knee") and s["knee"]["result"]:
+        from serving.knee_plot import draw_knee
+
+        draw_knee(s["knee"]["result"], s["knee"]["runs"], bench_dir / KNEE_SVG)
     (bench_dir / REPORT_HTML).write_text(render_html(s, bench_dir))
     bench_trace.write_trace(bench_dir)
     return s

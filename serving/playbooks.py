@@ -264,6 +264,7 @@ def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             or cache_salt_for(workload, time.time()),
             str(settings.get("via") or ""),
             int(settings["engine_pid"]) if settings.get("engine_pid") else None,
+            str(settings.get("search") or ""),
         )
     except InputError as e:
         return {"error": str(e)}

@@ -84,6 +84,25 @@ class Size(StrictModel):
     why: str
 
 
+class SearchRange(StrictModel):
+    """The loads a knee search may measure: from `start`, doubling, to at most `limit`."""
+
+    start: float = Field(gt=0)
+    limit: float = Field(gt=0)
+
+
+class SearchSettings(StrictModel):
+    """How `make bench SEARCH=rate|concurrency` searches (serving/knee.py): the ranges, the runs per probe and
+    per bracketing load, the bisection's resolution (rate: hi/lo <= 1 + resolution) and the runs it may spend."""
+
+    rate: SearchRange = Field(default_factory=lambda: SearchRange(start=1.0, limit=64.0))
+    concurrency: SearchRange = Field(default_factory=lambda: SearchRange(start=1, limit=64))
+    probe_runs: int = Field(default=1, ge=1)
+    confirm_runs: int = Field(default=3, ge=2)
+    resolution: float = Field(default=0.25, gt=0)
+    max_runs: int = Field(default=30, ge=2)
+
+
 class Workload(StrictModel):
     schema_version: Literal[1]
     name: str
@@ -135,6 +154,8 @@ class Workload(StrictModel):
     run_timeout_s: float = Field(default=600, gt=0)
     # Per-request SLOs: the report's goodput and the share meeting each; the knee search's criterion.
     slo: Slo | None = None
+    # The knee search's ranges and effort (make bench SEARCH=rate|concurrency); it needs an slo.
+    search: SearchSettings = Field(default_factory=SearchSettings)
     # Per profile name: the sizes it runs instead (a CPU profile cannot run the seeds' 37k-token prompts).
     sizes: dict[str, Size] = Field(default_factory=dict)
 

@@ -389,9 +389,11 @@ def _bench_between_snapshots(
     return rc, timed_out
 
 
-def _run_failure(run: dict[str, Any], rc: int | None, timed_out: bool, result_path: Path) -> str:
+def _run_failure(
+    run: dict[str, Any], rc: int | None, timed_out: bool, result_path: Path, tolerate_failed_requests: bool = False
+) -> str:
     """Why a run that was started failed, "" when it did not: a run is ok only if `vllm bench serve` exited 0
-    in time and its result.json says every request succeeded."""
+    in time and its result.json says every request succeeded (or, in a search, that it has a result)."""
     if timed_out:
         return f"vllm bench serve ran past the run timeout ({run['timeout_s']} s) and was stopped"
     if rc != 0:
@@ -400,11 +402,151 @@ def _run_failure(run: dict[str, Any], rc: int | None, timed_out: bool, result_pa
         return "vllm bench serve wrote no result.json"
     try:
         result = json.loads(result_path.read_text())
-        if int(result.get("failed", 0)):
+        if int(result.get("failed", 0)) and not tolerate_failed_requests:
             return f"{result['failed']} of {result.get('num_prompts', '?')} requests failed"
     except (ValueError, OSError) as exc:
         return f"result.json unreadable: {exc}"
     return ""
+
+
+class Runner:
+    """Runs one run after another (the plan's, then a search's), and remembers a server that stopped answering:
+    the runs after it are not started."""
+
+    def __init__(
+        self, plan: dict[str, Any], out: Path, base: str, reader: ResidencyReader | None, client: dict[str, Any]
+    ) -> None:
+        self.plan, self.out, self.base, self.reader, self.client = plan, out, base, reader, client
+        self.server_lost: str | None = None
+        self.failed = 0
+
+    def run(self, run: dict[str, Any], tolerate_failed_requests: bool = False) -> str:
+        """One run, its record in out/runs/<id>/: its status ("ok", "failed", "not run"). A search tolerates
+        failed requests (an overloaded server's requests fail: they are SLO misses, not a broken run)."""
+        base = self.base
+        run_dir = self.out / "runs" / run["id"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        argv = ["vllm", "bench", "serve", *run["argv"]]
+        status: dict[str, Any] = {"id": run["id"], "phase": run["phase"], "argv": argv}
+        write_json(run_dir / "argv.json", status["argv"])
+        if self.server_lost:
+            status.update(status="not run", reason=self.server_lost)
+            write_json(run_dir / "status.json", status)
+            self.client["runs"].append({"id": run["id"], "status": "not run"})
+            return "not run"
+        code, body = http("GET", base + "/health")
+        if code != 200:
+            self.server_lost = (
+                f"the server at {base} did not answer /health before run {run['id']} ({code} {body[:200]})"
+            )
+            status.update(status="failed", reason=self.server_lost)
+            write_json(run_dir / "status.json", status)
+            self.client["runs"].append({"id": run["id"], "status": "failed"})
+            self.failed += 1
+            return "failed"
+        rc, timed_out = _bench_between_snapshots(
+            run, run_dir, base, self.plan.get("prefix_cache") == "fresh", status, self.plan.get("page_cache"),
+            self.reader,
+        )  # fmt: skip
+        reason = _run_failure(run, rc, timed_out, run_dir / "result.json", tolerate_failed_requests)
+        if reason:
+            self.failed += 1
+            h, hbody = http("GET", base + "/health", timeout=5.0)
+            if h != 200:
+                self.server_lost = f"the server stopped answering during run {run['id']} ({h} {hbody[:200]})"
+                reason += f"; {self.server_lost}"
+        status.update(status="failed" if reason else "ok", reason=reason)
+        write_json(run_dir / "status.json", status)
+        self.client["runs"].append({"id": run["id"], "status": status["status"]})
+        return str(status["status"])
+
+
+def _ms(x: Any) -> float | None:
+    return float(x) * 1000.0 if isinstance(x, int | float) else None
+
+
+def run_outcome(result: dict[str, Any], slo_ms: dict[str, float], request_rate: float | None) -> dict[str, Any]:
+    """What one search run says (serving/knee.py Outcome's fields): the share of its requests meeting every SLO (a
+    failed request meets none), goodput, and for a rate the achieved over the requested arrival rate, with the
+    definitions of serving/bench_runs.py (TPOT = (e2e - TTFT)/(N - 1); achieved = (n - 1)/(last send - first))."""
+    import knee  # type: ignore[import-not-found]  # serving/knee.py, copied beside this file
+
+    n = max(len(result.get(k) or []) for k in ("ttfts", "latencies", "errors"))
+    requests = []
+    for i in range(n):
+
+        def at(key: str, i: int = i) -> Any:
+            seq = result.get(key) or []
+            return seq[i] if i < len(seq) else None
+
+        ttft, e2e, out = _ms(at("ttfts")), _ms(at("latencies")), at("output_lens")
+        ok = not at("errors") and ttft is not None and e2e is not None
+        tpot = None
+        if ok and ttft is not None and e2e is not None and isinstance(out, int) and out > 1 and e2e > ttft:
+            tpot = (e2e - ttft) / (out - 1)
+        requests.append({"success": ok, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "output_tokens": out})
+    met = sum(1 for r in requests if knee.meets_slo(r, slo_ms))
+    duration = result.get("duration")
+    starts = sorted(s for s in result.get("start_times") or [] if isinstance(s, int | float))
+    ratio = None
+    if request_rate and len(starts) > 1 and starts[-1] > starts[0]:
+        ratio = (len(starts) - 1) / (starts[-1] - starts[0]) / request_rate
+    return {
+        "share_met": met / n if n else None,
+        "achieved_over_requested": ratio,
+        "goodput_req_s": met / duration if isinstance(duration, int | float) and duration > 0 else None,
+        "valid": n > 0,
+    }
+
+
+def search_knee(search: dict[str, Any], runner: Runner, out: Path) -> None:
+    """The knee search (serving/knee.py decides): each step's runs at its load, each run's outcome recorded; the
+    runs made go into client.json ("search_runs", with the ids, points and seeds the report reads), the
+    search's result into out/search.json."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import knee
+
+    rate = search["kind"] == "rate"
+    s = knee.Search(
+        search["kind"], search["start"], search["limit"], search["min_share"],
+        probe_runs=search["probe_runs"], confirm_runs=search["confirm_runs"], resolution=search["resolution"],
+        max_runs=search["max_runs"],
+    )  # fmt: skip
+    made: list[dict[str, Any]] = []
+    per_point: dict[str, int] = {}
+    while (step := s.next_step()) is not None:
+        point = f"r{step.load:g}" if rate else f"c{int(step.load)}"
+        for _ in range(step.runs):
+            per_point[point] = per_point.get(point, 0) + 1
+            run_id = f"{point}-m{per_point[point]}"
+            seed = int(search["seed"]) + len(made)
+            argv = [*search["argv"], "--seed", str(seed), "--result-dir", f"{out}/runs/{run_id}"]
+            argv += ["--request-rate", repr(float(step.load))] if rate else ["--request-rate", "inf"]
+            argv += [] if rate else ["--max-concurrency", str(int(step.load))]
+            salt = f"{search['cache_salt']}-{run_id}" if search.get("cache_salt") else None
+            if salt:
+                argv += ["--extra-body", json.dumps({"cache_salt": salt})]
+            run = {
+                "id": run_id, "point": point, "phase": "measured", "seed": seed, "cache_salt": salt,
+                "max_concurrency": None if rate else int(step.load),
+                "request_rate": float(step.load) if rate else None,
+                "timeout_s": search["timeout_s"], "argv": argv, "search_phase": step.phase,
+            }  # fmt: skip
+            say(f"search {step.phase}: {run_id} ({len(made) + 1} of at most {search['max_runs']})")
+            state = runner.run(run, tolerate_failed_requests=True)
+            made.append({k: v for k, v in run.items() if k != "argv"})
+            result_path = out / "runs" / run_id / "result.json"
+            if state == "ok" and result_path.is_file():
+                got = run_outcome(json.loads(result_path.read_text()), search["slo_ms"], run["request_rate"])
+            else:
+                got = {"share_met": None, "achieved_over_requested": None, "goodput_req_s": None, "valid": False}
+            s.record(step.load, knee.Outcome(note=f"{run_id} {state}", **got))
+            if runner.server_lost:
+                break
+        if runner.server_lost:
+            break
+    runner.client["search_runs"] = made
+    write_json(out / "search.json", s.result())
 
 
 def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int:
@@ -423,41 +565,13 @@ def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int
     client["import_s"] = time.monotonic() - import_started
     gauges = GaugeSampler(base, out / "gauges.log")
     gauges.start()
-    server_lost: str | None = None
-    failed = 0
+    runner = Runner(plan, out, base, reader, client)
     for i, run in enumerate(plan["runs"], 1):
         say(f"run {i} of {len(plan['runs'])}: {run['id']} ({run['phase']})")
-        run_dir = out / "runs" / run["id"]
-        run_dir.mkdir(parents=True, exist_ok=True)
-        argv = ["vllm", "bench", "serve", *run["argv"]]
-        status: dict[str, Any] = {"id": run["id"], "phase": run["phase"], "argv": argv}
-        write_json(run_dir / "argv.json", status["argv"])
-        if server_lost:
-            status.update(status="not run", reason=server_lost)
-            write_json(run_dir / "status.json", status)
-            client["runs"].append({"id": run["id"], "status": "not run"})
-            continue
-        code, body = http("GET", base + "/health")
-        if code != 200:
-            server_lost = f"the server at {base} did not answer /health before run {run['id']} ({code} {body[:200]})"
-            status.update(status="failed", reason=server_lost)
-            write_json(run_dir / "status.json", status)
-            client["runs"].append({"id": run["id"], "status": "failed"})
-            failed += 1
-            continue
-        rc, timed_out = _bench_between_snapshots(
-            run, run_dir, base, plan.get("prefix_cache") == "fresh", status, plan.get("page_cache"), reader
-        )
-        reason = _run_failure(run, rc, timed_out, run_dir / "result.json")
-        if reason:
-            failed += 1
-            h, hbody = http("GET", base + "/health", timeout=5.0)
-            if h != 200:
-                server_lost = f"the server stopped answering during run {run['id']} ({h} {hbody[:200]})"
-                reason += f"; {server_lost}"
-        status.update(status="failed" if reason else "ok", reason=reason)
-        write_json(run_dir / "status.json", status)
-        client["runs"].append({"id": run["id"], "status": status["status"]})
+        runner.run(run)
+    if plan.get("search"):
+        search_knee(plan["search"], runner, out)
+    failed, server_lost = runner.failed, runner.server_lost
     gauges.stop.set()
     gauges.join(5.0)
     client["ended_mono_s"], client["ended_wall"] = stamp()

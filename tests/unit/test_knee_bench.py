@@ -1,0 +1,134 @@
+"""The knee search wired into `make bench SEARCH=...`: the plan the controller gives the client, the client's loop
+(images/vllm/bench_client.py driving serving/knee.py), and the report's knee section and figure.
+
+The client's loop is run here with one seam: `vllm bench serve` (bench_client.run_bench) is replaced by a function
+that writes a result.json in vLLM 0.32's format (the fields of tests/fixtures/vllm-bench-serve-0.32.0) for a
+simulated server whose TTFT grows past the SLO above 6 req/s; the real run is tests/integration/test_knee.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving import bench, bench_report, workload
+from serving.errors import InputError
+from tests.image_scripts import image_script
+from tests.unit.test_workloads_production import serving_plan, write_workload
+
+client = image_script("bench_client")
+SERVING = Path(__file__).resolve().parents[2] / "serving"
+
+
+def knee_workload(tmp_path: Path, **extra: Any) -> workload.Workload:
+    fields = {"input_len": 8, "output_len": 4, "num_prompts": 8, "slo": {"ttft": "200ms"}, "runs": 3, **extra}
+    return workload.load_workload(str(write_workload(tmp_path, **fields)))
+
+
+def test_a_search_plans_one_warmup_and_leaves_the_loads_to_the_client(tmp_path: Path) -> None:
+    w = knee_workload(tmp_path, search={"rate": {"start": 2.0, "limit": 32.0}, "max_runs": 12})
+    p = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate", cache_salt="salt")
+    runs = p["client_plan"]["runs"]
+    assert [(r["id"], r["phase"], r["request_rate"]) for r in runs] == [("r2-w1", "warmup", 2.0)]
+    s = p["client_plan"]["search"]
+    assert (s["kind"], s["start"], s["limit"], s["max_runs"], s["confirm_runs"]) == ("rate", 2.0, 32.0, 12, 3)
+    assert s["slo_ms"] == {"ttft_ms": 200.0} and s["min_share"] == 0.9
+    for name in ("--request-rate", "--seed", "--result-dir", "--max-concurrency"):
+        assert name not in s["argv"]
+    assert p["manifest"]["search"]["kind"] == "rate" and "argv" not in p["manifest"]["search"]
+    # The bound covers every run the search may make.
+    assert p["timeout_s"] >= 12 * w.run_timeout_s
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "said"),
+    [
+        ("rate", {"slo": None}, "SEARCH=rate: workload t has no slo, and the knee is the highest load that meets one"),
+        ("sideways", {}, "SEARCH=sideways: give SEARCH=rate (arrival rate, no cap) or SEARCH=concurrency"),
+        ("concurrency", {"search": {"concurrency": {"start": 1.5, "limit": 8}}},
+         "workload t: search.concurrency start and limit are whole numbers of requests"),
+        ("rate", {"search": {"rate": {"start": 8, "limit": 4}}},
+         "workload t: search.rate start 8 is above its limit 4"),
+    ],
+)  # fmt: skip
+def test_a_search_that_cannot_run_is_one_line(tmp_path: Path, kind: str, extra: dict[str, Any], said: str) -> None:
+    w = knee_workload(tmp_path, **extra)
+    with pytest.raises(InputError) as err:
+        bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search=kind)
+    assert str(err.value).startswith(said)
+
+
+def simulated_server(knee_rate: float) -> Any:
+    """A stand-in for `vllm bench serve`: writes result.json as vLLM 0.32 does, 8 requests sent evenly at the
+    requested rate; TTFT 50 ms at or below `knee_rate`, 900 ms above (past a 200 ms SLO)."""
+
+    def run_bench(argv: list[str], run_dir: Path, timeout_s: float) -> tuple[int | None, bool]:
+        rate = float(argv[argv.index("--request-rate") + 1])
+        ttft = 0.05 if rate <= knee_rate else 0.9
+        n = 8
+        result = {
+            "duration": n / rate + 0.2, "completed": n, "failed": 0, "request_goodput": None,
+            "ttfts": [ttft] * n, "latencies": [ttft + 0.1] * n, "output_lens": [4] * n, "input_lens": [8] * n,
+            "itls": [[0.033] * 3] * n, "errors": [""] * n, "start_times": [100 + i / rate for i in range(n)],
+        }  # fmt: skip
+        (Path(run_dir) / "result.json").write_text(json.dumps(result))
+        return 0, False
+
+    return run_bench
+
+
+def test_the_client_searches_with_knee_py_and_records_every_run(tmp_path: Path, monkeypatch: Any) -> None:
+    w = knee_workload(tmp_path, search={"rate": {"start": 1.0, "limit": 64.0}, "resolution": 0.25})
+    plan = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")["client_plan"]
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    monkeypatch.setattr(client, "run_bench", simulated_server(6.0))
+    monkeypatch.setattr(client, "http", lambda method, url, timeout=10.0: (200, ""))
+    monkeypatch.setattr(client, "engine_io", lambda pid=1: {"pids": {}, "unreadable": {}})
+    monkeypatch.syspath_prepend(str(SERVING))  # where the role puts knee.py for the client: beside it
+    record: dict[str, Any] = {"runs": []}
+    runner = client.Runner({**plan, "out": str(out)}, out, "http://x", None, record)
+    client.search_knee(plan["search"], runner, out)
+    result = json.loads((out / "search.json").read_text())
+    assert result["status"] == "found", result["summary"]
+    lo, hi = result["bracket"]
+    assert lo <= 6.0 < hi and hi / lo <= 1.25 + 1e-9 and result["knee"] == lo
+    made = record["search_runs"]
+    assert len(made) == len(result["measurements"]) == len(record["runs"])
+    # Each run has its own seed and directory; each bracketing load was measured confirm_runs times.
+    assert len({r["seed"] for r in made}) == len(made)
+    assert all((out / "runs" / r["id"] / "result.json").is_file() for r in made)
+    for load in (lo, hi):
+        assert sum(1 for r in made if r["request_rate"] == load) >= 3
+    argv = json.loads((out / "runs" / made[0]["id"] / "argv.json").read_text())
+    assert argv[argv.index("--request-rate") + 1] == "1.0" and "--max-concurrency" not in argv
+    assert "knee" not in sys.modules or sys.modules["knee"].__file__ == str(SERVING / "knee.py")
+
+
+def test_the_report_states_the_knee_and_draws_it(tmp_path: Path, monkeypatch: Any) -> None:
+    w = knee_workload(tmp_path, search={"rate": {"start": 2.0, "limit": 16.0}})
+    p = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
+    bench_dir = tmp_path / "bench"
+    out = bench_dir
+    (out / "runs").mkdir(parents=True)
+    monkeypatch.setattr(client, "run_bench", simulated_server(5.0))
+    monkeypatch.setattr(client, "http", lambda method, url, timeout=10.0: (200, ""))
+    monkeypatch.setattr(client, "engine_io", lambda pid=1: {"pids": {}, "unreadable": {}})
+    monkeypatch.syspath_prepend(str(SERVING))
+    record: dict[str, Any] = {"runs": [], "status": "ok"}
+    client.search_knee(p["client_plan"]["search"], client.Runner(p["client_plan"], out, "http://x", None, record), out)
+    (bench_dir / "manifest.json").write_text(json.dumps(p["manifest"]))
+    (bench_dir / "client.json").write_text(json.dumps(record))
+    s = bench_report.write_report(bench_dir)
+    text = (bench_dir / "report.txt").read_text()
+    result = json.loads((bench_dir / "search.json").read_text())
+    assert f"knee search (SEARCH=rate): {result['summary']}" in text
+    assert "bracket 4.76 req/s: holds (median share met 1.000 >= 0.9" in text and "bracket 5.66 req/s: fails" in text
+    assert "figure: knee.svg" in text
+    assert s["knee"]["runs"] and {r["load"] for r in s["knee"]["runs"]} >= set(result["bracket"])
+    page = (bench_dir / "report.html").read_text()
+    assert '<div id="knee">' in page and 'id="knee-line-' in page
