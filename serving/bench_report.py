@@ -695,6 +695,21 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
         draw_knee(s["knee"]["result"], s["knee"]["runs"], bench_dir / KNEE_SVG)
     (bench_dir / REPORT_HTML).write_text(render_html(s, bench_dir))
     bench_trace.write_trace(bench_dir)
+    # The field's format last: its documents reference the files above (serving/br_export.py).
+    from serving import br_export
+
+    try:
+        written = br_export.export_bench(bench_dir, s)
+        line = (
+            f"Benchmark Report v{br_export.BR_VERSION} (llm-d, validated): "
+            + (", ".join(f"{br_export.BR_DIR}/{p.name}" for p in written) or "no point had a valid run")
+            + f"; {br_export.BR_DIR}/{br_export.INDEX_FILE} says which runs each pools"
+        )
+    except br_export.ReportInvalid as e:
+        line = f"Benchmark Report not written: {e}"
+    s["benchmark_report"] = line
+    with (bench_dir / REPORT_TXT).open("a") as f:
+        f.write(line + "\n")
     return s
 
 

@@ -50,6 +50,8 @@ from serving import bench, bench_runs, bench_trace, memory_phases
 from serving.redact import redact
 
 BR_DIR = "benchmark-report"
+# The Benchmark Report revision the documents declare (the library's).
+BR_VERSION: str = VERSION
 INDEX_FILE = "index.json"
 # The bench report's own files (serving/bench_report.py SUMMARY_JSON, REPORT_TXT, REPORT_HTML, CGROUP_FILES),
 # named here rather than imported: bench_report will call this module, and the import graph has no cycle
@@ -285,24 +287,55 @@ def _split_args(per_run: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any
     return common, own
 
 
+def _lengths(fixed: Any, observed: Sequence[int | None]) -> dict[str, Any]:
+    """A SequenceLength: the workload's fixed length, or (prompts files, traces) what the requests had."""
+    if fixed is not None:
+        return {"distribution": "fixed", "value": int(fixed)}
+    xs = [int(x) for x in observed if x is not None]
+    if not xs:
+        return {"distribution": "other", "value": 0}
+    if min(xs) == max(xs):
+        return {"distribution": "fixed", "value": xs[0]}
+    return {"distribution": "other", "value": statistics.mean(xs), "min": min(xs), "max": max(xs)}
+
+
 def _load(
-    manifest: Mapping[str, Any], point: Mapping[str, Any], args: Mapping[str, Any], evidence: Mapping[str, Any]
+    manifest: Mapping[str, Any],
+    point: Mapping[str, Any],
+    args: Mapping[str, Any],
+    evidence: Mapping[str, Any],
+    requests: Sequence[bench_runs.RequestObs] = (),
 ) -> dict[str, Any]:
     w = manifest.get("workload") or {}
     _, version = _vllm(manifest)
+    dataset = w.get("dataset", "random")
     standardized: dict[str, Any] = {
         # The library's name for vLLM's benchmark client (its own vLLM importer writes it), so that these documents
         # group with other reports of the same tool; the exact command is native.args "command".
         "tool": WorkloadGenerator.VLLM_BENCHMARK,
         "tool_version": version,  # the client ran from the runtime image: the server's vLLM
         "parallelism": 1,
-        "source": "random" if w.get("dataset") == "random" else "sampled",
+        # Random token ids (random, shared_prefix, a trace's blocks) or sampled from a prompts file.
+        "source": "sampled" if dataset == "prompts" else "random",
         "stage": 0,
-        # --random-range-ratio 0: every prompt is input_len tokens; --ignore-eos: every output output_len tokens.
-        "input_seq_len": {"distribution": "fixed", "value": int(w["input_len"])},
-        "output_seq_len": {"distribution": "fixed", "value": int(w["output_len"])},
+        # Random and shared prefix: --random-range-ratio 0 / exact lengths, --ignore-eos: fixed. A prompts file's
+        # prompts and a trace's lines have their own lengths: the pooled requests' (the client's count; with chat,
+        # the server's, template included).
+        "input_seq_len": _lengths(w.get("input_len"), [o.input_tokens for o in requests]),
+        "output_seq_len": _lengths(w.get("output_len"), [o.output_tokens for o in requests]),
     }
-    if point.get("request_rate") is not None:
+    if dataset == "shared_prefix":
+        # num_prefixes groups, each sharing one prefix (vLLM's prefix_repetition): one prefix per group.
+        standardized["prefix"] = {
+            "prefix_len": {"distribution": "fixed", "value": int(w["prefix_len"])},
+            "num_groups": int(w["num_prefixes"]),
+            "num_users_per_group": max(1, int(w["num_prompts"]) // int(w["num_prefixes"])),
+            "num_prefixes": 1,
+        }
+    if point.get("point") == "trace":
+        # A trace replayed on its own timestamps: neither a fixed rate nor a cap.
+        pass
+    elif point.get("request_rate") is not None:
         standardized["rate_qps"] = float(point["request_rate"])
         standardized["concurrency"] = math.inf  # no cap: the schema's .inf
     else:
@@ -542,7 +575,7 @@ def point_document(
             "time": {k: v for k, v in time.items() if v is not None},
             "description": description,
         },
-        "scenario": {"stack": [_engine(manifest)], "load": _load(manifest, point, common, evidence)},
+        "scenario": {"stack": [_engine(manifest)], "load": _load(manifest, point, common, evidence, ok)},
         "results": {"request_performance": {"aggregate": _aggregate(runs, durations)}},
     }
     return doc, ""

@@ -20,7 +20,7 @@ from llmd_benchmark_report import load_benchmark_report
 from llmd_benchmark_report.base import Units
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving import bench, bench_report, br_export
+from serving import bench, bench_report, br_export, workload
 from tests.unit.test_bench import serving_plan
 from tests.unit.test_compare import SMOKE, make_bench
 
@@ -123,10 +123,13 @@ def test_a_document_the_validator_refuses_is_an_error_naming_the_point_and_nothi
     with pytest.raises(br_export.ReportInvalid, match=r"(?s)document of point c4 does not validate .*tokens/s"):
         br_export.validate_document("c4", good)
     # Through export_bench: a defect in one point's document writes no document at all.
+    # (write_report exported already: what it wrote stays as it was.)
+    before = {f.name: f.read_bytes() for f in (d / br_export.BR_DIR).iterdir()}
+    assert before
     monkeypatch.setattr(br_export, "_accelerator", lambda m, a: {"model": "CPU", "count": -1, "parallelism": {}})
     with pytest.raises(br_export.ReportInvalid, match="point c1"):
         br_export.export_bench(d, s)
-    assert not (d / br_export.BR_DIR).exists()
+    assert {f.name: f.read_bytes() for f in (d / br_export.BR_DIR).iterdir()} == before
 
 
 # --- (b) the summary's figures ----------------------------------------------------------------------------------
@@ -324,3 +327,30 @@ def test_statistics_median_is_the_summarys_and_percentiles_interpolate() -> None
     assert br_export.statistics_of([None], Units.MS) is None
     per_run = br_export.statistics_of([1.0, 2.0], Units.TOKEN_PER_S, percentiles=False)
     assert per_run is not None and "p90" not in per_run and per_run["p50"] == 1.5
+
+
+# --- issue 15's workloads: their documents say what was sent -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["shared-prefix", "sweep-004"])
+def test_a_shared_prefix_and_a_prompts_file_are_said_in_the_document(tmp_path: Path, name: str) -> None:
+    # The fixture's requests (32 in / 32 out, 8 per run, concurrency 1 and 4) under the shipped workload's dataset.
+    w = workload.load_workload(name).model_copy(update={"num_prompts": 8, "output_len": 32, "concurrency": [1, 4]})
+    if name == "shared-prefix":
+        w = w.model_copy(update={"num_prefixes": 2})
+    d = bench_dir(tmp_path, w)
+    _, docs = export(d)
+    assert docs, "no document"
+    for doc in docs.values():
+        jsonschema.validate(doc, SCHEMA)
+        load = doc["scenario"]["load"]["standardized"]
+        if name == "shared-prefix":
+            assert load["prefix"]["prefix_len"] == {"distribution": "fixed", "value": 256}
+            assert load["prefix"]["num_groups"] == 2 and load["input_seq_len"]["value"] == 288
+        else:
+            # A prompts file's lengths are the requests' own (the fixture's: 32 tokens, one request 33), from a
+            # sampled source; the output is the workload's fixed length.
+            got = load["input_seq_len"]
+            assert load["source"] == "sampled" and 32 <= got["value"] <= 33
+            assert got["distribution"] == "fixed" or (got["distribution"], got["min"], got["max"]) == ("other", 32, 33)
+            assert load["output_seq_len"] == {"distribution": "fixed", "value": 32}
