@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
+from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV02
 
 from tests.integration.conftest import REPO, RUNS, MakeResult, make
 
@@ -149,3 +152,22 @@ def test_poisson_and_bursty_compare_with_burstiness_the_one_variable(benches: di
     assert "workload.burstiness" in r.output
     r = make("compare", f"A={benches['poisson']}", f"B={benches['bursty']}")
     assert r.rc != 0 and "refusing to compare" in r.output
+
+
+@pytest.mark.parametrize("name", ["chat", "shared-prefix", "poisson", "trace"])
+def test_each_bench_is_exported_as_a_benchmark_report_the_published_validator_passes(
+    benches: dict[str, Path], name: str
+) -> None:
+    schema = json.loads(resources.files("llmd_benchmark_report").joinpath("br_v0_2_json_schema.json").read_text())
+    s = summary(benches[name])
+    docs = sorted((benches[name] / "benchmark-report").glob("*.yaml"))
+    valid_points = {p["point"] for p in s["points"] if p["runs_valid"]}
+    assert {d.stem for d in docs} == valid_points and docs
+    for path in docs:
+        doc = yaml.safe_load(path.read_text())
+        jsonschema.validate(doc, schema)
+        BenchmarkReportV02.model_validate(doc)
+        evidence = doc["scenario"]["load"]["native"]["config"]
+        for run in evidence["runs_pooled"]:
+            assert (benches[name] / run["dir"]).is_dir(), run
+    assert "Benchmark Report v0.2.1 (llm-d, validated)" in (benches[name] / "report.txt").read_text()
