@@ -135,12 +135,15 @@ def test_the_trace_is_replayed_on_its_timestamps(benches: dict[str, Path]) -> No
         assert run["requests_ok"] == len(trace) and not any("output length" in f for f in run["flags"])
         result = json.loads((benches["trace"] / "runs" / run["id"] / "result.json").read_text())
         assert result["output_lens"] == [t["output_length"] for t in trace]
-        # Each request left at its line's time after the first (vLLM's timed_trace, self-timed): within 150 ms,
-        # two shared cores' worth of scheduling.
+        # Each request left at its line's time after the first (vLLM's timed_trace, self-timed), not as fast as
+        # the client could send: within 0.5 s, two shared cores' worth of scheduling, and the gaps of 3 s and
+        # more between the trace's bursts are there.
         starts = result["start_times"]
         for t, start in zip(trace, starts, strict=True):
             offset = (start - starts[0]) - (t["timestamp"] - trace[0]["timestamp"])
-            assert abs(offset) < 0.15, (t, offset)
+            assert abs(offset) < 0.5, (t, offset)
+        span = trace[-1]["timestamp"] - trace[0]["timestamp"]
+        assert starts[-1] - starts[0] > 0.9 * span
     text = (benches["trace"] / "report.txt").read_text()
     assert "trace trace-sample.jsonl replayed on its timestamps x1: 24 requests over" in text
     assert "trace replay" in text
