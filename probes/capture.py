@@ -270,8 +270,10 @@ class _Capture:
             for target in kernel.perf_targets(self.found):
 
                 def perf(pid: int = target.pid) -> None:
-                    seconds = max(1.0, perf_end - time.monotonic())
-                    self.perf_res.append(kernel.perf_capture(pid, seconds, cfg.out / "kernel"))
+                    # At least a second of recording, ending at perf_end however late perf starts its workload.
+                    until = max(perf_end, time.monotonic() + 1.0)
+                    seconds = until - time.monotonic()
+                    self.perf_res.append(kernel.perf_capture(pid, seconds, cfg.out / "kernel", until_mono=until))
 
                 self.threads.append(_thread(perf, f"perf-{target.pid}", self.crashed))
         if "record" in cfg.parts:

@@ -80,9 +80,22 @@ def sample_count(report_stdio: str) -> int | None:
     return None
 
 
-def perf_capture(pid: int, seconds: float, out_dir: Path, frequency_hz: int = 99) -> PerfResult:
+# perf's workload when it must end at a moment on the samplers' clock (CLOCK_MONOTONIC, shared by every container
+# on the host): it sleeps until then, however late perf exec'd it.
+SLEEP_UNTIL = "import sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.monotonic()))"
+
+
+def perf_capture(
+    pid: int, seconds: float, out_dir: Path, frequency_hz: int = 99, until_mono: float | None = None
+) -> PerfResult:
+    """perf record of `pid` for `seconds`, or, with `until_mono`, until that moment on time.monotonic: perf execs
+    its workload only once its events are enabled, which took up to 0.8 s here under load, and a `sleep N`
+    counted from then ran past the capture's window (seen in CI: 0.5 s past its end)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data = out_dir / f"perf-{pid}.data"
+    workload = ["sleep", f"{seconds:.3f}"]
+    if until_mono is not None:
+        workload = ["python3", "-c", SLEEP_UNTIL, f"{until_mono:.6f}"]
     rec = [
         "perf",
         "record",
@@ -96,8 +109,7 @@ def perf_capture(pid: int, seconds: float, out_dir: Path, frequency_hz: int = 99
         "-o",
         str(data),
         "--",
-        "sleep",
-        f"{seconds:.3f}",
+        *workload,
     ]
     rep = ["perf", "report", "--stdio", "--no-children", "--sort", "comm,dso,sym", "-i", str(data)]
     res = PerfResult(pid, "skipped", None, rec, rep)

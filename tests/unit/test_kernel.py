@@ -54,3 +54,15 @@ def test_a_perf_that_began_late_is_placed_where_it_sampled_and_noted() -> None:
         "perf record worker_TP1 pid 132 sampled 6.0 to 14.0 s of the 22.5 s window (it started late: the host was "
         "busy); its samples cover only that span"
     ]
+
+
+def test_a_perf_given_an_end_sleeps_until_it_however_late_it_starts(tmp_path: Path) -> None:
+    # perf's workload, run here as perf would exec it (late): it ends at the moment given, not N seconds later.
+    # (A pid that does not exist: perf, where installed, refuses it at once and runs nothing.)
+    until = time.monotonic() + 1.5
+    res = kernel.perf_capture(4194303, 1.5, tmp_path, until_mono=until)
+    workload = res.record_command[res.record_command.index("--") + 1 :]
+    assert workload[0] == "python3" and float(workload[-1]) == pytest.approx(until, abs=1e-5)
+    time.sleep(max(0.0, until - 1.0 - time.monotonic()) + 0.4)  # perf enabling its events under load
+    subprocess.run([sys.executable, *workload[1:]], check=True, timeout=5)
+    assert abs(time.monotonic() - until) < 0.3
