@@ -455,6 +455,12 @@ def search_plan(
         )
     if w.dataset == "trace":
         raise InputError(f"SEARCH={kind}: a trace sets its own load (its timestamps); search with another dataset")
+    if kind == "rate" and not math.isinf(w.burstiness):
+        raise InputError(
+            f"SEARCH=rate: workload {w.name} draws its arrivals (burstiness {w.burstiness:g}), and a run's achieved "
+            "rate then misses the requested one by chance, so it cannot say whether the client kept up: search "
+            "with evenly spaced arrivals (burstiness: .inf)"
+        )
     rng = w.search.rate if kind == "rate" else w.search.concurrency
     if kind == "concurrency" and (rng.start != int(rng.start) or rng.limit != int(rng.limit)):
         raise InputError(f"workload {w.name}: search.concurrency start and limit are whole numbers of requests")

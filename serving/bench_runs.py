@@ -384,7 +384,11 @@ def summarize_run(
     rate = achieved_rate(obs)
     requested = run.get("request_rate")
     rate_ratio = rate / requested if rate is not None and requested else None
-    if rate_ratio is not None and rate_ratio < MIN_ACHIEVED_RATE_RATIO:
+    # Only evenly spaced arrivals (burstiness .inf, null in JSON) test the client: Poisson or bursty gaps drawn for
+    # n requests average the requested rate only in expectation (a run of 24 Poisson arrivals lands within about
+    # +-20% of it by chance), so there the ratio is reported, not judged.
+    evenly = workload.get("burstiness") in (None, math.inf)
+    if evenly and rate_ratio is not None and rate_ratio < MIN_ACHIEVED_RATE_RATIO:
         flags.append(
             f"achieved arrival rate {rate:.3g} req/s is {rate_ratio:.1%} of the requested {requested:g}: "
             "the client did not sustain it"

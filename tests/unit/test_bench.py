@@ -293,7 +293,8 @@ def test_arrival_rate_achieved_and_outstanding() -> None:
         "start_times": [100 + i * 0.5 for i in range(11)],
         "duration": 6.0,
     }
-    s = bench_runs.summarize_run(run, {"status": "ok"}, result, None, None, {**SMOKE.model_dump(), "num_prompts": 11})
+    evenly = {**SMOKE.model_dump(), "num_prompts": 11, "burstiness": None}  # .inf, as a manifest's JSON holds it
+    s = bench_runs.summarize_run(run, {"status": "ok"}, result, None, None, evenly)
     assert s["achieved_over_requested"] == pytest.approx(0.5)
     assert any("the client did not sustain it" in f for f in s["flags"])
 

@@ -25,7 +25,8 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 
 
 def knee_workload(tmp_path: Path, **extra: Any) -> workload.Workload:
-    fields = {"input_len": 8, "output_len": 4, "num_prompts": 8, "slo": {"ttft": "200ms"}, "runs": 3, **extra}
+    fields = {"input_len": 8, "output_len": 4, "num_prompts": 8, "slo": {"ttft": "200ms"}, "runs": 3,
+              "burstiness": float("inf"), **extra}  # fmt: skip
     return workload.load_workload(str(write_workload(tmp_path, **fields)))
 
 

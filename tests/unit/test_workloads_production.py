@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from serving import bench, bench_report, bench_runs, workload
 from serving.errors import InputError
@@ -41,7 +42,7 @@ def fixture(run: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
 def write_workload(tmp_path: Path, **fields: Any) -> Path:
     base: dict[str, Any] = {"schema_version": 1, "name": "t", "num_prompts": 8, "concurrency": [1]}
     path = tmp_path / "w.yaml"
-    path.write_text(json.dumps({**base, **fields}))
+    path.write_text(yaml.safe_dump({**base, **fields}))
     return path
 
 
@@ -367,3 +368,28 @@ def test_a_manifest_from_before_these_fields_compares_with_a_new_one() -> None:
     other = json.loads(json.dumps(new))
     other["workload"]["api"] = "chat"
     assert [k for k in cb if cb[k] != bench.conditions(other).get(k)] == ["workload.api"]
+
+
+def test_poisson_arrivals_report_the_achieved_rate_but_only_even_ones_are_judged_by_it() -> None:
+    # 11 arrivals 0.5 s apart (2 req/s achieved) against 4 req/s requested: evenly spaced, the client fell behind;
+    # drawn (Poisson), a short run's achieved rate misses the requested one by chance.
+    obs = [bench_runs.RequestObs(i, True, i * 0.5, 8, 4, 4, 0.01, 0.1, 0.03, 33.0, (), "") for i in range(11)]
+    result = {"ttfts": [0.01] * 11, "latencies": [0.1] * 11, "output_lens": [4] * 11, "errors": [""] * 11,
+              "start_times": [o.start_s for o in obs], "input_lens": [8] * 11, "itls": [[0.03] * 3] * 11,
+              "duration": 5.2}  # fmt: skip
+    run = {**RUN, "id": "r4-m1", "point": "r4", "max_concurrency": None, "request_rate": 4.0}
+    base = {**workload.load_workload("smoke").model_dump(mode="json"), "num_prompts": 11, "output_len": 4}
+    even = bench_runs.summarize_run(run, {"status": "ok"}, result, None, None, {**base, "burstiness": None})
+    drawn = bench_runs.summarize_run(run, {"status": "ok"}, result, None, None, {**base, "burstiness": 1.0})
+    assert any("the client did not sustain it" in f for f in even["flags"])
+    assert not any("sustain" in f for f in drawn["flags"])
+    assert drawn["achieved_over_requested"] == pytest.approx(0.5)
+
+
+def test_a_rate_search_of_drawn_arrivals_is_refused(tmp_path: Path) -> None:
+    w = workload.load_workload(str(write_workload(tmp_path, input_len=8, output_len=4, burstiness=1.0,
+                                                  slo={"ttft": "1s"})))  # fmt: skip
+    with pytest.raises(InputError, match=r"burstiness 1\), .* search with evenly spaced arrivals"):
+        bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
+    # A concurrency search does not send at a rate: drawn arrivals do not matter there.
+    assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]["search"]
