@@ -613,7 +613,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
         panels.append(
             xy_panel(itl_title, series, "seconds since the run's first request", "interval (ms)", mode="dots")
         )
-    conc = [p for p in s["points"] if p.get("request_rate") is None and p["output_tok_s"]["n"]]
+    conc = [p for p in s["points"] if p.get("max_concurrency") is not None and p["output_tok_s"]["n"]]
     if conc:
         agg = [(float(p["max_concurrency"]), p["output_tok_s"]["median"]) for p in conc]
         lo = [(float(p["max_concurrency"]), p["output_tok_s"]["min"]) for p in conc]
