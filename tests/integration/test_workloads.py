@@ -131,10 +131,16 @@ def test_the_trace_is_replayed_on_its_timestamps(benches: dict[str, Path]) -> No
     s = summary(benches["trace"])
     assert s["status"] == "ok"
     trace = [json.loads(x) for x in (WORKLOADS / "data" / "trace-sample.jsonl").read_text().splitlines()]
+    timed = 0
     for run in measured(s):
         assert run["requests_ok"] == len(trace) and not any("output length" in f for f in run["flags"])
         result = json.loads((benches["trace"] / "runs" / run["id"] / "result.json").read_text())
         assert result["output_lens"] == [t["output_length"] for t in trace]
+        if any("wall clock stepped" in f for f in run["flags"]):
+            # vLLM schedules on time.time(): this machine's clock once stepped 2.74 s mid-run, and the requests
+            # after it left 2.7 s early. The run says so (and is left out); its timing proves nothing here.
+            continue
+        timed += 1
         # Each request left at its line's time after the first (vLLM's timed_trace, self-timed), not as fast as
         # the client could send: within 0.5 s, two shared cores' worth of scheduling, and the gaps of 3 s and
         # more between the trace's bursts are there.
@@ -144,6 +150,7 @@ def test_the_trace_is_replayed_on_its_timestamps(benches: dict[str, Path]) -> No
             assert abs(offset) < 0.5, (t, offset)
         span = trace[-1]["timestamp"] - trace[0]["timestamp"]
         assert starts[-1] - starts[0] > 0.9 * span
+    assert timed >= 1, "every run's wall clock stepped"
     text = (benches["trace"] / "report.txt").read_text()
     assert "trace trace-sample.jsonl replayed on its timestamps x1: 24 requests over" in text
     assert "trace replay" in text

@@ -393,3 +393,18 @@ def test_a_rate_search_of_drawn_arrivals_is_refused(tmp_path: Path) -> None:
         bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
     # A concurrency search does not send at a rate: drawn arrivals do not matter there.
     assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]["search"]
+
+
+def test_a_run_whose_wall_clock_stepped_is_flagged() -> None:
+    # The trace replay seen here: 8.38 s on CLOCK_MONOTONIC, 11.12 s on the wall clock, requests sent 2.7 s early.
+    result, status, before, after = fixture("c1-m1")
+    w = workload.load_workload("smoke").model_dump(mode="json")
+    stepped = {
+        **status, "started_mono_s": 5838.771729894, "ended_mono_s": 5847.150123946,
+        "started_wall": "2026-12-03T11:43:47.185101+00:00", "ended_wall": "2026-12-03T11:43:58.301326+00:00",
+    }  # fmt: skip
+    s = bench_runs.summarize_run(RUN, stepped, result, before, after, w)
+    assert s["wall_clock_step_s"] == pytest.approx(2.738, abs=0.001) and not s["valid"]
+    assert any(f.startswith("the wall clock stepped +2.74 s during the run") for f in s["flags"])
+    steady = {**stepped, "ended_wall": "2026-12-03T11:43:55.563495+00:00"}  # 8.378 s on both clocks
+    assert not any("wall clock" in f for f in bench_runs.summarize_run(RUN, steady, result, before, after, w)["flags"])
