@@ -27,7 +27,7 @@ from serving.errors import InputError
 from serving.numa import format_cpulist, parse_cpulist
 from serving.redact import redact
 from serving.render import PROFILER_LABEL
-from serving.workload import Workload, canonical_trace, read_prompts, read_trace, sized_for
+from serving.workload import Workload, canonical_trace, intends_prefix_hits, read_prompts, read_trace, sized_for
 
 if TYPE_CHECKING:
     from serving.launch import Launch
@@ -483,6 +483,9 @@ def search_plan(
         "resolution": w.search.resolution,
         "max_runs": w.search.max_runs,
         "seed": w.seed + seed_offset + 1000,
+        # A run the cache served part of is left out by the report: the client judges it so too (not for a shared
+        # prefix, whose hits are the point).
+        "hits_intended": intends_prefix_hits(w.model_dump(mode="json")),
         "cache_salt": cache_salt,
         "timeout_s": w.run_timeout_s,
         "argv": template,

@@ -499,6 +499,21 @@ def run_outcome(result: dict[str, Any], slo_ms: dict[str, float], request_rate: 
     }
 
 
+def prefix_hits(run_dir: Path) -> float | None:
+    """vllm:prefix_cache_hits_total over the run (tokens), from its two /metrics snapshots; None without them."""
+
+    def total(name: str) -> float | None:
+        try:
+            text = (run_dir / name).read_text()
+        except OSError:
+            return None
+        hits = [line for line in text.splitlines() if line.startswith("vllm:prefix_cache_hits_total")]
+        return sum(float(line.rsplit(" ", 1)[1]) for line in hits)
+
+    before, after = total("metrics-before.txt"), total("metrics-after.txt")
+    return None if before is None or after is None else after - before
+
+
 def search_knee(search: dict[str, Any], runner: Runner, out: Path) -> None:
     """The knee search (serving/knee.py decides): each step's runs at its load, each run's outcome recorded; the
     runs made go into client.json ("search_runs", with the ids, points and seeds the report reads), the
@@ -538,6 +553,11 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path) -> None:
             result_path = out / "runs" / run_id / "result.json"
             if state == "ok" and result_path.is_file():
                 got = run_outcome(json.loads(result_path.read_text()), search["slo_ms"], run["request_rate"])
+                hits = prefix_hits(out / "runs" / run_id)
+                if hits and not search.get("hits_intended"):
+                    # As the report judges it (serving/bench_runs.py): the cache served part of the prefill.
+                    got["valid"] = False
+                    state = f"prefix-cache hits where none may be: {hits:g} tokens"
             else:
                 got = {"share_met": None, "achieved_over_requested": None, "goodput_req_s": None, "valid": False}
             s.record(step.load, knee.Outcome(note=f"{run_id} {state}", **got))

@@ -133,3 +133,35 @@ def test_the_report_states_the_knee_and_draws_it(tmp_path: Path, monkeypatch: An
     assert s["knee"]["runs"] and {r["load"] for r in s["knee"]["runs"]} >= set(result["bracket"])
     page = (bench_dir / "report.html").read_text()
     assert '<div id="knee">' in page and 'id="knee-line-' in page
+
+
+def test_a_search_run_the_cache_served_is_not_counted(tmp_path: Path, monkeypatch: Any) -> None:
+    # The real metrics snapshots of a bench run, the second with 64 more tokens of prefix-cache hits: the client
+    # judges the run as the report would (left out), and the search measures the load again.
+    w = knee_workload(tmp_path, search={"rate": {"start": 2.0, "limit": 4.0}, "max_runs": 3, "confirm_runs": 2})
+    plan = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")["client_plan"]
+    assert plan["search"]["hits_intended"] is False
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0" / "c1-m1"
+    before = (fixtures / "metrics-before.txt").read_text()
+    line = next(ln for ln in before.splitlines() if ln.startswith("vllm:prefix_cache_hits_total"))
+    hit = before.replace(line, f"{line.rsplit(' ', 1)[0]} {float(line.rsplit(' ', 1)[1]) + 64}")
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    served = {"n": 0}
+
+    def http(method: str, url: str, timeout: float = 10.0) -> tuple[int, str]:
+        if url.endswith("/metrics"):
+            served["n"] += 1
+            return 200, hit if served["n"] == 2 else before  # the first run's "after" snapshot shows hits
+        return 200, ""
+
+    monkeypatch.setattr(client, "run_bench", simulated_server(100.0))
+    monkeypatch.setattr(client, "http", http)
+    monkeypatch.setattr(client, "engine_io", lambda pid=1: {"pids": {}, "unreadable": {}})
+    monkeypatch.syspath_prepend(str(SERVING))
+    record: dict[str, Any] = {"runs": []}
+    client.search_knee(plan["search"], client.Runner({**plan, "out": str(out)}, out, "http://x", None, record), out)
+    result = json.loads((out / "search.json").read_text())
+    first = result["measurements"][0]
+    assert first["valid"] is False and "prefix-cache hits where none may be: 64 tokens" in first["note"]
+    assert result["measurements"][1]["load"] == first["load"] and result["measurements"][1]["valid"] is True
