@@ -107,6 +107,8 @@ def test_a_profile_value_that_cannot_be_used_is_one_line(tmp_path: Path, field: 
     ("args", "says"),
     [
         (("bench", "RUNS=0"), "RUNS=0: expected a whole number of measured runs, 1 or more"),
+        (("bench", "SEARCH=sideways"), "make bench: SEARCH=sideways: give SEARCH=rate (arrival rate, no cap) or"),
+        (("bench", "WORKLOAD=poisson", "SEARCH=rate"), "SEARCH=rate: workload poisson draws its arrivals"),
         # Refused by the role's argument spec (Ansible's own message), which now runs for tasks_from: io.
         (("probe-io", "ANSIBLE_ARGS=-e probes_io_depths=sixty"), "'probes_io_depths'' is of type str and we were"),
         (("probe-io", """ANSIBLE_ARGS=-e '{"probes_io_thresholds": {"64": {"min_iops": "fast"}}}'"""),
