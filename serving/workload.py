@@ -212,10 +212,6 @@ def _consistent(workload: Workload) -> str | None:
     return None
 
 
-def _needs_a_point(workload: Workload) -> str | None:
-    return _consistent(workload)
-
-
 _WORKLOADS = YamlKind(
     model=Workload,
     directory=WORKLOADS_DIR,
@@ -225,7 +221,7 @@ _WORKLOADS = YamlKind(
         "unknown workload {name!r}: known workloads are {known} (serving/workloads/), or give a path to a workload YAML"
     ),
     not_a_mapping="{source}: a workload is a mapping, got {type}",
-    check=_needs_a_point,
+    check=_consistent,
 )
 
 

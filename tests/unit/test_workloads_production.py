@@ -20,23 +20,11 @@ from serving import bench, bench_report, bench_runs, workload
 from serving.errors import InputError
 from serving.plan import Plan, plan_from_profile
 from serving.profile import load_profile
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0"
-RUN = {"id": "c1-m1", "point": "c1", "phase": "measured", "seed": 8, "max_concurrency": 1, "request_rate": None}
+from tests.unit.test_bench import RUN, fixture
 
 
 def serving_plan(profile: str = "cpu-tiny") -> Plan:
     return plan_from_profile(load_profile(profile), "localhost", {"hostname": "localhost", "served_files": ""})
-
-
-def fixture(run: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
-    d = FIXTURES / run
-    return (
-        json.loads((d / "result.json").read_text()),
-        json.loads((d / "status.json").read_text()),
-        (d / "metrics-before.txt").read_text(),
-        (d / "metrics-after.txt").read_text(),
-    )
 
 
 def write_workload(tmp_path: Path, **fields: Any) -> Path:
