@@ -187,6 +187,11 @@ def knee_summary(
     return {"kind": search["kind"], "unit": unit, "result": result, "runs": plotted, "left_out_here": left_out}
 
 
+def _as_point(x: Any) -> str:
+    """A load as its point is named: 64, not 64.0 (the search bisects in floats)."""
+    return f"{x:g}" if isinstance(x, int | float) else str(x)
+
+
 def _knee_lines(s: Mapping[str, Any]) -> list[str]:
     k = s.get("knee")
     if not k:
@@ -202,7 +207,8 @@ def _knee_lines(s: Mapping[str, Any]) -> list[str]:
         share = b.get("share_met") or {}
         good = b.get("goodput_req_s") or {}
         lines.append(
-            f"  bracket {b.get('load')} {k['unit']}: {b.get('verdict')} ({b.get('reason')}); share meeting the SLO "
+            f"  bracket {_as_point(b.get('load'))} {k['unit']}: {b.get('verdict')} ({b.get('reason')}); "
+            "share meeting the SLO "
             f"{_f(share.get('median'))} [{_f(share.get('min'))}-{_f(share.get('max'))}], goodput "
             f"{_f(good.get('median'))} [{_f(good.get('min'))}-{_f(good.get('max'))}] req/s over {share.get('n')} "
             "valid run(s)"

@@ -294,6 +294,8 @@ def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path)
     _, m = latest_manifest()
     assert m["container"]["replaced_by_this_deploy"] is True
     assert m["verified"] is True
+    # The image answers vLLM's model-class inspection (images/vllm/Dockerfile): the new container wrote none.
+    assert "modelinfos" not in docker("diff", CONTAINER)
 
 
 def test_undeploy_removes_the_containers_and_keeps_images() -> None:

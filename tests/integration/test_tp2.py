@@ -70,13 +70,14 @@ def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(deployed: dict[
 
 
 def _perf_sampling() -> int:
-    """How many perf records here are sampling: perf execs its `sleep` workload once its events are enabled."""
+    """How many perf records here are sampling: perf execs its workload (a `sleep`, or python3 sleeping until a
+    moment on CLOCK_MONOTONIC) only once its events are enabled; until then its child is still named perf."""
     n = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             head, tail = stat.read_text().rsplit(")", 1)
             parent = Path("/proc") / tail.split()[1] / "comm"
-            n += head.split("(", 1)[1] == "sleep" and parent.read_text().strip() == "perf"
+            n += head.split("(", 1)[1] != "perf" and parent.read_text().strip() == "perf"
         except (OSError, IndexError):
             continue
     return n
@@ -96,12 +97,15 @@ def capture(deployed: dict[str, Any]) -> Path:
     while run.running and _perf_sampling() < 2:
         assert time.monotonic() < deadline, "perf record did not start sampling both ranks within 60 s"
         time.sleep(0.1)
-    stop = time.monotonic() + 4
+    stop, sent = time.monotonic() + 4, 0
     while run.running and time.monotonic() < stop:
         complete("import os", 32)
+        sent += 1
         time.sleep(0.3)
     r = run.result()
     assert r.rc == 0, r.output[-5000:]
+    # A CI run sent none: the wait above looked for a `sleep` child after perf's workload became python3.
+    assert sent >= 3, f"{sent} request(s) sent while perf sampled both ranks"
     m = re.search(r"bundle: (\S+?)/?['\"]?$", r.output, re.M)
     assert m, r.output[-3000:]
     return Path(m.group(1))

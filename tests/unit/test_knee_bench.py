@@ -135,6 +135,17 @@ def test_the_report_states_the_knee_and_draws_it(tmp_path: Path, monkeypatch: An
     assert '<div id="knee">' in page and 'id="knee-line-' in page
 
 
+def test_a_bracketing_load_is_named_as_its_point_is() -> None:
+    # The search bisects in floats: a CI run printed "bracket 64.0 req/s" beside its point "rate 64 req/s".
+    share = {"median": 1.0, "min": 1.0, "max": 1.0, "n": 3}
+    loads = [{"load": x, "verdict": v, "reason": "r", "share_met": share, "goodput_req_s": share}
+             for x, v in ((64.0, "holds"), (90.5, "fails"))]  # fmt: skip
+    knee = {"kind": "rate", "unit": "req/s", "left_out_here": [],
+            "result": {"summary": "knee 64 req/s", "bracket_loads": loads}}  # fmt: skip
+    text = "\n".join(bench_report._knee_lines({"knee": knee}))
+    assert "bracket 64 req/s: holds (r)" in text and "bracket 90.5 req/s: fails (r)" in text, text
+
+
 def test_a_search_run_the_cache_served_is_not_counted(tmp_path: Path, monkeypatch: Any) -> None:
     # The real metrics snapshots of a bench run, the second with 64 more tokens of prefix-cache hits: the client
     # judges the run as the report would (left out), and the search measures the load again.
