@@ -5,9 +5,9 @@
 
 - serving/workload.py: a workload (serving/workloads/<name>.yaml) fixes the conditions.
 - here: `plan_bench` turns a workload and the deployment's plan into the client's run list (each run's exact
-  `vllm bench serve` argv, its own seed), the client container's `docker run` argv, where the client runs
-  (`place_client`) and the bench manifest whose `conditions` `make compare` checks; the class's reference
-  figures beside the measured ones.
+  `vllm bench serve` argv, or for conversations the client's own spec; its own seed), the client container's
+  `docker run` argv, where the client runs (`place_client`) and the bench manifest whose `conditions` `make
+  compare` checks; the class's reference figures beside the measured ones.
 - serving/bench_runs.py: each run read back (its requests with the source's definitions, seed 000 §1, the
   server's side, the flags that make a run untrustworthy), and a point's valid runs pooled.
 - serving/stats.py: `describe`, the bootstrap of the difference of medians, Welch's interval over benches.
@@ -186,6 +186,37 @@ def bench_argv(
     return argv
 
 
+# The path conversations are sent to: their history is a list of chat messages.
+CHAT_ENDPOINT = "/v1/chat/completions"
+
+
+def conversation_spec(
+    w: Workload, point: Point, seed: int, base_url: str, served_name: str, tokenizer: str, salt: str | None
+) -> dict[str, Any]:
+    """What the client needs to run one conversations run (images/vllm/bench_client.py run_conversations), in
+    place of a `vllm bench serve` argv: the run's seed draws the user turns with vLLM's random dataset (the
+    tokenizer is the served model's, as for vllm bench serve), at most max_concurrency conversations are in
+    flight, and every request carries the run's cache salt and the sampling a run's argv asks for (--ignore-eos,
+    --temperature 0)."""
+    return {
+        "base_url": base_url,
+        "endpoint": CHAT_ENDPOINT,
+        "model": served_name,
+        "tokenizer": tokenizer,
+        "seed": seed,
+        "turns": w.turns,
+        "num_conversations": w.num_conversations,
+        "input_len": w.input_len,
+        "output_len": w.output_len,
+        "think_time_s": w.think_time_s(),
+        "max_concurrency": point.max_concurrency,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "cache_salt": salt,
+        "timeout_s": w.run_timeout_s,
+    }
+
+
 def cache_salt_for(w: Workload, unix_s: float) -> str | None:
     """The bench's prefix-cache salt: None with prefix caching off, else one no earlier bench used.
 
@@ -223,25 +254,24 @@ def client_runs(
                 run_id = f"{p.id}-{'w' if phase == 'warmup' else 'm'}{i + 1}"
                 seed = w.seed + k
                 k += 1
-                argv = bench_argv(
-                    w, p, seed, base_url, served_name, tokenizer, f"{CLIENT_DIR}/out/runs/{run_id}", num_prompts
-                )
                 salt = f"{cache_salt}-{run_id}" if cache_salt else None
-                if salt:
-                    argv += ["--extra-body", json.dumps({"cache_salt": salt})]
-                runs.append(
-                    {
-                        "id": run_id,
-                        "point": p.id,
-                        "phase": phase,
-                        "seed": seed,
-                        "cache_salt": salt,
-                        "max_concurrency": p.max_concurrency,
-                        "request_rate": None if math.isinf(p.request_rate) else p.request_rate,
-                        "timeout_s": w.run_timeout_s,
-                        "argv": argv,
-                    }
-                )
+                run: dict[str, Any] = {
+                    "id": run_id,
+                    "point": p.id,
+                    "phase": phase,
+                    "seed": seed,
+                    "cache_salt": salt,
+                    "max_concurrency": p.max_concurrency,
+                    "request_rate": None if math.isinf(p.request_rate) else p.request_rate,
+                    "timeout_s": w.run_timeout_s,
+                }
+                if w.dataset == "conversations":
+                    run["conversations"] = conversation_spec(w, p, seed, base_url, served_name, tokenizer, salt)
+                else:
+                    result_dir = f"{CLIENT_DIR}/out/runs/{run_id}"
+                    argv = bench_argv(w, p, seed, base_url, served_name, tokenizer, result_dir, num_prompts)
+                    run["argv"] = argv + (["--extra-body", json.dumps({"cache_salt": salt})] if salt else [])
+                runs.append(run)
     return runs
 
 
@@ -295,6 +325,14 @@ def _client_docker_argv(
     return argv
 
 
+def client_tool(w: Workload) -> str:
+    """What sends a workload's requests: `vllm bench serve`, or for conversations (which it has no dataset for)
+    the bench client's own loop around vLLM's chat request function and random dataset."""
+    if w.dataset == "conversations":
+        return "bench_client.py conversations with vllm bench serve's chat request function and random dataset"
+    return "vllm bench serve"
+
+
 def _bench_manifest(
     workload: Workload,
     plan: Plan,
@@ -323,7 +361,7 @@ def _bench_manifest(
         },
         "stand_in": launch.stand_in,
         "client": asdict(placement),
-        "tool": f"vllm bench serve ({launch.images.distribution} {launch.images.version}, the runtime image)",
+        "tool": f"{client_tool(workload)} ({launch.images.distribution} {launch.images.version}, the runtime image)",
         "tokenizer": targets.tokenizer,
         "base_url": plan.base_url,
         "seed_offset": seed_offset,
@@ -455,6 +493,11 @@ def search_plan(
         )
     if w.dataset == "trace":
         raise InputError(f"SEARCH={kind}: a trace sets its own load (its timestamps); search with another dataset")
+    if w.dataset == "conversations":
+        raise InputError(
+            f"SEARCH={kind}: conversations run at a concurrency of conversations, and the search drives vllm bench "
+            "serve's own loads: bench them at fixed levels (concurrency: [1, 4])"
+        )
     if kind == "rate" and not math.isinf(w.burstiness):
         raise InputError(
             f"SEARCH=rate: workload {w.name} draws its arrivals (burstiness {w.burstiness:g}), and a run's achieved "
@@ -522,13 +565,27 @@ def workload_data(w: Workload) -> dict[str, Any]:
     }
 
 
+# Tokens allowed per conversation turn for the chat template's role markers (a user and an assistant message; a
+# Llama 3 template's headers are 5 tokens a message, its default system preamble about 25 once): the context check
+# of conversations counts them, since the server counts the templated history.
+CHAT_TEMPLATE_TOKENS_PER_TURN = 32
+
+
 def context_problem(w: Workload, data: Mapping[str, Any], max_model_len: int | None) -> str | None:
     """A workload whose prompt and output would not fit the profile's context (vLLM would refuse every request
     mid-bench): one line, before any request. A prompts file's lengths are known only to the tokenizer, so only
-    its output length is checked here."""
+    its output length is checked here; a conversation's last turn carries the whole history, so its every turn's
+    tokens are counted, with an allowance for the chat template."""
     if not max_model_len:
         return None
-    if w.dataset == "trace":
+    if w.dataset == "conversations":
+        turns, per_turn = int(w.turns or 0), int(w.input_len or 0) + int(w.output_len or 0)
+        longest = turns * (per_turn + CHAT_TEMPLATE_TOKENS_PER_TURN)
+        what = (
+            f"its last turn's history and answer need turns {turns} x (input_len {w.input_len} + output_len "
+            f"{w.output_len} + {CHAT_TEMPLATE_TOKENS_PER_TURN} allowed for the chat template) = {longest} tokens"
+        )
+    elif w.dataset == "trace":
         longest = int(data.get("max_tokens") or 0)
         what = f"its longest request needs {longest} tokens (input_length + output_length)"
     elif w.dataset == "prompts":

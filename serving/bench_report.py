@@ -101,8 +101,13 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
     queries = sum(((r["server"] or {}).get("prefix_cache_queries") or 0) for r in measured)
     intended = intends_prefix_hits(workload, manifest.get("workload_data"))
     if intended:
+        shared = (
+            "each turn resends its conversation's history"
+            if workload.get("dataset") == "conversations"
+            else "the prompts share prefixes"
+        )
         cache_note = (
-            "HITS INTENDED: the prompts share prefixes, so the cache serving them is what this workload measures; "
+            f"HITS INTENDED: {shared}, so the cache serving them is what this workload measures; "
             + cache_note
             + ", so every hit came from the run's own requests"
         )
@@ -297,7 +302,8 @@ def server_cgroup(bench_dir: Path) -> list[str]:
 
 
 def render_text(s: Mapping[str, Any]) -> str:
-    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + _point_tables(s) + _run_lines(s)
+    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + _point_tables(s) + _turn_lines(s)
+    lines += _run_lines(s)
     lines += _class_lines(s)
     cg = s.get("server_cgroup") or []
     if cg:
@@ -379,6 +385,12 @@ def workload_line(w: Mapping[str, Any], data: Mapping[str, Any] | None) -> str:
             f"trace {Path(str(w['trace'])).name} replayed on its timestamps x{w.get('trace_time_scale', 1):g}: "
             f"{data.get('requests', '?')} requests over {_f(data.get('span_s'))} s"
         )
+    elif dataset == "conversations":
+        what = (
+            f"{w['num_conversations']} conversations x {w['turns']} turns, random {w['input_len']} in / "
+            f"{w['output_len']} out tokens per turn, history resent each turn, think time "
+            f"{w.get('think_time') or '0ms'}, concurrency = conversations in flight"
+        )
     else:
         what = f"random {w['input_len']} in / {w['output_len']} out tokens"
     arrivals = ""
@@ -387,7 +399,7 @@ def workload_line(w: Mapping[str, Any], data: Mapping[str, Any] | None) -> str:
         # JSON has no infinity: the manifest holds null for .inf (evenly spaced).
         kind = "Poisson" if b == 1 else "evenly spaced" if b in (None, math.inf) else f"gamma, burstiness {b:g}"
         arrivals = f", arrivals {kind}"
-    count = "" if dataset == "trace" else f", {w['num_prompts']} prompts per run"
+    count = "" if dataset in ("trace", "conversations") else f", {w['num_prompts']} prompts per run"
     return f"{api}, {what}{count}{arrivals}"
 
 
@@ -493,6 +505,19 @@ def _point_tables(s: Mapping[str, Any]) -> list[str]:
         ]
         lines += _table(("point", "achieved/requested", "max outstanding"), rows)
     return lines
+
+
+def _turn_lines(s: Mapping[str, Any]) -> list[str]:
+    """Conversations: TTFT by turn number, pooled over the measured runs (turn 1 prefills its own message; a later
+    turn the whole history, which the turn before it left in the prefix cache)."""
+    points = [p for p in s["points"] if p.get("ttft_ms_by_turn")]
+    if not points:
+        return []
+    turns = sorted({int(t) for p in points for t in p["ttft_ms_by_turn"]})
+    lines = ["", "TTFT ms by turn, pooled over measured runs (median [min-max] n; turn 1 has no history, later "
+             "turns resend it):"]  # fmt: skip
+    rows = [(_point_label(p), *(_stat(p["ttft_ms_by_turn"].get(str(t))) for t in turns)) for p in points]
+    return lines + _table(("point", *(f"turn {t}" for t in turns)), rows)
 
 
 def _resident(pc: Mapping[str, Any] | None) -> str:

@@ -49,6 +49,10 @@ class RequestObs:
     decode_tok_s: float | None  # (N - 1) / (tN - t1)
     chunk_intervals_s: tuple[float, ...]
     error: str
+    # A conversation's request (dataset conversations): its conversation (from 0) and turn (from 1); turn 1 carries
+    # no history, every later turn the whole conversation before it.
+    conversation: int | None = None
+    turn: int | None = None
 
     @property
     def e2e_tok_s(self) -> float | None:
@@ -68,8 +72,13 @@ def _at(data: Mapping[str, Any], key: str, i: int) -> Any:
     return seq[i] if isinstance(seq, list) and i < len(seq) else None
 
 
+def _whole(x: Any) -> int | None:
+    return int(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
 def parse_requests(result: Mapping[str, Any]) -> list[RequestObs]:
-    """Per-request observations from a `vllm bench serve --save-detailed` result."""
+    """Per-request observations from a `vllm bench serve --save-detailed` result (or a conversations run's, in the
+    same format, whose `conversation` and `turn` lists say where each request stood)."""
     lists = [result.get(k) for k in ("ttfts", "latencies", "errors")]
     n = max((len(v) for v in lists if isinstance(v, list)), default=0)
     starts = [_float(s) for s in result.get("start_times") or []]
@@ -104,6 +113,8 @@ def parse_requests(result: Mapping[str, Any]) -> list[RequestObs]:
                 decode_tok_s=rate,
                 chunk_intervals_s=intervals,
                 error=error.strip().splitlines()[-1][:300] if error.strip() else "",
+                conversation=_whole(_at(result, "conversation", i)),
+                turn=_whole(_at(result, "turn", i)),
             )
         )
     return out
@@ -192,8 +203,15 @@ def _request_flags(
     if result is not None and failed:
         errs = sorted({o.error for o in obs if not o.success and o.error})[:3]
         flags.append(f"{failed} of {len(obs)} requests failed" + (f" ({'; '.join(errs)})" if errs else ""))
-    requested = int((data or {}).get("requests") or workload["num_prompts"])
-    if result is not None and len(obs) != requested:
+    conversations = workload.get("dataset") == "conversations"
+    not_sent = int((result or {}).get("not_sent") or 0) if conversations else 0
+    if not_sent:
+        flags.append(f"{not_sent} turns not sent (a failed turn ends its conversation; stdout.log says which)")
+    if conversations:
+        requested = int(workload["turns"]) * int(workload["num_conversations"])
+    else:
+        requested = int((data or {}).get("requests") or workload["num_prompts"])
+    if result is not None and len(obs) + not_sent != requested:
         flags.append(f"{len(obs)} requests recorded, {requested} requested")
     expected = list((data or {}).get("expected_output_lens") or [])
     if workload.get("output_len") is not None:
@@ -507,4 +525,12 @@ def pool_point(
         "prefix_cache_hit_rate": describe([r.get("prefix_cache_hit_rate") for r in usable]),
         "slo_share_met": describe([(r.get("slo") or {}).get("share_met") for r in usable]),
         "goodput_req_s": describe([(r.get("slo") or {}).get("goodput_req_s") for r in usable]),
+        "ttft_ms_by_turn": ttft_by_turn(reqs),
     }
+
+
+def ttft_by_turn(reqs: Sequence[RequestObs]) -> dict[str, dict[str, Any]]:
+    """TTFT per turn number of conversations' requests ({"1": describe(...), ...}; {} for other datasets): turn 1
+    prefills its own message, a later turn the whole history, most of it cached by the turn before."""
+    turns = sorted({o.turn for o in reqs if o.turn is not None})
+    return {str(t): describe([_ms(o.ttft_s) for o in reqs if o.turn == t]) for t in turns}

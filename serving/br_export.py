@@ -270,8 +270,21 @@ def _run_argv(bench_dir: Path, run_id: str) -> list[str]:
     return [str(a) for a in redact(list(argv))] if isinstance(argv, list) else []
 
 
-# Each run's own by construction (serving/bench.py client_runs): its seed, its result directory, its cache salt.
-PER_RUN_ARGS = ("--seed", "--result-dir", "--extra-body")
+def _run_args(bench_dir: Path, run_id: str) -> dict[str, Any]:
+    """The run's arguments as the client ran it (status.json), redacted: its `vllm bench serve` argv as a mapping,
+    or a conversations run's spec (serving/bench.py conversation_spec), which has no argv."""
+    try:
+        spec = json.loads((bench_dir / "runs" / run_id / "status.json").read_text()).get("conversations")
+    except (OSError, ValueError, AttributeError):
+        spec = None
+    if isinstance(spec, dict):
+        return dict(redact(spec))
+    return argv_mapping(_run_argv(bench_dir, run_id))
+
+
+# Each run's own by construction (serving/bench.py client_runs): its seed, its result directory, its cache salt
+# (a conversations spec's seed and cache_salt).
+PER_RUN_ARGS = ("--seed", "--result-dir", "--extra-body", "seed", "cache_salt")
 
 
 def _split_args(per_run: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -321,7 +334,10 @@ def _load(
         # Random and shared prefix: --random-range-ratio 0 / exact lengths, --ignore-eos: fixed. A prompts file's
         # prompts and a trace's lines have their own lengths: the pooled requests' (the client's count; with chat,
         # the server's, template included).
-        "input_seq_len": _lengths(w.get("input_len"), [o.input_tokens for o in requests]),
+        # A conversation's turn resends its history: its input_len is the user's tokens per turn, not the prompt's.
+        "input_seq_len": _lengths(
+            None if dataset == "conversations" else w.get("input_len"), [o.input_tokens for o in requests]
+        ),
         "output_seq_len": _lengths(w.get("output_len"), [o.output_tokens for o in requests]),
     }
     if dataset == "shared_prefix":
@@ -549,7 +565,7 @@ def point_document(
         runs[r["id"]] = bench_runs.parse_requests(result)
         d = result.get("duration")
         durations[r["id"]] = float(d) if isinstance(d, int | float) and math.isfinite(d) else None
-        argvs[r["id"]] = argv_mapping(_run_argv(bench_dir, r["id"]))
+        argvs[r["id"]] = _run_args(bench_dir, r["id"])
     common, own = _split_args(argvs)
     ok = [o for obs in runs.values() for o in obs if o.success]
     notes = _notes(summary, point, pooled, _grouped(ok), len(ok))

@@ -1,13 +1,16 @@
 """Workloads (serving/workloads/<name>.yaml): the fixed conditions of a bench. The API path (completions, or
 chat with the model's chat template), the dataset (random token prompts, groups sharing a prefix, a prompts file,
-or a request trace replayed on its own timestamps), input and output lengths, prompts per run, the concurrency
-sweep (request rate inf, a concurrency cap) and the fixed arrival rates (no cap, Poisson or bursty), the seed,
-warm-ups and measured runs, how the prefix cache is kept out of the figures (or, for a shared prefix, let in),
-per-request SLOs, and the sizes a profile that cannot hold the workload's lengths runs instead.
+a request trace replayed on its own timestamps, or multi-turn conversations), input and output lengths, prompts
+per run, the concurrency sweep (request rate inf, a concurrency cap) and the fixed arrival rates (no cap, Poisson
+or bursty), the seed, warm-ups and measured runs, how the prefix cache is kept out of the figures (or, for a
+shared prefix or conversations, let in), per-request SLOs, and the sizes a profile that cannot hold the workload's
+lengths runs instead.
 
 Seed 000 §4: random prompts on /v1/completions are a baseline, not production; "if production uses chat ...
 save workloads using the same path and template". The datasets map onto `vllm bench serve`'s own (random,
-prefix_repetition, custom, timed_trace), so the tool everyone compares with draws the prompts."""
+prefix_repetition, custom, timed_trace), so the tool everyone compares with draws the prompts. vLLM 0.32 has no
+multi-turn dataset: conversations are sent by the bench client itself (images/vllm/bench_client.py), with vLLM's
+own chat request function and random dataset, so the timings and the user turns are vLLM's."""
 
 from __future__ import annotations
 
@@ -35,14 +38,19 @@ class WorkloadError(InputError):
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)")
 
 
-def duration_ms(text: Any) -> float:
-    """ "250ms" -> 250.0, "1.5s" -> 1500.0; ValueError (one clear sentence) otherwise."""
+def any_duration_ms(text: Any) -> float:
+    """ "250ms" -> 250.0, "1.5s" -> 1500.0, "0ms" -> 0.0; ValueError (one clear sentence) otherwise."""
     if isinstance(text, bool | int | float):
         raise ValueError(f"{text!r} has no unit: write it as {text}ms or {text}s")
     m = _DURATION.fullmatch(str(text).strip())
     if not m:
         raise ValueError(f"{text!r} is not a duration in ms or s: write it as e.g. 500ms or 0.5s")
-    value = float(m.group(1)) * (1.0 if m.group(2) == "ms" else 1000.0)
+    return float(m.group(1)) * (1.0 if m.group(2) == "ms" else 1000.0)
+
+
+def duration_ms(text: Any) -> float:
+    """An SLO's duration: as any_duration_ms, and above zero (no request meets a zero objective)."""
+    value = any_duration_ms(text)
     if value <= 0:
         raise ValueError(f"{text!r}: an SLO must be above zero")
     return value
@@ -79,6 +87,8 @@ class Size(StrictModel):
     output_len: int | None = Field(default=None, ge=2)
     prefix_len: int | None = Field(default=None, ge=1)
     num_prompts: int | None = Field(default=None, ge=1)
+    turns: int | None = Field(default=None, ge=2)
+    num_conversations: int | None = Field(default=None, ge=1)
     concurrency: list[int] | None = None
     arrival_rates: list[float] | None = None
     why: str
@@ -113,9 +123,13 @@ class Workload(StrictModel):
     # groups of prompts that share their first prefix_len tokens (vLLM's prefix_repetition; the prefix cache is
     # meant to hit, and the report says so); prompts: the prompts of a JSONL file ({"prompt": ...} per line, the
     # file `prompts`), output_len tokens each; trace: the requests of a JSONL trace (`trace`: timestamp in s,
-    # input_length, output_length per line) sent at their own times (vLLM's timed_trace).
-    dataset: Literal["random", "shared_prefix", "prompts", "trace"] = "random"
-    # Prompt tokens (shared_prefix: prefix and suffix together); none for prompts and trace (the file says).
+    # input_length, output_length per line) sent at their own times (vLLM's timed_trace); conversations:
+    # num_conversations chats of `turns` turns, each turn input_len random user tokens (vLLM's random dataset)
+    # and output_len answer tokens, every turn resending the conversation's history (user and assistant turns
+    # alternating; the answers are what the server said), so later turns are meant to hit the prefix cache.
+    dataset: Literal["random", "shared_prefix", "prompts", "trace", "conversations"] = "random"
+    # Prompt tokens (shared_prefix: prefix and suffix together; conversations: the user's tokens per turn, as
+    # vLLM's random dataset counts them); none for prompts and trace (the file says).
     input_len: int | None = Field(default=None, ge=1)
     # At least 2: TPOT and the decode rate need a second token. None for a trace (each line says).
     output_len: int | None = Field(default=None, ge=2)
@@ -129,9 +143,16 @@ class Workload(StrictModel):
     # Tokens per entry of a trace line's hash_ids (its prompt's blocks: lines that share an id share those
     # tokens). 16 for the Alibaba/Qwen traces, 512 for Moonshot's; lines without hash_ids get ids of their own.
     trace_block_tokens: int = Field(default=16, ge=1)
-    # Prompts per run (a trace: at most this many of its lines; none, all of them).
+    # Prompts per run (a trace: at most this many of its lines; none, all of them). None for conversations: a run
+    # sends turns x num_conversations requests.
     num_prompts: int | None = Field(default=None, ge=1)
-    # The scaling sweep: request rate inf, at most this many requests in flight (the source's 004 experiment).
+    # Conversations: turns per conversation (at least 2: one turn is the random dataset), conversations per run,
+    # and how long the user thinks between an answer's last token and the next turn (none: no wait).
+    turns: int | None = Field(default=None, ge=2)
+    num_conversations: int | None = Field(default=None, ge=1)
+    think_time: str | None = None
+    # The scaling sweep: request rate inf, at most this many requests in flight (the source's 004 experiment);
+    # for conversations, at most this many conversations in flight.
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
     # Fixed arrival rates in requests/s, no concurrency cap: achieved versus requested rate, outstanding requests.
     arrival_rates: list[float] = Field(default_factory=list)
@@ -173,6 +194,18 @@ class Workload(StrictModel):
             raise ValueError(f"arrival rates must be finite and positive (req/s), got {v}")
         return v
 
+    @field_validator("think_time", mode="before")
+    @classmethod
+    def _think_time(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        any_duration_ms(v)
+        return str(v).strip()
+
+    def think_time_s(self) -> float:
+        """The think time in seconds (0 when none is given)."""
+        return any_duration_ms(self.think_time) / 1000.0 if self.think_time is not None else 0.0
+
 
 # What each dataset needs and refuses: (needs, refuses) field names.
 _DATASET_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -180,7 +213,35 @@ _DATASET_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "shared_prefix": (("input_len", "output_len", "prefix_len", "num_prompts"), ("prompts", "trace")),
     "prompts": (("output_len", "prompts", "num_prompts"), ("input_len", "prefix_len", "trace")),
     "trace": (("trace",), ("input_len", "output_len", "prefix_len", "prompts")),
+    "conversations": (("input_len", "output_len", "turns", "num_conversations"), ("prefix_len", "prompts", "trace")),
 }
+# The fields only conversations take.
+_CONVERSATION_FIELDS = ("turns", "num_conversations", "think_time")
+
+
+def _conversations(w: Workload) -> str | None:
+    """Conversations' own rules: a chat, a number of conversations rather than of prompts, and loads that are
+    conversations in flight (a conversation's next turn waits for its answer, so there is no arrival rate)."""
+    if w.num_prompts is not None:
+        return (
+            f"dataset conversations sends turns x num_conversations requests ({w.turns} x {w.num_conversations}): "
+            "give no num_prompts"
+        )
+    if w.api != "chat":
+        return "dataset conversations resends each conversation's history as chat messages: api: chat"
+    if w.arrival_rates:
+        return (
+            "conversations run at a concurrency of conversations; a turn waits for the answer before it, so there "
+            "is no arrival rate: give no arrival_rates (concurrency: [1, 4])"
+        )
+    if w.burstiness != 1.0:
+        return (
+            "conversations run at a concurrency of conversations; burstiness shapes arrivals at a rate, which "
+            "conversations do not have: give no burstiness"
+        )
+    if not w.concurrency:
+        return "conversations run at a concurrency of conversations: give at least one level (concurrency: [1, 4])"
+    return None
 
 
 def _consistent(workload: Workload) -> str | None:
@@ -192,7 +253,17 @@ def _consistent(workload: Workload) -> str | None:
         return f"dataset {w.dataset} needs {' and '.join(missing)}"
     extra = [f for f in refuses if getattr(w, f) is not None]
     if extra:
-        return f"dataset {w.dataset} takes no {' or '.join(extra)} (its prompts' lengths come from elsewhere)"
+        why = (
+            "a turn's prompt is its history and input_len user tokens"
+            if w.dataset == "conversations"
+            else "its prompts' lengths come from elsewhere"
+        )
+        return f"dataset {w.dataset} takes no {' or '.join(extra)} ({why})"
+    if w.dataset == "conversations":
+        return _conversations(w)
+    given = [f for f in _CONVERSATION_FIELDS if getattr(w, f) is not None]
+    if given:
+        return f"dataset {w.dataset} takes no {' or '.join(given)} (those are dataset conversations' fields)"
     if w.dataset == "trace":
         if w.concurrency or w.arrival_rates:
             return "a trace is replayed on its own timestamps: give no concurrency or arrival_rates (concurrency: [])"
@@ -251,8 +322,9 @@ def load_workload(name_or_path: str) -> Workload:
 
 def intends_prefix_hits(workload: Mapping[str, Any], data: Mapping[str, Any] | None = None) -> bool:
     """Whether the workload's prompts are meant to be served partly from the prefix cache (within a run): a shared
-    prefix, or a trace whose lines share blocks (hash_ids), as production traffic does."""
-    return workload.get("dataset") == "shared_prefix" or bool((data or {}).get("shared_blocks"))
+    prefix, conversations (each turn resends the history the turn before it sent), or a trace whose lines share
+    blocks (hash_ids), as production traffic does."""
+    return workload.get("dataset") in ("shared_prefix", "conversations") or bool((data or {}).get("shared_blocks"))
 
 
 def canonical_trace(entries: list[dict[str, Any]], block_tokens: int) -> tuple[str, bool]:

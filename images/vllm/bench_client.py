@@ -11,6 +11,9 @@ to out/samplers/, all stamped `mono_s<TAB>wall<TAB>line` (CLOCK_MONOTONIC, share
 
 `vllm bench serve` runs in a forked child of this process, which imported vLLM's benchmark module once (~12 s
 saved per run); a child that outlives its run's timeout is terminated, then killed, and the run is failed.
+A conversations run (multi-turn chats, which vLLM 0.32's bench has no dataset for) runs here instead, in this
+process (`run_conversations`), with vLLM's own chat request function and random dataset, between the same
+snapshots, and writes the same files (result.json in vLLM's format, with each request's conversation and turn).
 A run whose server stops answering fails, and the runs after it are not started: nothing waits on a dead
 server. Exit status: 0 every run ok, 1 a run failed (out/client.json says which), 2 bad plan.
 
@@ -19,10 +22,14 @@ Standard library only (and vLLM, imported lazily): this file is copied to the ho
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import math
 import multiprocessing
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -30,6 +37,8 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -131,6 +140,260 @@ def run_bench(argv: list[str], run_dir: Path, timeout_s: float) -> tuple[int | N
             proc.join(_TERM_GRACE_S)
         return proc.exitcode, True
     return proc.exitcode, False
+
+
+# --- conversations: multi-turn chats (vLLM 0.32's `vllm bench serve` has no multi-turn dataset) -------------------
+#
+# A conversation sends turn 1, waits for its whole streamed answer, appends the answer to the history, waits the
+# think time, then sends turn 2 with the whole history (user and assistant turns alternating), and so on. Every
+# request goes through vLLM's own chat request function, so TTFT, the chunk intervals and the latency are measured
+# by the code `vllm bench serve` measures with; the user turns are drawn from the run's seed by vLLM's random
+# dataset, so the same seed sends the same user turns.
+
+
+class ConversationSeam:
+    """THE TEST SEAM of run_conversations: everything that talks to vLLM. `vllm_seam` builds the real one; the
+    unit tests pass their own (tests/unit/test_conversation_client.py), so the loop runs there without vLLM.
+
+    request(input, session): vLLM's async_request_openai_chat_completions (-> its RequestFuncOutput);
+    make_input(**fields): vLLM's RequestFuncInput; session(): an async context manager giving the HTTP session;
+    user_turns[c][t]: conversation c's user turn t+1, (text, its tokens); count_tokens(text): the tokenizer's count
+    of an answer, which vLLM uses where the server's usage gave none."""
+
+    def __init__(
+        self,
+        request: Callable[[Any, Any], Awaitable[Any]],
+        make_input: Callable[..., Any],
+        session: Callable[[], Any],
+        user_turns: list[list[tuple[str, int]]],
+        count_tokens: Callable[[str], int],
+    ) -> None:
+        self.request, self.make_input, self.session = request, make_input, session
+        self.user_turns, self.count_tokens = user_turns, count_tokens
+
+
+def vllm_seam(spec: dict[str, Any]) -> ConversationSeam:
+    """The real seam: vLLM's chat request function and input, an aiohttp session opened as `vllm bench serve` opens
+    it (a connection per conversation in flight, its 6-hour total timeout), and the user turns drawn by vLLM's
+    random dataset from the run's seed with the served model's tokenizer (`--random-range-ratio 0`: every turn
+    input_len tokens as vLLM counts them, the tokenizer's special tokens left to the server's template)."""
+    import aiohttp  # type: ignore[import-not-found]
+    from vllm.benchmarks.datasets.datasets import RandomDataset  # type: ignore[import-not-found]
+    from vllm.benchmarks.lib.endpoint_request_func import (  # type: ignore[import-not-found]
+        RequestFuncInput,
+        async_request_openai_chat_completions,
+    )
+    from vllm.tokenizers import get_tokenizer  # type: ignore[import-not-found]
+
+    tokenizer = get_tokenizer(spec["tokenizer"], tokenizer_mode="auto", trust_remote_code=False)
+    n, turns = int(spec["num_conversations"]), int(spec["turns"])
+    drawn = RandomDataset(random_seed=int(spec["seed"]), dataset_path=None).sample(
+        tokenizer=tokenizer, num_requests=n * turns, prefix_len=0, input_len=int(spec["input_len"]),
+        output_len=int(spec["output_len"]), range_ratio=0.0, request_id_prefix="",
+    )  # fmt: skip
+    pairs = [(str(r.prompt), int(r.prompt_len)) for r in drawn]
+    cap = int(spec.get("max_concurrency") or 0)
+
+    def session() -> Any:
+        connector = aiohttp.TCPConnector(
+            limit=cap, limit_per_host=cap, ttl_dns_cache=300, use_dns_cache=True, keepalive_timeout=60,
+            enable_cleanup_closed=True, force_close=False,
+        )  # fmt: skip
+        return aiohttp.ClientSession(
+            connector=connector, trust_env=True, timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)
+        )
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    return ConversationSeam(
+        async_request_openai_chat_completions,
+        RequestFuncInput,
+        session,
+        [pairs[c * turns : (c + 1) * turns] for c in range(n)],
+        count_tokens,
+    )
+
+
+class Turn:
+    """One request of a conversation as it went: vLLM's RequestFuncOutput, and the time it waited in the client
+    (turn 1 for a conversation slot; later turns not at all: each is sent when its think time ends)."""
+
+    def __init__(self, conversation: int, turn: int, output: Any, queue_s: float) -> None:
+        self.conversation, self.turn, self.output, self.queue_s = conversation, turn, output, queue_s
+
+
+async def _conversation(
+    c: int, spec: dict[str, Any], seam: ConversationSeam, session: Any, slots: Any, turns: list[Turn], prefix: str
+) -> None:
+    """Conversation c, turn after turn, inside one of the run's conversation slots; a failed turn ends it. Its
+    requests' ids are prefix<c>-<turn> (vllm bench serve's are bench-<8 hex>-<i>)."""
+    api_url = str(spec["base_url"]).rstrip("/") + str(spec["endpoint"])
+    extra_body: dict[str, Any] = {"temperature": spec.get("temperature", 0.0)}
+    if spec.get("cache_salt"):
+        extra_body["cache_salt"] = spec["cache_salt"]
+    think = float(spec.get("think_time_s") or 0.0)
+    ready = time.perf_counter()
+    async with slots:
+        history: list[dict[str, str]] = []
+        history_tokens = 0
+        for t, (text, tokens) in enumerate(seam.user_turns[c], 1):
+            if t > 1 and think > 0:
+                await asyncio.sleep(think)
+                ready = time.perf_counter()
+            history.append({"role": "user", "content": text})
+            request = seam.make_input(
+                prompt=text, api_url=api_url, prompt_len=history_tokens + tokens, output_len=int(spec["output_len"]),
+                model=spec["model"], extra_body=dict(extra_body), ignore_eos=bool(spec.get("ignore_eos", True)),
+                request_id=f"{prefix}{c}-{t}", chat_messages=list(history),
+            )  # fmt: skip
+            output = await seam.request(request, session)
+            turns.append(Turn(c, t, output, output.start_time - ready))
+            if not output.success:
+                return
+            history.append({"role": "assistant", "content": output.generated_text})
+            history_tokens += tokens + int(output.output_tokens or 0)
+            ready = time.perf_counter()
+
+
+async def _converse(spec: dict[str, Any], seam: ConversationSeam, turns: list[Turn], clock: dict[str, float]) -> None:
+    """Every conversation of the run, at most max_concurrency in flight (none: all of them at once)."""
+    cap = spec.get("max_concurrency")
+    slots = asyncio.Semaphore(int(cap)) if cap else contextlib.nullcontext()
+    prefix = f"conv-{uuid.uuid4().hex[:8]}-"
+    async with seam.session() as session:
+        clock["start"] = time.perf_counter()
+        await asyncio.gather(
+            *(_conversation(c, spec, seam, session, slots, turns, prefix) for c in range(len(seam.user_turns)))
+        )
+
+
+def _percentile(xs: list[float], p: float) -> float:
+    """numpy's default percentile (linear between order statistics), as vLLM reports its p50, p90 and p99."""
+    xs = sorted(xs)
+    h = (len(xs) - 1) * p / 100.0
+    lo = int(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+def _metric(result: dict[str, Any], name: str, values: list[float]) -> None:
+    """mean, median, std, p50, p90, p99 of values (s) in ms, under vLLM's keys (0 for none, as numpy gives it)."""
+    xs = values or [0.0]
+    result[f"mean_{name}_ms"] = statistics.fmean(xs) * 1000
+    result[f"median_{name}_ms"] = statistics.median(xs) * 1000
+    result[f"std_{name}_ms"] = statistics.pstdev(xs) * 1000
+    for p in (50, 90, 99):
+        result[f"p{p}_{name}_ms"] = _percentile(xs, p) * 1000
+
+
+def _peaks(turns: list[Turn]) -> tuple[float, int]:
+    """vLLM's peak figures: the most output tokens in one second of the run, and the requests active in the
+    busiest second (per-second buckets from the first successful request's send)."""
+    ok = [t.output for t in turns if t.output.success]
+    if not ok:
+        return 0.0, 0
+    t0 = min(o.start_time for o in ok)
+    seconds = math.ceil(max(o.start_time + o.latency for o in ok) - t0) + 1
+    tokens, active = [0] * seconds, [0] * seconds
+    for o in ok:
+        at = o.start_time + o.ttft
+        for dt in [0.0, *o.itl]:
+            at += dt
+            if 0 <= int(at - t0) < seconds:
+                tokens[int(at - t0)] += 1
+        for s in range(int(o.start_time - t0), int(o.start_time + o.latency - t0) + 1):
+            active[s] += 1
+    return float(max(tokens)), max(active)
+
+
+def conversation_result(
+    spec: dict[str, Any], seam: ConversationSeam, turns: list[Turn], duration: float, not_sent: int
+) -> dict[str, Any]:
+    """The run's result.json in the format `vllm bench serve --save-detailed` writes (its run-level and
+    per-request fields, failed requests recorded as vLLM records them: output length 0, the error text), in
+    conversation order, with each request's `conversation` (from 0) and `turn` (from 1), and the turns not sent."""
+    turns = sorted(turns, key=lambda t: (t.conversation, t.turn))
+    outs = [t.output for t in turns]
+    lens = [int(o.output_tokens or seam.count_tokens(o.generated_text)) if o.success else 0 for o in outs]
+    ok = [(o, n) for o, n in zip(outs, lens, strict=True) if o.success]
+    total_in = sum(o.prompt_len for o, _ in ok)
+    per_s = 1.0 / duration if duration > 0 else 0.0
+    peak_tokens, peak_active = _peaks(turns)
+    result: dict[str, Any] = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"), "endpoint_type": "openai-chat", "backend": "openai-chat",
+        "label": None, "model_id": spec["model"], "tokenizer_id": spec["tokenizer"], "dataset": "conversations",
+        "num_conversations": spec["num_conversations"], "turns": spec["turns"], "think_time_s": spec["think_time_s"],
+        "num_prompts": int(spec["num_conversations"]) * int(spec["turns"]), "request_rate": "inf",
+        "burstiness": 1.0, "max_concurrency": spec.get("max_concurrency"), "duration": duration,
+        "completed": len(ok), "failed": len(outs) - len(ok), "not_sent": not_sent,
+        "total_input_tokens": total_in, "total_output_tokens": sum(lens),
+        "request_throughput": len(ok) * per_s, "request_goodput": None,
+        "output_throughput": sum(lens) * per_s, "total_token_throughput": (total_in + sum(lens)) * per_s,
+        "input_lens": [o.prompt_len for o in outs], "output_lens": lens, "ttfts": [o.ttft for o in outs],
+        "itls": [list(o.itl) for o in outs], "latencies": [o.latency for o in outs],
+        "start_times": [o.start_time for o in outs], "queue_times": [t.queue_s for t in turns],
+        "generated_texts": [o.generated_text for o in outs], "errors": [o.error for o in outs],
+        "conversation": [t.conversation for t in turns], "turn": [t.turn for t in turns],
+        "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_active, "rtfx": 0.0,
+    }  # fmt: skip
+    _metric(result, "ttft", [o.ttft for o, _ in ok])
+    _metric(result, "tpot", [(o.latency - o.ttft) / (n - 1) for o, n in ok if n > 1])
+    _metric(result, "itl", [x for o, _ in ok for x in o.itl])
+    _metric(result, "e2el", [o.latency for o, _ in ok])
+    _metric(result, "client_queue_time", [t.queue_s for t in turns if t.output.success])
+    return result
+
+
+def _endings(spec: dict[str, Any], turns: list[Turn], timed_out: bool) -> tuple[int, list[str]]:
+    """The turns not sent, and a line per conversation that did not send all of its turns, saying why."""
+    total = int(spec["turns"])
+    not_sent, lines = 0, []
+    for c in range(int(spec["num_conversations"])):
+        mine = sorted((t for t in turns if t.conversation == c), key=lambda t: t.turn)
+        missing = total - len(mine)
+        if not missing:
+            continue
+        not_sent += missing
+        if mine and not mine[-1].output.success:
+            error = (str(mine[-1].output.error).strip().splitlines() or ["no error text"])[-1]
+            why = f"its turn {mine[-1].turn} failed ({error[:200]}), which ends a conversation"
+        else:
+            why = "the run's timeout stopped it" if timed_out else "it was not run"
+        lines.append(f"conversation {c}: {missing} of {total} turns not sent: {why}")
+    return not_sent, lines
+
+
+def run_conversations(
+    spec: dict[str, Any], run_dir: Path, timeout_s: float, seam: ConversationSeam | None = None
+) -> tuple[int | None, bool]:
+    """(exit code, timed out) of one conversations run, as run_bench gives them for `vllm bench serve`: its
+    result.json, stdout.log and stderr.log in run_dir. Exit 0 when it ran (failed requests are in result.json, as
+    vLLM records them), 1 when it could not (the traceback in stderr.log). A run past timeout_s is stopped, and what
+    it had is written."""
+    with (run_dir / "stdout.log").open("w") as out, (run_dir / "stderr.log").open("w") as err:
+        try:
+            seam = seam or vllm_seam(spec)
+            print(f"conversations: {json.dumps(spec, sort_keys=True)}", file=out, flush=True)
+            turns: list[Turn] = []
+            clock: dict[str, float] = {}
+            timed_out = False
+            try:
+                asyncio.run(asyncio.wait_for(_converse(spec, seam, turns, clock), timeout_s))
+            except TimeoutError:
+                timed_out = True
+            duration = time.perf_counter() - clock.get("start", time.perf_counter())
+            not_sent, lines = _endings(spec, turns, timed_out)
+            result = conversation_result(spec, seam, turns, duration, not_sent)
+            write_json(run_dir / "result.json", result)
+            for line in lines + [f"error: {e}" for e in result["errors"] if e][:10]:
+                print(line, file=out)
+            print(f"requests: {result['completed']} ok, {result['failed']} failed, {not_sent} not sent; "
+                  f"duration {duration:.3f} s; median TTFT {result['median_ttft_ms']:.2f} ms", file=out)  # fmt: skip
+            return 0, timed_out
+        except Exception:  # everything is recorded in stderr.log and the exit code
+            traceback.print_exc(file=err)
+            return 1, False
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -356,8 +619,9 @@ def _bench_between_snapshots(
     page_cache: dict[str, Any] | None = None,
     reader: ResidencyReader | None = None,
 ) -> tuple[int | None, bool]:
-    """One run's `vllm bench serve` between two /metrics snapshots (after a prefix-cache reset when the plan
-    asks for one, and with the served files' page-cache state made first): (exit code or None, timed out).
+    """One run's `vllm bench serve` (or its conversations) between two /metrics snapshots (after a prefix-cache
+    reset when the plan asks for one, and with the served files' page-cache state made first): (exit code or
+    None, timed out).
     What happened, on both clocks, goes into `status`, with the residency and the engine's read volume before
     and after."""
     cache = page_cache or {}
@@ -376,7 +640,10 @@ def _bench_between_snapshots(
         status["prefix_cache_reset"] = {"status": code, "body": body[:200]}
     status["started_mono_s"], status["started_wall"] = stamp()
     status["started_unix_s"] = time.time()
-    rc, timed_out = run_bench(list(run["argv"]), run_dir, float(run["timeout_s"]))
+    if run.get("conversations"):
+        rc, timed_out = run_conversations(dict(run["conversations"]), run_dir, float(run["timeout_s"]))
+    else:
+        rc, timed_out = run_bench(list(run["argv"]), run_dir, float(run["timeout_s"]))
     status["ended_mono_s"], status["ended_wall"] = stamp()
     status["ended_unix_s"] = time.time()
     status.update(exit_code=rc, timed_out=timed_out)
@@ -392,18 +659,22 @@ def _bench_between_snapshots(
 def _run_failure(
     run: dict[str, Any], rc: int | None, timed_out: bool, result_path: Path, tolerate_failed_requests: bool = False
 ) -> str:
-    """Why a run that was started failed, "" when it did not: a run is ok only if `vllm bench serve` exited 0
-    in time and its result.json says every request succeeded (or, in a search, that it has a result)."""
+    """Why a run that was started failed, "" when it did not: a run is ok only if `vllm bench serve` (or the
+    conversations client) exited 0 in time and its result.json says every request succeeded, and for
+    conversations every turn was sent (or, in a search, that it has a result)."""
+    tool = "the conversations client" if run.get("conversations") else "vllm bench serve"
     if timed_out:
-        return f"vllm bench serve ran past the run timeout ({run['timeout_s']} s) and was stopped"
+        return f"{tool} ran past the run timeout ({run['timeout_s']} s) and was stopped"
     if rc != 0:
-        return f"vllm bench serve exited {rc} (stderr.log)"
+        return f"{tool} exited {rc} (stderr.log)"
     if not result_path.is_file():
-        return "vllm bench serve wrote no result.json"
+        return f"{tool} wrote no result.json"
     try:
         result = json.loads(result_path.read_text())
-        if int(result.get("failed", 0)) and not tolerate_failed_requests:
-            return f"{result['failed']} of {result.get('num_prompts', '?')} requests failed"
+        failed, not_sent = int(result.get("failed", 0)), int(result.get("not_sent", 0))
+        if (failed or not_sent) and not tolerate_failed_requests:
+            said = f"{failed} of {result.get('num_prompts', '?')} requests failed"
+            return said + (f"; {not_sent} turns not sent (a failed turn ends its conversation)" if not_sent else "")
     except (ValueError, OSError) as exc:
         return f"result.json unreadable: {exc}"
     return ""
@@ -426,9 +697,13 @@ class Runner:
         base = self.base
         run_dir = self.out / "runs" / run["id"]
         run_dir.mkdir(parents=True, exist_ok=True)
-        argv = ["vllm", "bench", "serve", *run["argv"]]
-        status: dict[str, Any] = {"id": run["id"], "phase": run["phase"], "argv": argv}
-        write_json(run_dir / "argv.json", status["argv"])
+        status: dict[str, Any] = {"id": run["id"], "phase": run["phase"]}
+        if run.get("conversations"):
+            status["conversations"] = run["conversations"]
+            write_json(run_dir / "conversations.json", run["conversations"])
+        else:
+            status["argv"] = ["vllm", "bench", "serve", *run["argv"]]
+            write_json(run_dir / "argv.json", status["argv"])
         if self.server_lost:
             status.update(status="not run", reason=self.server_lost)
             write_json(run_dir / "status.json", status)

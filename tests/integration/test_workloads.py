@@ -1,14 +1,16 @@
 """Workloads that look like production, through `make bench` against the real CPU deployment (issue 15).
 
-The shipped chat, shared-prefix, poisson, bursty and trace workloads, each with fewer prompts and runs so the
-module fits CI (the datasets, API paths, arrivals and SLOs are the shipped ones; only the counts are cut; the
+The shipped chat, shared-prefix, poisson, bursty, trace and multi-turn workloads, each with fewer prompts and runs
+so the module fits CI (the datasets, API paths, arrivals and SLOs are the shipped ones; only the counts are cut; the
 note of issue 15 holds the full-size runs): each bench completes with its report; the shared-prefix report shows
-prefix-cache hits and says they were intended, the others show none; the trace's requests leave on the trace's
+prefix-cache hits and says they were intended, the others show none (but multi-turn, whose turns resend their
+conversation's history: each waits for the answer before it and carries it); the trace's requests leave on the trace's
 timestamps; the SLO gives goodput; Poisson and bursty arrivals compare with `make compare VARIABLE=burstiness`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from importlib import resources
@@ -62,6 +64,7 @@ def benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "poisson": cut(tmp, "poisson", num_prompts=12, arrival_rates=[4.0]),
         "bursty": cut(tmp, "bursty", num_prompts=12, arrival_rates=[4.0]),
         "trace": cut(tmp, "trace"),
+        "multi-turn": cut(tmp, "multi-turn", num_conversations=3, concurrency=[3]),
     }
     out: dict[str, Path] = {}
     for name, path in plans.items():
@@ -102,6 +105,31 @@ def test_the_shared_prefix_report_shows_hits_and_says_they_were_intended(benches
     text = (benches["shared-prefix"] / "report.txt").read_text()
     assert "prefix cache: HITS INTENDED: the prompts share prefixes" in text
     assert re.search(r"hits in measured runs: \d+ tokens of \d+ queried \(hit rate \d+%\)", text), text
+
+
+def test_multi_turn_conversations_resend_their_history_and_wait_for_each_answer(benches: dict[str, Path]) -> None:
+    s = summary(benches["multi-turn"])
+    assert s["status"] == "ok"
+    assert s["prefix_cache"]["hits_intended"] is True and s["prefix_cache"]["hits_in_measured_runs"] > 0
+    for run in measured(s):
+        assert run["valid"], run["flags"]
+        result = json.loads((benches["multi-turn"] / "runs" / run["id"] / "result.json").read_text())
+        rows = sorted(zip(result["conversation"], result["turn"], result["input_lens"], result["start_times"],
+                          result["latencies"], result["output_lens"], strict=True))  # fmt: skip
+        assert [(c, t) for c, t, *_ in rows] == [(c, t) for c in range(3) for t in range(1, 5)]
+        for (c0, _, len0, start0, lat0, _), (c1, t1, len1, start1, _, _) in itertools.pairwise(rows):
+            if c1 != c0:
+                continue
+            # The server counted the history: the previous prompt, its answer and a new 64-token user message
+            # (without the history a turn is about 70 tokens, whatever its number).
+            assert len1 > len0 + 32, (c1, t1, len0, len1)
+            assert start1 >= start0 + lat0  # the next turn left only once the answer had ended
+        # The server's own count of prompt tokens is the client's (usage from each stream).
+        assert run["server"]["prompt_tokens"] == sum(result["input_lens"])
+    text = (benches["multi-turn"] / "report.txt").read_text()
+    assert "3 conversations x 4 turns, random 64 in / 32 out tokens per turn, history resent each turn" in text
+    assert "HITS INTENDED: each turn resends its conversation's history" in text
+    assert re.search(r"TTFT ms by turn.*\n\s*point\s+turn 1\s+turn 2\s+turn 3\s+turn 4", text), text
 
 
 @pytest.mark.parametrize("name", ["chat", "poisson", "bursty", "trace"])
