@@ -313,7 +313,10 @@ def render_text(s: Mapping[str, Any]) -> str:
     if mem:
         lines += ["", "each worker's memory while decoding, logged inside it (memory-phases.json, patch 0003):"]
         lines += [f"  {ln}" for ln in mem]
-    lines += ["", "raw: runs/<id>/result.json (vllm bench serve --save-detailed), metrics-before/after.txt,"]
+    conversations = (s.get("manifest") or {}).get("workload", {}).get("dataset") == "conversations"
+    writer = "vllm bench serve --save-detailed"
+    writer = f"the conversations client, in the format of {writer}" if conversations else writer
+    lines += ["", f"raw: runs/<id>/result.json ({writer}), metrics-before/after.txt,"]
     lines.append("     status.json, stdout.log, stderr.log;")
     lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
     return "\n".join(lines) + "\n"

@@ -257,6 +257,7 @@ def test_the_report_states_the_workload_and_gives_ttft_by_turn(tmp_path: Path, m
     ) in text
     assert "prefix cache: HITS INTENDED: each turn resends its conversation's history, so the cache serving " in text
     assert s["prefix_cache"]["hits_intended"] and s["prefix_cache"]["hits_in_measured_runs"] > 0
+    assert "raw: runs/<id>/result.json (the conversations client, in the format of vllm bench serve" in text
     lines = text.splitlines()
     head = lines.index(
         "TTFT ms by turn, pooled over measured runs (median [min-max] n; turn 1 has no history, later turns resend it):"
