@@ -35,6 +35,8 @@ D         ?=
 VARIABLE  ?=
 # make compare DESIGN=restarts: each side's benches must come from separate deploys (restart variation).
 DESIGN    ?=
+# make compare LEVEL=0.99: the confidence of all its intervals together (default 0.95); a rollback may want more.
+LEVEL     ?=
 # make hypothesis / make compare: what you expect and why, and the prediction ('<figure> up|down [>= n[%]] [at cN]');
 # make compare takes a recorded one (HYPOTHESIS=<ts>), or both here (then it was not written before the runs).
 # Exported: the recipes read them from the environment, so that quotes in them reach the CLI as typed.
@@ -142,7 +144,7 @@ compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only
 	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(C),--c $(C),) $(if $(D),--d $(D),) \
 	  $(if $(VARIABLE),--variable $(VARIABLE),) \
 	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",) \
-	  $(if $(DESIGN),--design $(DESIGN),)
+	  $(if $(DESIGN),--design $(DESIGN),) $(if $(LEVEL),--level $(LEVEL),)
 
 .PHONY: validate
 validate: $(STAMP) ## Correctness through the server: A=<profile> B=<profile>, A vs B beside A vs A across a restart

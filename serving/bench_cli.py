@@ -54,12 +54,18 @@ def cmd_compare(a: argparse.Namespace) -> int:
             side_b,
             *(load_side(n, [x for x in r.split(",") if x], runs_dir) for n, r in (("C", a.c), ("D", a.d))),
         ]
-        result = design_2x2(sides, variables, iterations=a.iterations)
+        result = design_2x2(sides, variables, iterations=a.iterations, family_level=a.level)
         text = render_2x2(result)
     else:
         claim = _hypothesis(a, runs_dir)
         result = compare(
-            side_a, side_b, variables, iterations=a.iterations, hypothesis=claim, restarts=a.design == "restarts"
+            side_a,
+            side_b,
+            variables,
+            iterations=a.iterations,
+            hypothesis=claim,
+            restarts=a.design == "restarts",
+            family_level=a.level,
         )
         text = render_text(result)
     if a.out:
@@ -112,6 +118,7 @@ def register(sub: Any) -> None:
     p.add_argument("--variable", action="append", help="a condition allowed to differ, e.g. max_num_seqs")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--iterations", type=int, default=4000, help="bootstrap resamples")
+    p.add_argument("--level", type=float, default=0.95, help="the confidence of all intervals together (default 0.95)")
     p.add_argument("--out", help="where compare.json/.txt go (default runs/compare/<ts>/)")
     p.add_argument("--hypothesis", help="a recorded hypothesis (its file or timestamp), or its text with --predict")
     p.add_argument("--predict", help="the prediction, e.g. 'tpot_ms down >= 5%%' (serving/hypothesis.py)")

@@ -297,6 +297,18 @@ def effect(
 FAMILY_LEVEL = 0.95
 
 
+def check_level(level: float) -> float:
+    """The family's confidence an operator asked for (make compare LEVEL=): 0.95 unless a decision needs more."""
+    if not 0.5 <= level < 1:
+        raise CompareRefused(f"LEVEL={level:g}: give the family's confidence as a fraction in [0.5, 1), e.g. 0.99")
+    return level
+
+
+def _pct(level: float) -> str:
+    """95%, 99.9%: as many decimals as the level has."""
+    return f"{round(level * 100, 6):g}%"
+
+
 def compare(
     a: Side,
     b: Side,
@@ -305,9 +317,12 @@ def compare(
     seed: int = 0,
     hypothesis: Mapping[str, Any] | None = None,
     restarts: bool = False,
+    family_level: float = FAMILY_LEVEL,
 ) -> dict[str, Any]:
     """The effects at each point both sides measured; with a recorded hypothesis (serving/hypothesis.py), its
-    verdict. restarts: the design DESIGN=restarts (check_restarts) is required of both sides."""
+    verdict. restarts: the design DESIGN=restarts (check_restarts) is required of both sides. family_level: the
+    simultaneous confidence of all the intervals (check_level)."""
+    check_level(family_level)
     declared = check_conditions(a, b, variables)
     if restarts:
         check_restarts([a, b])
@@ -318,7 +333,7 @@ def compare(
             + "".join(f"; {s.name} left out {x}" for s in (a, b) for x in s.excluded[:3])
         )
     tested = len(points) * len(FIGURES)
-    level = 1 - (1 - FAMILY_LEVEL) / tested
+    level = 1 - (1 - family_level) / tested
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "a": [str(d) for d in a.dirs],
@@ -326,7 +341,7 @@ def compare(
         "variables": list(variables),
         "declared_differences": declared,
         "order": order(a, b),
-        "family_level": FAMILY_LEVEL,
+        "family_level": family_level,
         "figures_tested": tested,
         "level_per_figure": level,
         "excluded": {"A": list(a.excluded), "B": list(b.excluded)},
@@ -376,8 +391,8 @@ def render_text(r: Mapping[str, Any]) -> str:
     )
     lines.append("  with 2+ benches a side, also a Welch t interval over the benches' medians: both must exclude 0")
     lines.append(
-        f"  intervals are simultaneous at {r['family_level']:.0%} over the {r['figures_tested']} figures below "
-        f"(Bonferroni: each at {r['level_per_figure']:.2%})"
+        f"  intervals are simultaneous at {_pct(r['family_level'])} over the {r['figures_tested']} figures below "
+        f"(Bonferroni: each at {_pct(r['level_per_figure'])})"
     )
     if len(r["a"]) == 1 or len(r["b"]) == 1:
         lines.append(
@@ -445,7 +460,11 @@ def _differs_in(x: Side, y: Side, variables: Sequence[str], what: str) -> dict[s
 
 
 def design_2x2(
-    sides: Sequence[Side], variables: Sequence[str], iterations: int = 4000, seed: int = 0
+    sides: Sequence[Side],
+    variables: Sequence[str],
+    iterations: int = 4000,
+    seed: int = 0,
+    family_level: float = FAMILY_LEVEL,
 ) -> dict[str, Any]:
     """Four sides A, B = A + change 1, C = A + change 2, D = A + both; variables: (change 1's, change 2's).
 
@@ -455,6 +474,7 @@ def design_2x2(
     are simultaneous over every contrast of every figure and point, as compare's are. An interaction whose
     interval excludes 0 means the changes do not add up: together they did more (or less) than each alone.
     """
+    check_level(family_level)
     if len(sides) != 4 or len(variables) != 2:
         raise CompareRefused("a 2x2 design takes four sides (A, B, C, D) and two variables (change 1, change 2)")
     a, b, c, d = sides
@@ -470,14 +490,14 @@ def design_2x2(
     if not points:
         raise CompareRefused("A, B, C and D have no operating point with valid measured runs on all four sides")
     tested = len(points) * len(FIGURES) * len(CONTRASTS)
-    level = 1 - (1 - FAMILY_LEVEL) / tested
+    level = 1 - (1 - family_level) / tested
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "design": "2x2",
         "sides": {s.name: [str(x) for x in s.dirs] for s in sides},
         "variables": list(variables),
         "declared_differences": declared,
-        "family_level": FAMILY_LEVEL,
+        "family_level": family_level,
         "figures_tested": tested,
         "level_per_figure": level,
         "excluded": {s.name: list(s.excluded) for s in sides},
@@ -513,8 +533,8 @@ def render_2x2(r: Mapping[str, Any]) -> str:
     for side, left_out in (r.get("excluded") or {}).items():
         lines += [f"left out of {side} (its bench flagged it): {x}" for x in left_out]
     lines.append(
-        f"  intervals are simultaneous at {r['family_level']:.0%} over the {r['figures_tested']} contrasts below "
-        f"(Bonferroni: each at {r['level_per_figure']:.2%}); an interaction outside 0 means the changes do not add up"
+        f"  intervals are simultaneous at {_pct(r['family_level'])} over the {r['figures_tested']} contrasts below "
+        f"(Bonferroni: each at {_pct(r['level_per_figure'])}); an interaction outside 0 means the changes do not add up"
     )
     for point, cells in r["points"].items():
         lines += ["", f"{point}:"]

@@ -146,11 +146,35 @@ def test_intervals_are_simultaneous_over_the_figures(tmp_path: Path) -> None:
     b2, a2 = make_bench(tmp_path, "b2", 3000, 1.15), make_bench(tmp_path, "a2", 4000, 0.95)
     r = compare.compare(side("A", [a1, a2], tmp_path), side("B", [b1, b2], tmp_path), [])
     assert r["figures_tested"] == 10 and r["level_per_figure"] == pytest.approx(0.995)
-    assert "simultaneous at 95% over the 10 figures below (Bonferroni: each at 99.50%)" in compare.render_text(r)
+    assert "simultaneous at 95% over the 10 figures below (Bonferroni: each at 99.5%)" in compare.render_text(r)
     e = r["points"]["c1"]["ttft_ms"]
     _, lo95, hi95 = stats.welch_interval(e["bench_medians_a"], e["bench_medians_b"])  # type: ignore[misc]
     lo, hi = e["welch_ci_over_benches"]
     assert lo < lo95 and hi > hi95
+
+
+def test_a_stricter_family_level_widens_every_interval(tmp_path: Path) -> None:
+    """LEVEL=0.999: the same benches, every interval wider than at the default 95%, and the report says so."""
+    a1, b1 = make_bench(tmp_path, "a1", 1000, 1.0), make_bench(tmp_path, "b1", 2000, 1.1)
+    b2, a2 = make_bench(tmp_path, "b2", 3000, 1.15), make_bench(tmp_path, "a2", 4000, 0.95)
+    sides = side("A", [a1, a2], tmp_path), side("B", [b1, b2], tmp_path)
+    default, strict = compare.compare(*sides, []), compare.compare(*sides, [], family_level=0.999)
+    assert strict["family_level"] == 0.999 and strict["level_per_figure"] == pytest.approx(0.9999)
+    assert "simultaneous at 99.9% over the 10 figures below (Bonferroni: each at 99.99%)" in compare.render_text(strict)
+    for point, figures in default["points"].items():
+        for name, e in figures.items():
+            s = strict["points"][point][name]
+            assert s["ci"][0] <= e["ci"][0] and s["ci"][1] >= e["ci"][1], (point, name)
+            assert s["welch_ci_over_benches"][0] <= e["welch_ci_over_benches"][0], (point, name)
+    ttft, ttft_strict = default["points"]["c1"]["ttft_ms"], strict["points"]["c1"]["ttft_ms"]  # benches spread here
+    assert ttft_strict["welch_ci_over_benches"][0] < ttft["welch_ci_over_benches"][0]
+
+
+@pytest.mark.parametrize("level", [0.2, 1.0, 95.0])
+def test_a_level_outside_its_range_is_refused(tmp_path: Path, level: float) -> None:
+    a, b = make_bench(tmp_path, "a", 1000), make_bench(tmp_path, "b", 2000)
+    with pytest.raises(compare.CompareRefused, match=r"LEVEL=.*a fraction in \[0.5, 1\), e.g. 0.99"):
+        compare.compare(side("A", [a], tmp_path), side("B", [b], tmp_path), [], family_level=level)
 
 
 def test_other_prompts_are_another_condition(tmp_path: Path) -> None:
