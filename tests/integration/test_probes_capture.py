@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +89,39 @@ def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed:
     assert len(vm["us"]) >= 2
 
 
+@dataclass
+class Capture:
+    bundle: Path
+    result: Any
+    sent: int  # requests sent, each answered before the window closed
+
+
 @pytest.fixture(scope="module")
-def capture(deployed: None) -> Iterator[tuple[Path, Any]]:
-    """`make capture SECONDS=20` with REQUESTS requests sent once the window has opened."""
+def capture(deployed: None) -> Iterator[Capture]:
+    """`make capture SECONDS=20` with up to REQUESTS requests sent once the window has opened.
+
+    A sender starts a request only if it can finish inside the window: under perf, py-spy and wchan a request took
+    up to 5 s here, not 1 s, and a CI run counted 9 of 12 because 3 were still decoding when the window closed."""
     run = BackgroundMake("capture", "SECONDS=20")
     run.wait_for(WINDOW_OPEN)
+    window_end = time.monotonic() + 20 - 2  # the window opened a little before its samplers wrote; 2 s of margin
     time.sleep(1)
+    sent: list[float] = []  # each request's duration, in seconds
+    lock = threading.Lock()
 
     # Spread over about 10 s of the 20 s window, so the per-second latency series has points to draw.
     def send(n: int) -> None:
         for _ in range(n):
+            with lock:
+                longest = max(sent, default=1.0)
+            if time.monotonic() + 2 * longest > window_end:
+                return
+            t0 = time.monotonic()
             _complete(TOKENS)
+            done = time.monotonic()
+            assert done < window_end + 2, f"a request ended {done - window_end:.1f} s after the window's estimated end"
+            with lock:
+                sent.append(done - t0)
             time.sleep(1.5)
 
     senders = [threading.Thread(target=send, args=(REQUESTS // 3,)) for _ in range(3)]
@@ -108,18 +131,20 @@ def capture(deployed: None) -> Iterator[tuple[Path, Any]]:
         s.join()
     r = run.result()
     assert r.rc == 0, r.output[-5000:]
-    yield _bundle_dir(r.output), r
+    # Fewer than two rounds of three would not be a burst worth counting.
+    assert len(sent) >= 6, f"only {len(sent)} requests fitted the window (durations {sent})"
+    yield Capture(_bundle_dir(r.output), r, len(sent))
 
 
-def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: tuple[Path, Any]) -> None:
-    bundle, _ = capture
+def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: Capture) -> None:
+    bundle = capture.bundle
     delta = json.loads((bundle / "metrics" / "delta.json").read_text())
     success = [c for c in delta["counters"] if c["name"] == "vllm:request_success_total"]
-    assert sum(c["delta"] for c in success) == REQUESTS
+    assert sum(c["delta"] for c in success) == capture.sent
     gen = [c for c in delta["counters"] if c["name"] == "vllm:generation_tokens_total"]
-    assert sum(c["delta"] for c in gen) == REQUESTS * TOKENS
+    assert sum(c["delta"] for c in gen) == capture.sent * TOKENS
     timeline = json.loads((bundle / "timeline.json").read_text())
-    assert timeline["summary"]["requests"] == REQUESTS
+    assert timeline["summary"]["requests"] == capture.sent
     # KV-cache usage over the window's scrapes: requests ran, so the cache held something at some scrape or none
     # (a scrape between requests); either way a percentage, the mean no larger than the maximum.
     kv_mean, kv_max = timeline["summary"]["kv_cache_usage_mean_pct"], timeline["summary"]["kv_cache_usage_max_pct"]
@@ -132,8 +157,8 @@ def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: tuple[P
     assert "requests" in (bundle / "summary.txt").read_text()
 
 
-def test_capture_has_stacks_for_every_vllm_process(capture: tuple[Path, Any]) -> None:
-    bundle, _ = capture
+def test_capture_has_stacks_for_every_vllm_process(capture: Capture) -> None:
+    bundle = capture.bundle
     index = json.loads((bundle / "bundle.json").read_text())
     roles = sorted(p["role"] for p in index["processes"])
     assert roles == ["api_server", "engine_core", "worker"]
@@ -148,8 +173,8 @@ def test_capture_has_stacks_for_every_vllm_process(capture: tuple[Path, Any]) ->
     assert "(engine_core)" in agg and "(worker)" in agg and "(api_server)" in agg
 
 
-def test_capture_parts_and_one_clock(capture: tuple[Path, Any]) -> None:
-    bundle, _ = capture
+def test_capture_parts_and_one_clock(capture: Capture) -> None:
+    bundle = capture.bundle
     index = json.loads((bundle / "bundle.json").read_text())
     parts = index["parts"]
     for name in ("samplers", "metrics", "stacks", "wchan", "hoststate"):
@@ -169,8 +194,8 @@ def test_capture_parts_and_one_clock(capture: tuple[Path, Any]) -> None:
     assert all(window["start_mono_s"] - 1 <= t <= window["end_mono_s"] + 1 for changes in worker for t, _ in changes)
 
 
-def test_capture_reads_the_real_containers_cgroup_and_limits(capture: tuple[Path, Any]) -> None:
-    bundle, _ = capture
+def test_capture_reads_the_real_containers_cgroup_and_limits(capture: Capture) -> None:
+    bundle = capture.bundle
     serving = inspect("refdeploy-vllm")
     assert serving is not None
     state = json.loads((bundle / "host-state" / "after" / "host-state.json").read_text())
@@ -190,8 +215,8 @@ def test_capture_reads_the_real_containers_cgroup_and_limits(capture: tuple[Path
     assert any(f.read_text().strip() == str(8 * 2**30) for f in memory_limits)
 
 
-def test_capture_timeline_page_shows_its_plots(capture: tuple[Path, Any], tmp_path: Path) -> None:
-    bundle, _ = capture
+def test_capture_timeline_page_shows_its_plots(capture: Capture, tmp_path: Path) -> None:
+    bundle = capture.bundle
     png = tmp_path / "timeline.png"
     screenshot(bundle / "timeline.html", png, tmp_path / "chromium-profile")
     counts = read_png(png.read_bytes()).rgb_counts()
