@@ -192,9 +192,29 @@ def test_two_benches_of_the_tp2_engine_compare(deployed: dict[str, Any]) -> None
 def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
     deployed: dict[str, Any],
 ) -> None:
+    """The profiled engine first (PROFILER=torch), then `make profile` against it, which puts the normal spec back:
+    two TP=2 starts where profile-then-deploy-profiled-then-deploy took four (each ~45 s of this suite)."""
     unprofiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent  # the compare test's
+    # PROFILER=torch deploys the profiled engine (as KEEP=1 leaves it), and says so on the container.
+    r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
+    assert r.rc == 0, r.output[-3000:]
+    c = inspect(CONTAINER)
+    assert c is not None and c["Config"]["Labels"]["org.refdeploy.profiler"] == "torch"
+    assert "--profiler-config" in c["Config"]["Cmd"]
+    # A bench of it records the profiler; compare refuses it beside an unprofiled bench, naming the field.
+    b = make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900)
+    assert b.rc == 0, b.output[-4000:]
+    profiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent
+    assert json.loads((profiled / "manifest.json").read_text())["profiler"] == "torch"
+    r = make("compare", f"A={unprofiled}", f"B={profiled}", "VARIABLE=profiler")
+    assert r.rc != 0
+    assert "refusing to compare: profiler: A=None B='torch'" in " ".join(r.output.split())
+
+    # make profile finds the profiler configured (its deploy changes nothing), profiles, and without KEEP=1 puts
+    # the normal spec back.
     r = make("profile", f"PROFILE={PROFILE}", "REQUESTS=2", timeout=1200)
     assert r.rc == 0, r.output[-5000:]
+    assert c["Id"] != (inspect(CONTAINER) or {}).get("Id")  # the normal spec is another container
     m = re.search(r"profile: (\S+/profile)/", r.output)
     assert m, r.output[-3000:]
     profile = Path(m.group(1))
@@ -216,25 +236,7 @@ def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compa
     c = inspect(CONTAINER)
     assert c is not None and "org.refdeploy.profiler" not in c["Config"]["Labels"]
     assert "--profiler-config" not in c["Config"]["Cmd"]
-    # PROFILER=torch deploys the profiled engine (as KEEP=1 leaves it), and says so on the container.
-    r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
-    assert r.rc == 0, r.output[-3000:]
-    c = inspect(CONTAINER)
-    assert c is not None and c["Config"]["Labels"]["org.refdeploy.profiler"] == "torch"
-    assert "--profiler-config" in c["Config"]["Cmd"]
-    # A bench of it records the profiler; compare refuses it beside an unprofiled bench, naming the field.
-    b = make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900)
-    assert b.rc == 0, b.output[-4000:]
-    profiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent
-    assert json.loads((profiled / "manifest.json").read_text())["profiler"] == "torch"
-    r = make("compare", f"A={unprofiled}", f"B={profiled}", "VARIABLE=profiler")
-    assert r.rc != 0
-    assert "refusing to compare: profiler: A=None B='torch'" in " ".join(r.output.split())
-    # make deploy puts the normal spec back.
-    r = make("deploy", f"PROFILE={PROFILE}")
-    assert r.rc == 0, r.output[-3000:]
-    c = inspect(CONTAINER)
-    assert c is not None and "org.refdeploy.profiler" not in c["Config"]["Labels"]
+    assert c["Config"]["Labels"]["org.refdeploy.profile"] == PROFILE
 
 
 def _check_merged_trace(profile: Path, run: dict[str, Any]) -> None:
