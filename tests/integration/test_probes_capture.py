@@ -29,9 +29,10 @@ pytestmark = pytest.mark.integration
 
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12
-# About 1 s per request here (~1.7 ms a token): the running gauge, sampled each second, sees them. With 64
-# tokens (0.1 s) a run once saw none, and the queue plot had nothing to draw.
-TOKENS = 512
+# Three at a time under the capture's perf, py-spy and wchan, about 10 ms a token here: ~2.7 s a request, which
+# the running gauge, sampled each second, sees. With 64 tokens (0.1 s) a run once saw none, and the queue plot
+# had nothing to draw; with 512 (5.3 s) only one request a sender fitted the window.
+TOKENS = 256
 
 
 def _bundle_dir(output: str) -> Path:
@@ -109,7 +110,7 @@ def capture(deployed: None) -> Iterator[Capture]:
     sent: list[float] = []  # each request's duration, in seconds
     lock = threading.Lock()
 
-    # Spread over about 10 s of the 20 s window, so the per-second latency series has points to draw.
+    # Spread over the window, so the per-second latency series has points to draw.
     def send(n: int) -> None:
         for _ in range(n):
             with lock:
@@ -122,7 +123,7 @@ def capture(deployed: None) -> Iterator[Capture]:
             assert done < window_end + 2, f"a request ended {done - window_end:.1f} s after the window's estimated end"
             with lock:
                 sent.append(done - t0)
-            time.sleep(1.5)
+            time.sleep(0.5)
 
     senders = [threading.Thread(target=send, args=(REQUESTS // 3,)) for _ in range(3)]
     for s in senders:
