@@ -58,6 +58,8 @@ INDEX_FILE = "index.json"
 # (tests/unit/test_architecture.py). tests/unit/test_br_export.py checks the names agree.
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
+# What sends a `dataset: conversations` workload (serving/bench.py): vLLM 0.32's bench has no multi-turn dataset.
+CONVERSATIONS_CLIENT = "images/vllm/bench_client.py run_conversations"
 REPORT_HTML = "report.html"
 CGROUP_FILES = ("cgroup-before.json", "cgroup-after.json")
 
@@ -359,6 +361,13 @@ def _load(
     description = f"workload {w.get('name')} at {point_label(point)}"
     if w.get("description"):
         description += f": {w['description']}"
+    if dataset == "conversations":
+        # The schema's tool is an enum, and vllm-benchmark is the nearest: vLLM's request function timed every
+        # request. The loop that sent them, turn after turn, is not vLLM's, and the document says so.
+        description += (
+            f"; sent by refdeploy's conversations client ({CONVERSATIONS_CLIENT}), each request timed by vLLM's"
+            " benchmark request function; vLLM's own benchmark has no multi-turn dataset"
+        )
     return {
         # cfg_id: the hash of the arguments every pooled run shared (the point's; not the runs' seeds).
         "metadata": {"cfg_id": _digest(args), "description": description},

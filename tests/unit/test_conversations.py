@@ -289,6 +289,12 @@ def test_a_conversations_point_exports_with_its_spec_and_the_requests_own_input_
     for point, doc in docs.items():
         BenchmarkReportV021.model_validate(doc)
         load = doc["scenario"]["load"]
+        # Labelled vLLM's benchmark (the schema's nearest tool), and the description names the client that sent it.
+        assert load["standardized"]["tool"] == "vllm-benchmark"
+        assert (
+            "sent by refdeploy's conversations client (images/vllm/bench_client.py run_conversations)"
+            in (load["metadata"]["description"])
+        )
         # A turn's prompt is its history: the input length is the requests' own (the server's count), not input_len.
         assert load["standardized"]["input_seq_len"]["distribution"] == "other"
         assert load["standardized"]["output_seq_len"] == {"distribution": "fixed", "value": 32}
