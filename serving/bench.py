@@ -417,6 +417,9 @@ def plan_bench(
         raise InputError(f"bench_via={via!r}: give host:port of what the client should send through")
     base_url = f"http://{via}" if via else plan.base_url
     knee = search_plan(workload, search, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
+    burst = burst_problem(workload, search, profile.vllm.max_num_seqs)  # after the search's own settings
+    if burst:
+        raise InputError(burst)
     if knee is not None:
         # The search's first load, once, as the warm-up; its measured runs are decided as it goes.
         warm = workload.model_copy(update={"runs": 0, "concurrency": [], "arrival_rates": []})
@@ -599,6 +602,19 @@ def context_problem(w: Workload, data: Mapping[str, Any], max_model_len: int | N
     return (
         f"workload {w.name}: {what}, beyond the profile's context (max_model_len {max_model_len}): shorten them, "
         f"give the workload a `sizes` entry for this profile, or deploy a profile with a longer context"
+    )
+
+
+def burst_problem(w: Workload, search: str, max_num_seqs: int | None) -> str | None:
+    """A rate search whose every run the engine admits whole: at no rate does a request queue, so none can fail for
+    load, and the search would call the limit the knee. A profile that sets no max_num_seqs runs vLLM's default,
+    which depends on the engine's platform and is not known here: it is not judged."""
+    if search != "rate" or not max_num_seqs or w.num_prompts is None or w.num_prompts > max_num_seqs:
+        return None
+    return (
+        f"SEARCH=rate: workload {w.name} sends {w.num_prompts} prompts a run and the profile runs max_num_seqs "
+        f"{max_num_seqs}, so the engine admits every run whole and no rate can fail for load; give num_prompts above "
+        f"{max_num_seqs} (or a `sizes` entry for this profile)"
     )
 
 

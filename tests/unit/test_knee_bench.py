@@ -25,7 +25,7 @@ SERVING = Path(__file__).resolve().parents[2] / "serving"
 
 
 def knee_workload(tmp_path: Path, **extra: Any) -> workload.Workload:
-    fields = {"input_len": 8, "output_len": 4, "num_prompts": 8, "slo": {"ttft": "200ms"}, "runs": 3,
+    fields = {"input_len": 8, "output_len": 4, "num_prompts": 12, "slo": {"ttft": "200ms"}, "runs": 3,
               "burstiness": float("inf"), **extra}  # fmt: skip
     return workload.load_workload(str(write_workload(tmp_path, **fields)))
 
@@ -63,14 +63,35 @@ def test_a_search_that_cannot_run_is_one_line(tmp_path: Path, kind: str, extra: 
     assert str(err.value).startswith(said)
 
 
+@pytest.mark.parametrize(("prompts", "refused"), [(8, True), (9, False)])
+def test_a_rate_search_whose_runs_the_engine_admits_whole_is_one_line(
+    tmp_path: Path, prompts: int, refused: bool
+) -> None:
+    """cpu-tiny runs 8 sequences: 8 prompts a run are all admitted at once at any rate, so none can queue and the
+    search would call its limit the knee (a CI-like run of the knee test held to 128 req/s with 12 prompts)."""
+    w = knee_workload(tmp_path, num_prompts=prompts)
+    if not refused:
+        assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")["client_plan"]["search"]
+        return
+    with pytest.raises(InputError) as err:
+        bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
+    assert str(err.value) == (
+        "SEARCH=rate: workload t sends 8 prompts a run and the profile runs max_num_seqs 8, so the engine admits "
+        "every run whole and no rate can fail for load; give num_prompts above 8 (or a `sizes` entry for this "
+        "profile)"
+    )
+    # A concurrency search caps what is in flight itself: not judged.
+    assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]["search"]
+
+
 def simulated_server(knee_rate: float) -> Any:
-    """A stand-in for `vllm bench serve`: writes result.json as vLLM 0.32 does, 8 requests sent evenly at the
-    requested rate; TTFT 50 ms at or below `knee_rate`, 900 ms above (past a 200 ms SLO)."""
+    """A stand-in for `vllm bench serve`: writes result.json as vLLM 0.32 does, its --num-prompts requests sent
+    evenly at the requested rate; TTFT 50 ms at or below `knee_rate`, 900 ms above (past a 200 ms SLO)."""
 
     def run_bench(argv: list[str], run_dir: Path, timeout_s: float) -> tuple[int | None, bool]:
         rate = float(argv[argv.index("--request-rate") + 1])
         ttft = 0.05 if rate <= knee_rate else 0.9
-        n = 8
+        n = int(argv[argv.index("--num-prompts") + 1])
         result = {
             "duration": n / rate + 0.2, "completed": n, "failed": 0, "request_goodput": None,
             "ttfts": [ttft] * n, "latencies": [ttft + 0.1] * n, "output_lens": [4] * n, "input_lens": [8] * n,
