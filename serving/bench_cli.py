@@ -36,13 +36,14 @@ def cmd_bench_report(a: argparse.Namespace) -> int:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from serving.compare import compare, load_side, render_text
+    from serving.compare import FAMILY_LEVEL, compare, load_side, render_text
     from serving.manifest import new_run_dir
 
     runs_dir = Path(a.runs_dir)
     side_a = load_side("A", [x for x in a.a.split(",") if x], runs_dir)
     side_b = load_side("B", [x for x in a.b.split(",") if x], runs_dir)
     variables = [v for arg in a.variable or [] for v in arg.split(",") if v]
+    level = FAMILY_LEVEL if a.level is None else a.level
     result: dict[str, Any]
     if a.c or a.d:
         from serving.compare import design_2x2, render_2x2
@@ -54,7 +55,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
             side_b,
             *(load_side(n, [x for x in r.split(",") if x], runs_dir) for n, r in (("C", a.c), ("D", a.d))),
         ]
-        result = design_2x2(sides, variables, iterations=a.iterations, family_level=a.level)
+        result = design_2x2(sides, variables, iterations=a.iterations, family_level=level)
         text = render_2x2(result)
     else:
         claim = _hypothesis(a, runs_dir)
@@ -65,7 +66,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
             iterations=a.iterations,
             hypothesis=claim,
             restarts=a.design == "restarts",
-            family_level=a.level,
+            family_level=level,
         )
         text = render_text(result)
     if a.out:
@@ -118,7 +119,7 @@ def register(sub: Any) -> None:
     p.add_argument("--variable", action="append", help="a condition allowed to differ, e.g. max_num_seqs")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--iterations", type=int, default=4000, help="bootstrap resamples")
-    p.add_argument("--level", type=float, default=0.95, help="the confidence of all intervals together (default 0.95)")
+    p.add_argument("--level", type=float, help="the confidence of all intervals together (default 0.95)")
     p.add_argument("--out", help="where compare.json/.txt go (default runs/compare/<ts>/)")
     p.add_argument("--hypothesis", help="a recorded hypothesis (its file or timestamp), or its text with --predict")
     p.add_argument("--predict", help="the prediction, e.g. 'tpot_ms down >= 5%%' (serving/hypothesis.py)")

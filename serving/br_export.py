@@ -58,10 +58,10 @@ INDEX_FILE = "index.json"
 # (tests/unit/test_architecture.py). tests/unit/test_br_export.py checks the names agree.
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
-# What sends a `dataset: conversations` workload (serving/bench.py): vLLM 0.32's bench has no multi-turn dataset.
-CONVERSATIONS_CLIENT = "images/vllm/bench_client.py run_conversations"
 REPORT_HTML = "report.html"
 CGROUP_FILES = ("cgroup-before.json", "cgroup-after.json")
+# What sends a `dataset: conversations` workload (serving/bench.py): vLLM 0.32's bench has no multi-turn dataset.
+CONVERSATIONS_CLIENT = "images/vllm/bench_client.py run_conversations"
 
 # Percentiles of per-request figures, by the schema's field names: linear interpolation between order statistics
 # (numpy's default). p50 is statistics.median, as serving/stats.py describe computes the summary's medians.

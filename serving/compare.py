@@ -297,11 +297,10 @@ def effect(
 FAMILY_LEVEL = 0.95
 
 
-def check_level(level: float) -> float:
+def check_level(level: float) -> None:
     """The family's confidence an operator asked for (make compare LEVEL=): 0.95 unless a decision needs more."""
     if not 0.5 <= level < 1:
         raise CompareRefused(f"LEVEL={level:g}: give the family's confidence as a fraction in [0.5, 1), e.g. 0.99")
-    return level
 
 
 def _pct(level: float) -> str:

@@ -63,16 +63,13 @@ def test_a_search_that_cannot_run_is_one_line(tmp_path: Path, kind: str, extra: 
     assert str(err.value).startswith(said)
 
 
-@pytest.mark.parametrize(("prompts", "refused"), [(8, True), (9, False)])
-def test_a_rate_search_whose_runs_the_engine_admits_whole_is_one_line(
-    tmp_path: Path, prompts: int, refused: bool
-) -> None:
+def test_a_rate_search_whose_runs_the_engine_admits_whole_is_one_line(tmp_path: Path) -> None:
     """cpu-tiny runs 8 sequences: 8 prompts a run are all admitted at once at any rate, so none can queue and the
-    search would call its limit the knee (a CI-like run of the knee test held to 128 req/s with 12 prompts)."""
-    w = knee_workload(tmp_path, num_prompts=prompts)
-    if not refused:
-        assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")["client_plan"]["search"]
-        return
+    search would call its limit the knee. 9 can queue, and a concurrency search caps what is in flight itself."""
+    assert bench.plan_bench(knee_workload(tmp_path, num_prompts=9), serving_plan(), "/o", "0-1", "0-1",
+                            search="rate")["client_plan"]["search"]  # fmt: skip
+    w = knee_workload(tmp_path, num_prompts=8)
+    assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]["search"]
     with pytest.raises(InputError) as err:
         bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
     assert str(err.value) == (
@@ -80,8 +77,6 @@ def test_a_rate_search_whose_runs_the_engine_admits_whole_is_one_line(
         "every run whole and no rate can fail for load; give num_prompts above 8 (or a `sizes` entry for this "
         "profile)"
     )
-    # A concurrency search caps what is in flight itself: not judged.
-    assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]["search"]
 
 
 def simulated_server(knee_rate: float) -> Any:
