@@ -124,7 +124,7 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             pcie_min=_pcie_min(settings.get("gpu_class")),
             workload=load,
             api_key_copy=p.api.key_copy if p.api.key_file else "",
-            **({"container_name": str(settings["container"])} if settings.get("container") else {}),
+            container_name=str(settings.get("container") or f"{p.profile.container.name}-probe"),
         )
     except InputError as e:
         return {"error": str(e)}
@@ -230,6 +230,8 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             runtime_s,
             depths,
             parse_thresholds(settings.get("thresholds") or {}),
+            # Named after the serving container, as the capture's is: one engine may run two serving stacks.
+            container_name=f"{p.profile.container.name}-probe-io",
             cpus=p.probes.cpus,
         )
     except InputError as e:

@@ -5,7 +5,7 @@ in two shell round trips and a file transfer (no module run on the host):
     refdeploy_collect:
       out: /var/lib/refdeploy/probe-runs/<id>-capture    # the probe's output on the host: bundle/ or bundle.tar.gz
       top: bundle
-      remove: [refdeploy-probe]                          # the probe containers, removed before anything is packed
+      remove: [refdeploy-vllm-probe]                     # the probe containers, removed before anything is packed
       serving: refdeploy-vllm
       before: "{{ container }}"                          # docker inspect's object before the window
       log: {match: refdeploy-memory-phase, tail: 20000}  # lines of the engine's log to bring back (optional)

@@ -3,7 +3,7 @@ environment, and no module run (serving/hostshell.py says why):
 
   - name: Probes | Remove a probe container a stopped capture left behind
     refdeploy_shell:
-      cmd: docker rm --force refdeploy-probe
+      cmd: docker rm --force refdeploy-vllm-probe
     register: got              # as the shell module's: rc, stdout, stderr, *_lines; failed where rc != 0
 
 For the steps an operator waits on (a capture's, around its window); elsewhere the shell module is the usual

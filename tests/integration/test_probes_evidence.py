@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import BASE_URL, PROBE_RUNS, REPO, WINDOW_OPEN, BackgroundMake, docker, inspect, make
+from tests.integration.conftest import (
+    BASE_URL,
+    CONTAINER,
+    PROBE_RUNS,
+    REPO,
+    WINDOW_OPEN,
+    BackgroundMake,
+    docker,
+    inspect,
+    make,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +83,7 @@ def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had
     assert "CAPTURE CUT SHORT (probe container exit 137)" in (bundle / "summary.txt").read_text()
 
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
-    assert not [n for n in names if n.startswith("refdeploy-probe")]
+    assert not [n for n in names if n.startswith(f"{CONTAINER}-probe")]
     assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
     # Docker's restart policy brings vLLM back; the next test finds it serving.
     assert _healthy(120), "vLLM did not come back after the kill"
@@ -99,7 +109,7 @@ def test_a_capture_past_its_bound_is_stopped_and_keeps_what_it_had() -> None:
     assert "ran past 8 s (timeout of its docker run)" in index["cut_short"]["why"]
     assert samplers_lines(bundle / "samplers" / "vmstat.log") >= 2
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
-    assert not [n for n in names if n.startswith("refdeploy-probe")]
+    assert not [n for n in names if n.startswith(f"{CONTAINER}-probe")]
     assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
     after = inspect("refdeploy-vllm")
     assert after is not None and after["Id"] == before["Id"] and after["State"]["Running"]

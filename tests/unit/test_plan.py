@@ -148,9 +148,10 @@ def test_the_capture_container_of_a_gpu_plan_carries_the_gpus_and_the_probe_cpus
 def test_the_probe_containers_come_with_their_name_and_bound() -> None:
     data = _gpu("rtx3090-pp3").model_dump(mode="json")
     capture = playbooks.capture_argv(data, {"out": "/o", "seconds": 20, "record_seconds": 5})
-    assert capture["container"] == "refdeploy-probe" and capture["timeout_s"] == 20 + 5 + 300
+    # Named after the serving container (refdeploy-vllm): one engine may hold two serving stacks and their probes.
+    assert capture["container"] == "refdeploy-vllm-probe" and capture["timeout_s"] == 20 + 5 + 300
     io = playbooks.probe_io_argv(data, {"out": "/o", "runtime_s": 10, "depths": [1, 64]})
-    assert io["container"] == "refdeploy-probe-io" and io["timeout_s"] == 2 * (10 + 60) + 60
+    assert io["container"] == "refdeploy-vllm-probe-io" and io["timeout_s"] == 2 * (10 + 60) + 60
 
 
 def test_the_tp8_bench_uses_the_tokenizer_beside_the_gguf_weights() -> None:
