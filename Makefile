@@ -115,8 +115,10 @@ probe-io: $(STAMP) ## fio QD1/QD64 random reads on the data HOST serves from; re
 
 .PHONY: probe
 probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|stacks|wchan|perf|hoststate|record
+	@case "$(PROBE)" in io|samplers|metrics|stacks|wchan|perf|hoststate|record) ;; \
+	  "") echo "make probe: set PROBE=io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2;; \
+	  *) echo "make probe: PROBE=$(PROBE) is not a probe: choose io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2;; esac
 	@$(OBSERVE) $(CHECK_HOST)
-	@test -n "$(PROBE)" || { echo "make probe: set PROBE=io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2; }
 	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e probes_capture_probe=$(PROBE) -e probes_capture_seconds=$(SECONDS))
 
 .PHONY: capture
@@ -188,9 +190,18 @@ test-unit: $(STAMP) ## Fast tests only (no Docker, no vLLM)
 	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
 
 .PHONY: test
-test: lint $(STAMP) ## Lint, unit tests, and the integration tests against a real deploy on this machine
+test: $(STAMP) ## Lint and unit tests (the images build meanwhile), then the integration tests: tests/schedule.py
 	@$(BIN)/python -I serving/prereqs.py test
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@$(BIN)/python tests/schedule.py test
+
+.PHONY: test-integration
+test-integration: $(STAMP) ## The images, then the integration tests as make test runs them; PYTEST_ARGS=<path> runs just those
+	@$(BIN)/python -I serving/prereqs.py test
+	@$(if $(strip $(PYTEST_ARGS)),$(MAKE) images && $(BIN)/pytest $(PYTEST_ARGS),$(BIN)/python tests/schedule.py integration)
+
+.PHONY: test-cuda-image
+test-cuda-image: $(STAMP) ## Build the CUDA runtime image (~4 GB, ~15 min), import vLLM in it, rewrite its record; not in make test
+	REFDEPLOY_CUDA_IMAGE=1 $(BIN)/pytest tests/integration/test_cuda_image.py
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps runs/)
@@ -200,4 +211,4 @@ clean: ## Remove the virtualenv and caches (keeps runs/)
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "usage: make <target> [HOST=host] [INVENTORY=dir] [PROFILE=name|path]\n"} \
 	  /^##@/ {printf "\n%s\n", substr($$0, 5)} \
-	  /^[a-zA-Z_-]+:.*##/ {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	  /^[a-zA-Z_-]+:.*##/ {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
