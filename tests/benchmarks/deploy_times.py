@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -32,7 +33,6 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = REPO / "runs" / "localhost"
 
 
 def _make(*args: str) -> tuple[float, str]:
@@ -49,9 +49,12 @@ def _make(*args: str) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def _latest_manifest() -> dict[str, Any]:
-    runs = sorted(p for p in RUNS.iterdir() if (p / "manifest.json").is_file())
-    return json.loads((runs[-1] / "manifest.json").read_text())
+def _manifest_of(output: str) -> dict[str, Any]:
+    """The manifest this deploy printed ("manifest: <path>"), not the newest on disk."""
+    m = re.search(r"manifest: (\S+/manifest\.json)", output)
+    if not m:
+        raise SystemExit(f"the deploy printed no manifest path:\n{output[-3000:]}")
+    return json.loads(Path(m.group(1)).read_text())
 
 
 def _profile(tmp: Path, max_num_seqs: int) -> Path:
@@ -63,7 +66,7 @@ def _profile(tmp: Path, max_num_seqs: int) -> Path:
 
 
 def _record(kind: str, seconds: float, output: str) -> dict[str, Any]:
-    m = _latest_manifest()
+    m = _manifest_of(output)
     engine = m["container"]["engine_startup_s"] if m["container"]["replaced_by_this_deploy"] else None
     row = {
         "kind": kind,

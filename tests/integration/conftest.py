@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -38,20 +40,57 @@ class MakeResult:
         return int(m.group(1))
 
 
-def make(*args: str, timeout: int = 1800, env: dict[str, str] | None = None) -> MakeResult:
-    """`make ARGS` in the repository, as an operator runs it; `env` adds to the environment."""
+# What each target may take here before its step counts as hung (seconds, measured under the schedule of
+# tests/schedule.py with a neighbour lane loading the other CPU; a call that needs more says so with timeout=).
+# The images are built before any integration test, so `make images` here only finds them.
+MAKE_LIMIT_S = {
+    "deploy": 600, "undeploy": 180, "status": 180, "plan": 180, "preflight": 300, "images": 600, "verify": 300,
+    "bench": 900, "capture": 300, "probe": 300, "probe-io": 300, "profile": 900, "validate": 900,
+    "compare": 180, "hypothesis": 60,
+}  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """End `proc` and everything it started (its own session: make, ansible-playbook, ssh, docker clients)."""
+    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            out, _ = proc.communicate(timeout=wait_s)
+            return out or ""
+        except subprocess.TimeoutExpired:
+            continue
+    return ""
+
+
+def make(*args: str, timeout: int | None = None, env: dict[str, str] | None = None) -> MakeResult:
+    """`make ARGS` in the repository, as an operator runs it; `env` adds to the environment.
+
+    Bounded: past `timeout` (default: MAKE_LIMIT_S for the target) the whole process group is stopped and the
+    test fails with the command and its last output. An interrupt of the test (pytest-timeout, Ctrl-C) stops
+    it too, so that no make outlives its test."""
+    target = next((a for a in args if "=" not in a and not a.startswith("-")), "")
+    limit = timeout or MAKE_LIMIT_S.get(target, 600)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MAKE")}, **(env or {})}
     env["ANSIBLE_NOCOLOR"] = "1"
     start = time.monotonic()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         ["make", "--no-print-directory", "-C", str(REPO), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=timeout,
         env=env,
+        start_new_session=True,
     )
-    return MakeResult(proc.returncode, proc.stdout, time.monotonic() - start)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        tail = _stop(proc)[-4000:]
+        pytest.fail(f"`make {' '.join(args)}` still ran after {limit} s (hung?) and was stopped; last output:\n{tail}")
+    except BaseException:
+        _stop(proc)
+        raise
+    return MakeResult(proc.returncode, out, time.monotonic() - start)
 
 
 class BackgroundMake:
@@ -103,26 +142,57 @@ def inspect(name: str) -> dict[str, Any] | None:
     return json.loads(out.stdout)[0] if out.returncode == 0 else None
 
 
-def host_state() -> dict[str, str]:
-    """What a failed deploy must leave untouched: containers (with IDs and state) and tagged images."""
-    ids = docker("ps", "-aq", "--no-trunc").split()
+# The SSH test hosts and the bare host share this machine's engine and run beside the local modules
+# (tests/schedule.py): their containers are rdtest-* and the serving stacks named after them
+# (refdeploy-vllm-gpu3090, refdeploy-vllm-gpupro and their -samplers, -probe, ...).
+TEST_HOST_CONTAINERS = re.compile(r"^(rdtest-|refdeploy-vllm-gpu)")
+
+
+def host_state(scope: str = "local") -> dict[str, str]:
+    """What a failed deploy must leave untouched: the project's containers (with IDs and state) and tagged images.
+
+    `scope` is whose containers: "local" (this machine's deployment: refdeploy-*, not a test host's) or
+    "test-hosts" (the SSH test hosts'); each lane of the schedule sees only its own, since the other lane
+    starts and removes its containers meanwhile. Images are the project's (refdeploy/*), which both use.
+    """
+    assert scope in ("local", "test-hosts"), scope
+    names = docker("ps", "-a", "--format", "{{.Names}}").split()
+    if scope == "test-hosts":
+        ours = [n for n in names if TEST_HOST_CONTAINERS.match(n)]
+    else:
+        ours = [n for n in names if n.startswith("refdeploy-") and not TEST_HOST_CONTAINERS.match(n)]
     containers = (
         docker(
-            "inspect", "--format", "{{.Id}} {{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}", *ids
+            "inspect", "--format", "{{.Id}} {{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}", *ours
         )
-        if ids
+        if ours
         else ""
     )
     return {
         "containers": containers,
-        "images": docker("images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"),
+        "images": docker(
+            "images", "--no-trunc", "--filter", "reference=refdeploy/*", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"
+        ),
     }
 
 
-def latest_manifest() -> tuple[Path, dict[str, Any]]:
-    runs = sorted(p for p in RUNS.iterdir() if (p / "manifest.json").is_file())
-    assert runs, f"no manifest under {RUNS}"
-    return runs[-1], json.loads((runs[-1] / "manifest.json").read_text())
+def manifest_of(result: MakeResult) -> tuple[Path, dict[str, Any]]:
+    """The run directory and manifest that this `make deploy` wrote and printed ("manifest: <path>"), never the
+    newest on disk: a deploy that wrote none fails here."""
+    m = re.search(r"manifest(?: \(rendered only, nothing started\))?: (\S+/manifest\.json)", result.output)
+    assert m, f"the deploy printed no manifest path: {result.output[-3000:]}"
+    path = Path(m.group(1))
+    return path.parent, json.loads(path.read_text())
+
+
+def bench_dir(result: MakeResult) -> Path:
+    """The bench directory this `make bench` printed ("report: <dir>/report.txt"; Ansible may fold a long line),
+    never the newest on disk: a bench that wrote nothing fails here."""
+    m = re.search(r"report: (\S+)/report\.txt", result.output) or re.search(
+        r"report:(\S+?)/report\.txt", re.sub(r"\s+", "", result.output)
+    )
+    assert m and Path(m.group(1)).is_dir(), f"the bench printed no report path: {result.output[-3000:]}"
+    return Path(m.group(1))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import CONTAINER, REPO, RUNS, MakeResult, docker, inspect, make
+from tests.integration.conftest import CONTAINER, REPO, RUNS, MakeResult, bench_dir, docker, inspect, make
 
 pytestmark = pytest.mark.integration
 
@@ -37,20 +37,6 @@ SEQS1_RUNS = "5"
 # Run-to-run spread of decode tok/s on this machine (REFERENCE §1): a plain run may land this far outside the
 # bench's own runs and still agree with them.
 SPREAD = 0.12
-
-
-def bench_dir(result: MakeResult) -> Path:
-    """The bench directory a `make bench` printed (Ansible may fold a long line), else the newest one."""
-    m = re.search(r"report: (\S+)/report\.txt", result.output)
-    if m and Path(m.group(1)).is_dir():
-        return Path(m.group(1))
-    return newest_bench()
-
-
-def newest_bench() -> Path:
-    benches = sorted(RUNS.glob("*/bench/manifest.json"))
-    assert benches, f"no bench under {RUNS}"
-    return benches[-1].parent
 
 
 def summary(d: Path) -> dict[str, Any]:
@@ -429,8 +415,10 @@ def test_server_dying_mid_run_fails_the_bench_and_keeps_partial_data() -> None:
     assert proc.returncode != 0
     flat = re.sub(r"\s+", " ", output)  # Ansible folds long messages
     assert "FAILED" in flat and "partial data kept" in flat, output[-3000:]
-    d = newest_bench()
-    assert str(d) in re.sub(r"\s+", "", output)  # the failure names where the partial data is
+    # The failure names where the partial data is: that directory, not the newest on disk, is judged.
+    named = re.search(re.escape(str(RUNS)) + r"/[^/\s\"']+/bench", re.sub(r"\s+", "", output))
+    assert named, output[-3000:]
+    d = Path(named.group(0))
     s = summary(d)
     assert s["status"] == "failed"
     by_id = {r["id"]: r for r in s["runs"]}

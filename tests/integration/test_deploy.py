@@ -13,9 +13,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import CONTAINER, REPO, complete, docker, host_state, inspect, latest_manifest, make
+from tests.integration.conftest import (
+    CONTAINER,
+    REPO,
+    MakeResult,
+    complete,
+    docker,
+    host_state,
+    inspect,
+    make,
+    manifest_of,
+)
 
 pytestmark = pytest.mark.integration
+
+
+RENDERED = Path("/var/lib/refdeploy/rendered/refdeploy-vllm.json")
 
 
 def _profile_copy(tmp_path: Path, name: str, edit) -> Path:  # type: ignore[no-untyped-def]
@@ -41,9 +54,14 @@ def _unchanged_after(result_rc: int, before: dict[str, str]) -> None:
     assert host_state() == before
 
 
-def test_deploy_serves_completions() -> None:
+@pytest.fixture(scope="module")
+def first_deploy() -> MakeResult:
     r = make("deploy")
     assert r.rc == 0, r.output[-4000:]
+    return r
+
+
+def test_deploy_serves_completions(first_deploy: MakeResult) -> None:
     # The deploy waits on /health itself; Docker's own healthcheck (every 5 s) follows.
     _wait_healthy(CONTAINER, 30)
     out = complete("def main(", 8)
@@ -51,8 +69,8 @@ def test_deploy_serves_completions() -> None:
     assert out["choices"][0]["text"]
 
 
-def test_manifest_matches_the_running_container() -> None:
-    run_dir, m = latest_manifest()
+def test_manifest_matches_the_running_container(first_deploy: MakeResult) -> None:
+    run_dir, m = manifest_of(first_deploy)
     assert m["verified"] is True, [c for c in m["verification"] if not c["ok"]]
     c = inspect(CONTAINER)
     assert c is not None
@@ -97,18 +115,29 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
 
 
-def test_a_render_only_deploy_writes_the_spec_and_starts_nothing() -> None:
+def test_a_render_only_deploy_writes_the_spec_and_starts_nothing(tmp_path: Path) -> None:
+    """Against a spec that differs from the running one (max_num_seqs 4), so that a deploy would replace it: the
+    render-only deploy writes that spec to the host and leaves the running container alone."""
     before = inspect(CONTAINER)
-    r = make("deploy", "ANSIBLE_ARGS=-e serve_launch=false")
-    assert r.rc == 0, r.output[-4000:]
-    assert r.recap_changed == 0
-    after = inspect(CONTAINER)
-    assert before is not None and after is not None and after["Id"] == before["Id"]
-    _, m = latest_manifest()
-    assert m["kind"] == "deploy-rendered" and m["verified"] is True, m["verification"]
-    on_host = json.loads(Path("/var/lib/refdeploy/rendered/refdeploy-vllm.json").read_text())
-    assert on_host == m["container_spec"] == m["plan"]["launch"]["spec"]
-    assert on_host["labels"]["org.refdeploy.spec-sha256"] == after["Config"]["Labels"]["org.refdeploy.spec-sha256"]
+    path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+    try:
+        r = make("deploy", f"PROFILE={path}", "ANSIBLE_ARGS=-e serve_launch=false")
+        assert r.rc == 0, r.output[-4000:]
+        after = inspect(CONTAINER)
+        assert before is not None and after is not None
+        assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
+        _, m = manifest_of(r)
+        assert m["kind"] == "deploy-rendered" and m["verified"] is True, m["verification"]
+        on_host = json.loads(RENDERED.read_text())
+        assert on_host == m["container_spec"] == m["plan"]["launch"]["spec"]
+        assert on_host["command"][on_host["command"].index("--max-num-seqs") + 1] == "4"
+        running = after["Config"]["Labels"]["org.refdeploy.spec-sha256"]
+        assert on_host["labels"]["org.refdeploy.spec-sha256"] != running
+    finally:
+        # The default's spec back on the host, rendered only: it is the running container's again.
+        r = make("deploy", "ANSIBLE_ARGS=-e serve_launch=false")
+        assert r.rc == 0, r.output[-4000:]
+    assert json.loads(RENDERED.read_text())["labels"]["org.refdeploy.spec-sha256"] == running
 
 
 def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
@@ -146,10 +175,19 @@ def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
     assert complete("def main(", 4)["usage"]["completion_tokens"] == 4
 
 
-def test_check_mode_runs_clean() -> None:
-    r = make("deploy", "ANSIBLE_ARGS=--check")
+def test_check_mode_says_what_it_would_change_and_changes_nothing(tmp_path: Path) -> None:
+    """--check against a spec that differs from the running one: it runs clean, reports the replacement it
+    would make, and neither replaces the container nor rewrites the spec on the host."""
+    before = inspect(CONTAINER)
+    rendered = RENDERED.read_bytes()
+    path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+    r = make("deploy", f"PROFILE={path}", "ANSIBLE_ARGS=--check")
     assert r.rc == 0, r.output[-4000:]
-    assert r.recap_changed == 0
+    assert r.recap_changed > 0, "a differing spec in check mode must show the change it would make"
+    after = inspect(CONTAINER)
+    assert before is not None and after is not None
+    assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
+    assert RENDERED.read_bytes() == rendered
 
 
 def test_images_rebuild_with_nothing_changed_is_served_from_cache() -> None:
@@ -161,8 +199,8 @@ def test_images_rebuild_with_nothing_changed_is_served_from_cache() -> None:
     assert host_state()["images"] == before
 
 
-def test_tiny_model_generation_is_deterministic(tmp_path: Path) -> None:
-    _, m = latest_manifest()
+def test_tiny_model_generation_is_deterministic(first_deploy: MakeResult, tmp_path: Path) -> None:
+    _, m = manifest_of(first_deploy)
     sums = []
     for n in (1, 2):
         out = tmp_path / f"gen{n}"
@@ -291,7 +329,7 @@ def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path)
     assert inspect(f"{CONTAINER}-previous") is None
     assert host_state()["images"] == images_before
     assert Path("/var/lib/refdeploy/models/tiny-llama/SHA256SUMS").stat().st_mtime_ns == sums
-    _, m = latest_manifest()
+    _, m = manifest_of(r)
     assert m["container"]["replaced_by_this_deploy"] is True
     assert m["verified"] is True
     # The image answers vLLM's model-class inspection (images/vllm/Dockerfile): the new container wrote none.

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, MakeResult, docker, make
+from tests.integration.conftest import REPO, MakeResult, docker, make, manifest_of
 
 pytestmark = pytest.mark.integration
 
@@ -204,9 +204,8 @@ def test_make_deploy_installs_docker_starts_it_without_systemd_and_serves(bare: 
     assert _on_host("test", "-e", "/var/run/docker-ssd.pid", check=False).returncode != 0
     # The deploy completed: nothing was built (the seeded tags), the manifest verified the container.
     assert "TASK [images : Images | Build the runtime image" not in r.output
-    runs = sorted((REPO / "runs" / HOST).glob("*/manifest.json"))
-    assert runs, f"no manifest under runs/{HOST}"
-    manifest = json.loads(runs[-1].read_text())
+    run_dir, manifest = manifest_of(r)  # what this deploy wrote and printed
+    assert run_dir.parent == REPO / "runs" / HOST
     assert manifest["kind"] == "deploy" and manifest["verified"] is True, manifest.get("verification")
     assert manifest["host_facts"]["hostname"] == HOST
     # The served model answers inside that host.

@@ -20,8 +20,19 @@ import pytest
 
 from probes import samplers
 from serving.plots import PANEL_COLOURS
-from tests.integration.conftest import PROBE_RUNS, REPO, WINDOW_OPEN, BackgroundMake, complete, docker, inspect, make
+from tests.integration.conftest import (
+    CONTAINER,
+    PROBE_RUNS,
+    REPO,
+    WINDOW_OPEN,
+    BackgroundMake,
+    complete,
+    docker,
+    inspect,
+    make,
+)
 from tests.integration.test_report_screenshot import MIN_PIXELS, pixels_of, read_png, screenshot
+from tests.machine import perf_refused_here
 from tests.perfetto import TraceProcessor
 from tests.perfetto import node as perfetto_node
 
@@ -148,10 +159,10 @@ def test_capture_metrics_delta_counts_exactly_the_requests_sent(capture: Capture
     assert sum(c["delta"] for c in gen) == capture.sent * TOKENS
     timeline = json.loads((bundle / "timeline.json").read_text())
     assert timeline["summary"]["requests"] == capture.sent
-    # KV-cache usage over the window's scrapes: requests ran, so the cache held something at some scrape or none
-    # (a scrape between requests); either way a percentage, the mean no larger than the maximum.
+    # KV-cache usage over the window's scrapes: three senders kept requests decoding through most of the window,
+    # so some scrape saw the cache hold their tokens (a tiny share of 1 GiB: hundredths of a percent here).
     kv_mean, kv_max = timeline["summary"]["kv_cache_usage_mean_pct"], timeline["summary"]["kv_cache_usage_max_pct"]
-    assert 0.0 <= kv_mean <= kv_max <= 100.0
+    assert 0.0 < kv_max <= 100.0 and 0.0 < kv_mean <= kv_max, (kv_mean, kv_max)
     # ... and plotted: its own panel, a point per scrape, on the same percent scale.
     cache = timeline["panels"]["cache"]
     assert cache["status"] == "successful" and cache["unit"] == "%"
@@ -182,8 +193,12 @@ def test_capture_parts_and_one_clock(capture: Capture) -> None:
     parts = index["parts"]
     for name in ("samplers", "metrics", "stacks", "wchan", "hoststate"):
         assert parts[name]["status"] == "successful", (name, parts[name])
-    # perf: works here with a software event; where the kernel refuses it, it must say why.
-    assert parts["perf"]["status"] == "successful" or parts["perf"]["reason"]
+    # perf: where this machine's kernel allows it (read from the machine), it records; where it refuses, it says why.
+    refused = perf_refused_here()
+    if refused:
+        assert parts["perf"]["status"] == "skipped" and "perf_event_paranoid" in parts["perf"]["reason"], refused
+    else:
+        assert parts["perf"]["status"] == "successful", parts["perf"]
     assert parts["record"]["status"] == "skipped"
     window = index["window"]
     lines = samplers.read_log(bundle / "samplers" / "vmstat.log")
@@ -355,9 +370,13 @@ def test_the_page_cache_reading_sees_an_evicted_file(deployed: None) -> None:
 
 
 def test_make_probe_rejects_an_unknown_probe(deployed: None) -> None:
+    # The operator's one line, before Ansible starts (make echoes no command line before it: no playbook ran).
     r = make("probe", "PROBE=flamegraph")
-    assert r.rc != 0
-    assert "probes_capture_probe" in r.output or "unknown PROBE" in r.output
+    assert r.rc == 2 and r.output.strip().splitlines()[0] == (
+        "make probe: PROBE=flamegraph is not a probe: choose io, samplers, metrics, stacks, wchan, perf, hoststate "
+        "or record"
+    ), r.output[-2000:]
+    assert "ansible-playbook" not in r.output
     r = make("probe")
     assert r.rc == 2
     assert "make probe: set PROBE=" in r.output
@@ -384,7 +403,7 @@ def test_switching_the_sidecar_off_removes_it_and_on_brings_it_back(deployed: No
 
 def test_no_probe_container_is_left_behind(deployed: None) -> None:
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
-    assert not [n for n in names if n.startswith("refdeploy-probe")]
+    assert not [n for n in names if n.startswith(f"{CONTAINER}-probe")]
     # The scratch output on the host is removed once fetched.
     assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
 

@@ -20,13 +20,13 @@ import pytest
 from probes import samplers
 from tests.integration.conftest import (
     CONTAINER,
-    RUNS,
     WINDOW_OPEN,
     BackgroundMake,
+    bench_dir,
     complete,
     inspect,
-    latest_manifest,
     make,
+    manifest_of,
 )
 from tests.perfetto import TraceProcessor
 
@@ -39,7 +39,7 @@ PROFILE = "cpu-tiny-tp2"
 def deployed() -> Iterator[dict[str, Any]]:
     r = make("deploy", f"PROFILE={PROFILE}")
     assert r.rc == 0, r.output[-4000:]
-    _, manifest = latest_manifest()
+    _, manifest = manifest_of(r)
     try:
         yield manifest
     finally:
@@ -150,12 +150,16 @@ def _bench() -> Path:
     # Three runs a point: compare needs two valid a side, and a run may reach the client in a burst here.
     r = make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=3", timeout=900)
     assert r.rc == 0, r.output[-4000:]
-    benches = sorted(RUNS.glob("*/bench/summary.json"))
-    return benches[-1].parent
+    return bench_dir(r)
 
 
-def test_two_benches_of_the_tp2_engine_compare(deployed: dict[str, Any]) -> None:
-    a, b = _bench(), _bench()
+@pytest.fixture(scope="module")
+def tp2_benches(deployed: dict[str, Any]) -> tuple[Path, Path]:
+    return _bench(), _bench()
+
+
+def test_two_benches_of_the_tp2_engine_compare(tp2_benches: tuple[Path, Path]) -> None:
+    a, b = tp2_benches
     valid_points, flagged = [], []
     for d in (a, b):
         s = json.loads((d / "summary.json").read_text())
@@ -190,11 +194,11 @@ def test_two_benches_of_the_tp2_engine_compare(deployed: dict[str, Any]) -> None
 
 
 def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
-    deployed: dict[str, Any],
+    deployed: dict[str, Any], tp2_benches: tuple[Path, Path]
 ) -> None:
     """The profiled engine first (PROFILER=torch), then `make profile` against it, which puts the normal spec back:
     two TP=2 starts where profile-then-deploy-profiled-then-deploy took four (each ~45 s of this suite)."""
-    unprofiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent  # the compare test's
+    unprofiled = tp2_benches[0]  # the compare test's
     # PROFILER=torch deploys the profiled engine (as KEEP=1 leaves it), and says so on the container.
     r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
     assert r.rc == 0, r.output[-3000:]
@@ -204,7 +208,7 @@ def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compa
     # A bench of it records the profiler; compare refuses it beside an unprofiled bench, naming the field.
     b = make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900)
     assert b.rc == 0, b.output[-4000:]
-    profiled = sorted(RUNS.glob("*/bench/summary.json"))[-1].parent
+    profiled = bench_dir(b)
     assert json.loads((profiled / "manifest.json").read_text())["profiler"] == "torch"
     r = make("compare", f"A={unprofiled}", f"B={profiled}", "VARIABLE=profiler")
     assert r.rc != 0

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, host_state, latest_manifest, make
+from tests.integration.conftest import REPO, host_state, make, manifest_of
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def test_verify_passes_on_its_deploy_and_names_a_changed_profile_field(tmp_path:
 
     r = make("deploy")  # the default; a no-op where it already runs, and either way a fresh manifest
     assert r.rc == 0, r.output[-4000:]
-    ref_dir, ref = latest_manifest()
+    ref_dir, ref = manifest_of(r)
     assert ref["kind"] == "deploy"
     # The host's tuning as this machine has it.
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")

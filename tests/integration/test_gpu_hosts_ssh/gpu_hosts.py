@@ -19,7 +19,7 @@ HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STAND_IN: dict[str, str] = {}
 
 
-def make(*args: str, timeout: int = 1800) -> MakeResult:
+def make(*args: str, timeout: int | None = None) -> MakeResult:
     """make, with the test seam switched on (REFDEPLOY_STAND_IN names this module's stand-in file)."""
     assert STAND_IN, "the hosts fixture writes the stand-in file first"
     return make_here(*args, timeout=timeout, env=STAND_IN)

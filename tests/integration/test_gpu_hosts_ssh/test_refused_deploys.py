@@ -101,7 +101,7 @@ def test_a_bad_3090_host_is_refused_with_one_line_before_any_change(
     case_vars.write_text(
         json.dumps({"refdeploy_replay_environment": _replay_environment(f"/opt/replay/scratch/{case}")})
     )
-    before, files_before = host_state(), _host_files("rdtest-gpu3090")
+    before, files_before = host_state("test-hosts"), _host_files("rdtest-gpu3090")
     # The whole deploy, not preflight alone: it must stop before the roles that change the host.
     r = make("deploy", f"INVENTORY={inv}", "HOST=rdtest-gpu3090", f"ANSIBLE_ARGS=-e @{case_vars} {extra}")
     out = " ".join(r.output.split())
@@ -111,7 +111,7 @@ def test_a_bad_3090_host_is_refused_with_one_line_before_any_change(
     message = out[out.index("[ERROR]: Task failed: Action failed: rdtest-gpu3090 cannot be deployed to") :]
     message = message[: message.index(" Origin: ")]
     assert message.count(line) == 1, message
-    assert host_state() == before
+    assert host_state("test-hosts") == before
     assert _host_files("rdtest-gpu3090") == files_before
 
 
@@ -121,7 +121,7 @@ def test_an_engine_restart_that_would_stop_containers_is_refused_before_any_chan
     """The engine these hosts reach runs with live-restore off and runs containers (this test host's own): a
     deploy that must restart it, without runtime_restart_stops_containers, stops before writing anything."""
     inv, _ = hosts
-    before, files_before = host_state(), _host_files("rdtest-gpu3090")
+    before, files_before = host_state("test-hosts"), _host_files("rdtest-gpu3090")
     r = make(
         "deploy", f"INVENTORY={inv}", "HOST=rdtest-gpu3090", "ANSIBLE_ARGS=-e runtime_restart_stops_containers=false"
     )
@@ -134,5 +134,5 @@ def test_an_engine_restart_that_would_stop_containers_is_refused_before_any_chan
     ) in out, out[-3000:]
     assert "running container(s) (" in out and "rdtest-gpu3090" in out.split("running container(s) (", 1)[1]
     assert "runtime_restart_stops_containers=true, and deploy again. Nothing was changed." in out
-    assert host_state() == before
+    assert host_state("test-hosts") == before
     assert _host_files("rdtest-gpu3090") == files_before
