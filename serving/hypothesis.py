@@ -104,9 +104,12 @@ def load(ref: str, runs_dir: Path) -> dict[str, Any]:
 
 
 def _interval(effect: Mapping[str, Any]) -> tuple[float, float]:
+    """The widest of the effect's intervals: the bootstrap's, and Welch's over benches and over runs."""
     lo, hi = effect["ci"]
-    welch = effect.get("welch_ci_over_benches")
-    return (min(lo, welch[0]), max(hi, welch[1])) if welch else (lo, hi)
+    for welch in (effect.get("welch_ci_over_benches"), effect.get("welch_ci_over_runs")):
+        if welch:
+            lo, hi = min(lo, welch[0]), max(hi, welch[1])
+    return lo, hi
 
 
 def verdict_at(p: Prediction, effect: Mapping[str, Any] | None) -> dict[str, Any]:
