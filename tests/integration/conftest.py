@@ -203,3 +203,67 @@ def docker_engine() -> None:
             "the integration tests need a running Docker Engine (`make deploy` installs and starts it on this "
             f"machine), or run `make test-unit` for the fast set: {proc.stderr.strip()}"
         )
+
+
+# Engine starts are most of make test's time (about 40 s each here), so each integration module declares how many
+# vLLM engines it may start, ENGINE_STARTS, and a new one is added knowingly: a module without the declaration
+# fails collection, and one that starts more fails at its end. Counted from Docker's own events on this machine's
+# engine (a nested dockerd's, the bare host's, are not seen): starts of serving containers (serving/render.py's
+# profile label; not their sidecars), a `docker restart` included, of the module's own lane (local or test hosts).
+ENGINE_LABEL = "org.refdeploy.profile"
+ENGINE_STARTS_SEEN: dict[str, tuple[int, int]] = {}  # module: (seen, declared), printed at the end
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    undeclared = sorted(
+        {
+            item.module.__name__
+            for item in items
+            if isinstance(item, pytest.Function)
+            and item.get_closest_marker("integration")
+            and not isinstance(getattr(item.module, "ENGINE_STARTS", None), int)
+        }
+    )
+    if undeclared:
+        raise pytest.UsageError(
+            f"{', '.join(undeclared)}: declare ENGINE_STARTS = <the vLLM engines the module starts, at most> "
+            "(tests/integration/conftest.py says why)"
+        )
+
+
+def _engine_events() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["docker", "events", "--filter", "type=container", "--filter", "event=start",
+         "--filter", f"label={ENGINE_LABEL}", "--format", "{{json .}}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_starts(request: pytest.FixtureRequest) -> Any:
+    declared = getattr(request.module, "ENGINE_STARTS", None)
+    if not isinstance(declared, int):
+        yield
+        return
+    test_hosts = "test_gpu_hosts_ssh" in request.module.__name__
+    events = _engine_events()
+    yield
+    time.sleep(1)  # Docker delivers events asynchronously: the last start's may still be on its way
+    events.terminate()
+    out, _ = events.communicate(timeout=30)
+    names = [json.loads(line)["Actor"]["Attributes"].get("name", "") for line in out.splitlines() if line.strip()]
+    seen = [n for n in names if bool(TEST_HOST_CONTAINERS.match(n)) == test_hosts]
+    ENGINE_STARTS_SEEN[request.module.__name__] = (len(seen), declared)
+    if len(seen) > declared:
+        pytest.fail(
+            f"{request.module.__name__} started {len(seen)} vLLM engines ({', '.join(seen)}) and declares "
+            f"ENGINE_STARTS = {declared}: fold the new start into an existing one, or raise the declaration knowingly"
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if ENGINE_STARTS_SEEN:
+        terminalreporter.write_line("engine starts by module (seen / declared):")
+        for module, (seen, declared) in sorted(ENGINE_STARTS_SEEN.items()):
+            terminalreporter.write_line(f"  {seen:3d} / {declared:3d}  {module}")
+        terminalreporter.write_line(f"  {sum(s for s, _d in ENGINE_STARTS_SEEN.values()):3d} in all")

@@ -9,13 +9,16 @@ import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.integration.conftest import (
     CONTAINER,
+    PROBE_RUNS,
     REPO,
+    TEST_HOST_CONTAINERS,
     MakeResult,
     complete,
     docker,
@@ -26,6 +29,7 @@ from tests.integration.conftest import (
 )
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 10  # PROVISIONAL
 
 
 RENDERED = Path("/var/lib/refdeploy/rendered/refdeploy-vllm.json")
@@ -37,6 +41,16 @@ def _profile_copy(tmp_path: Path, name: str, edit) -> Path:  # type: ignore[no-u
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def _verify_json(output: str) -> dict[str, Any]:
+    """The verify.json the run names in its verdict line (printed whole, before Ansible's folded copy)."""
+    marker = "written to "
+    line = next(ln for ln in output.splitlines() if ln.startswith("localhost ") and marker in ln)
+    path = Path(line.split(marker, 1)[1].split()[0].rstrip("'"))
+    assert path.is_file() and path.parent.parent == REPO / "runs" / "localhost", path
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
 
 
 def _wait_healthy(name: str, timeout_s: float = 240) -> None:
@@ -103,6 +117,36 @@ def test_manifest_matches_the_running_container(first_deploy: MakeResult) -> Non
     grown = phases["kv_cache_allocated"]["pss_anon"] - phases["memory_profiled"]["pss_anon"]
     assert 0.95 * 2**30 < grown < 1.1 * 2**30, grown
     assert all(p["cuda"] is False and p["pid"] == rank["pid"] for p in phases.values())
+
+
+def test_verify_passes_on_its_deploy_and_changes_nothing(first_deploy: MakeResult, tmp_path: Path) -> None:
+    """make verify against the manifest this module's first deploy wrote: it matches what runs, and verify itself
+    changes nothing on the host. (Once tests/integration/test_verify.py, with a deploy of its own.)"""
+    # REF is checked before any host is read: one line saying what to give.
+    bad = make("verify", f"REF={tmp_path / 'no-such-manifest.json'}")
+    assert bad.rc != 0
+    assert "no such manifest: give REF=runs/<host>/<timestamp>/manifest.json" in bad.output
+    assert "PLAY [" not in bad.output
+
+    ref_dir, ref = manifest_of(first_deploy)
+    assert ref["kind"] == "deploy"
+    # The host's tuning as this machine has it.
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    want = thp.read_text().split("[", 1)[1].split("]", 1)[0] if thp.exists() else "absent"
+    assert ref["host_tuning"]["thp"]["enabled"] == want
+    assert ref["host_tuning"]["kernel_cmdline"] == Path("/proc/cmdline").read_text().strip()
+    assert ref["repo"]["commit"] and isinstance(ref["repo"]["dirty"], bool)
+
+    before = host_state()
+    rendered = RENDERED.stat().st_mtime_ns
+    same = make("verify", f"REF={ref_dir / 'manifest.json'}")
+    assert same.rc == 0, same.output[-4000:]
+    assert "localhost matches the reference: 0 must-match" in same.output
+    assert "MUST-MATCH" not in same.output
+    doc = _verify_json(same.output)
+    assert doc["verdict"] == "matches" and doc["must_match"] == 0
+    # Read only: the containers (ids, state, restart counts), the images and the rendered spec as they were.
+    assert host_state() == before and RENDERED.stat().st_mtime_ns == rendered
 
 
 def test_redeploy_with_nothing_changed_is_a_noop() -> None:
@@ -336,16 +380,43 @@ def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path)
     assert "modelinfos" not in docker("diff", CONTAINER)
 
 
+def test_verify_names_the_changed_profile_field(first_deploy: MakeResult) -> None:
+    """The max_num_seqs 4 container the test above started, against the first deploy's manifest (max_num_seqs 8):
+    verify fails, naming the field and both values. The run id alone names the reference."""
+    ref_dir, _ = manifest_of(first_deploy)
+    changed = make("verify", f"REF={ref_dir.name}")
+    assert changed.rc != 0, changed.output[-4000:]
+    assert 'MUST-MATCH container.cmd.--max-num-seqs: reference "8", now "4"' in changed.output
+    assert "localhost differs from the reference:" in changed.output
+    doc = _verify_json(changed.output)
+    paths = {d["path"]: d for d in doc["differences"]}
+    assert paths["container.cmd.--max-num-seqs"]["kind"] == "must-match"
+    assert paths["container.spec_sha256"]["kind"] == "must-match"
+    assert paths["container.id"]["kind"] == "informational"
+
+
 def test_undeploy_removes_the_containers_and_keeps_images() -> None:
     images_before = host_state()["images"]
     r = make("undeploy")
     assert r.rc == 0, r.output[-4000:]
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
-    assert not [n for n in names if n.startswith(CONTAINER)]
+    # This machine's, not the SSH test hosts' (refdeploy-vllm-gpu*), which run beside this module.
+    assert not [n for n in names if n.startswith(CONTAINER) and not TEST_HOST_CONTAINERS.match(n)]
     assert host_state()["images"] == images_before
     status = make("status")
     assert status.rc == 0
     assert f"container {CONTAINER}: absent" in status.output
+
+
+def test_capture_with_no_vllm_running_says_so_and_captures_nothing() -> None:
+    """Here, where the undeploy above left no engine (it once undeployed the engine the knee test had started,
+    only for the next module to start it again)."""
+    assert inspect(CONTAINER) is None
+    before = sorted(PROBE_RUNS.glob("*")) if PROBE_RUNS.exists() else []
+    r = make("capture", "SECONDS=2")
+    assert r.rc != 0
+    assert "no vLLM running on localhost: the serving container refdeploy-vllm is absent" in r.output
+    assert (sorted(PROBE_RUNS.glob("*")) if PROBE_RUNS.exists() else []) == before
 
 
 def test_plan_prints_the_runs_plan_and_what_it_says() -> None:

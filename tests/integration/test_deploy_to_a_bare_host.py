@@ -39,6 +39,7 @@ import yaml
 from tests.integration.conftest import REPO, MakeResult, docker, make, manifest_of
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 1  # PROVISIONAL
 
 HOST = "rdtest-bare"
 SEED = "rdtest-bare-seed"

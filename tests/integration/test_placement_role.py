@@ -23,6 +23,7 @@ import pytest
 from tests.integration.conftest import CONTAINER, REPO, inspect, make
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 2  # PROVISIONAL
 
 
 def _plan(cpus: str | None) -> dict[str, Any]:

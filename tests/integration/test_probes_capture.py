@@ -37,6 +37,7 @@ from tests.perfetto import TraceProcessor
 from tests.perfetto import node as perfetto_node
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 4  # PROVISIONAL
 
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12
@@ -56,17 +57,6 @@ def _bundle_dir(output: str) -> Path:
 
 def _complete(max_tokens: int) -> None:
     assert complete("def main():", max_tokens)["usage"]["completion_tokens"] == max_tokens
-
-
-def test_capture_with_no_vllm_running_says_so_and_captures_nothing() -> None:
-    if inspect("refdeploy-vllm") is not None:
-        r = make("undeploy")
-        assert r.rc == 0, r.output[-3000:]
-    before = sorted(PROBE_RUNS.glob("*")) if PROBE_RUNS.exists() else []
-    r = make("capture", "SECONDS=2")
-    assert r.rc != 0
-    assert "no vLLM running on localhost: the serving container refdeploy-vllm is absent" in r.output
-    assert (sorted(PROBE_RUNS.glob("*")) if PROBE_RUNS.exists() else []) == before
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from tests.integration.conftest import (
 )
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 4  # PROVISIONAL
 
 
 @pytest.fixture(scope="module", autouse=True)

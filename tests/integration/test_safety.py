@@ -26,6 +26,7 @@ import yaml
 from tests.integration.conftest import BASE_URL, CONTAINER, REPO, complete, docker, host_state, inspect, make
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 10  # PROVISIONAL
 
 STATE = Path("/var/lib/refdeploy")
 

@@ -10,7 +10,6 @@ import gzip
 import json
 import re
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from tests.integration.conftest import (
 from tests.perfetto import TraceProcessor
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 6  # PROVISIONAL
 
 PROFILE = "cpu-tiny-tp2"
 
@@ -146,47 +146,24 @@ def test_pidstat_covers_every_thread_of_both_ranks(capture: Path) -> None:
     assert busy == workers  # both ranks worked while the requests flowed
 
 
-def _bench() -> Path:
-    # Three runs a point: compare needs two valid a side, and a run may reach the client in a burst here.
-    r = make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=3", timeout=900)
+@pytest.fixture(scope="module")
+def tp2_bench(deployed: dict[str, Any]) -> Path:
+    r = make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=2")
     assert r.rc == 0, r.output[-4000:]
     return bench_dir(r)
 
 
-@pytest.fixture(scope="module")
-def tp2_benches(deployed: dict[str, Any]) -> tuple[Path, Path]:
-    return _bench(), _bench()
-
-
-def test_two_benches_of_the_tp2_engine_compare(tp2_benches: tuple[Path, Path]) -> None:
-    a, b = tp2_benches
-    valid_points, flagged = [], []
-    for d in (a, b):
-        s = json.loads((d / "summary.json").read_text())
-        assert s["status"] == "ok" and s["manifest"]["profile"]["name"] == PROFILE
-        measured = [r for r in s["runs"] if r["phase"] == "measured"]
-        # Valid, but for a stream that reached the client in one burst (2 shared cores), which compare leaves out.
-        assert measured and all(r["valid"] or all(f.startswith("buffered stream:") for f in r["flags"])
-                                for r in measured), [r["flags"] for r in measured]  # fmt: skip
-        assert all(r["server"]["generation_tokens"] == r["output_tokens"] for r in measured)
-        valid_points.append(Counter(r["point"] for r in measured if r["valid"]))
-        flagged += [(d.parent.name, f" {r['id']}: ") for r in measured if not r["valid"]]
-    r = make("compare", f"A={a}", f"B={b}")
-    assert r.rc == 0, r.output
-    assert "conditions equal on both sides" in r.output
-    # Five figures for each operating point with two valid runs on both sides (a CI run had every c4 run of one
-    # bench flagged "buffered stream", so c4 was left out); a point with one is named "not compared"; each
-    # flagged run is named as left out.
-    present = set(valid_points[0]) & set(valid_points[1])
-    both = {p for p in present if min(valid_points[0][p], valid_points[1][p]) >= 2}
-    assert both, valid_points
-    effects = [ln for ln in r.output.splitlines() if "B-A" in ln]
-    assert len(effects) == 5 * len(both), (sorted(both), effects)
-    assert r.output.count("  not compared: ") == len(present - both), r.output
-    assert sorted(ln.removesuffix(":") for ln in r.output.splitlines() if re.fullmatch(r"c\d+:", ln)) == sorted(present)
-    left_out = [ln for ln in r.output.splitlines() if ln.startswith("left out of ")]
-    assert len(left_out) == len(flagged), left_out
-    assert all(any(ts in ln and i in ln for ln in left_out) for ts, i in flagged), left_out
+def test_a_bench_of_the_tp2_engine_counts_the_servers_tokens(tp2_bench: Path) -> None:
+    """One bench of the TP=2 engine: every measured run's tokens are the server's. Comparing two such benches
+    was dropped (issue 27): it exercised the same compare as the default engine's benches in test_bench.py, and
+    its rendering of left-out runs and points not compared is tests/unit/test_compare.py's."""
+    s = json.loads((tp2_bench / "summary.json").read_text())
+    assert s["status"] == "ok" and s["manifest"]["profile"]["name"] == PROFILE
+    measured = [r for r in s["runs"] if r["phase"] == "measured"]
+    # Valid, but for a stream that reached the client in one burst (2 shared cores), which compare leaves out.
+    assert measured and all(r["valid"] or all(f.startswith("buffered stream:") for f in r["flags"])
+                            for r in measured), [r["flags"] for r in measured]  # fmt: skip
+    assert all(r["server"]["generation_tokens"] == r["output_tokens"] for r in measured)
     assert inspect(CONTAINER)["Config"]["Labels"]["org.refdeploy.profile"] == PROFILE  # type: ignore[index]
     # The inventory's profile is not what runs: bench says so, and benches nothing.
     r = make("bench", "WORKLOAD=smoke")
@@ -194,11 +171,11 @@ def test_two_benches_of_the_tp2_engine_compare(tp2_benches: tuple[Path, Path]) -
 
 
 def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
-    deployed: dict[str, Any], tp2_benches: tuple[Path, Path]
+    deployed: dict[str, Any], tp2_bench: Path
 ) -> None:
     """The profiled engine first (PROFILER=torch), then `make profile` against it, which puts the normal spec back:
     two TP=2 starts where profile-then-deploy-profiled-then-deploy took four (each ~45 s of this suite)."""
-    unprofiled = tp2_benches[0]  # the compare test's
+    unprofiled = tp2_bench
     # PROFILER=torch deploys the profiled engine (as KEEP=1 leaves it), and says so on the container.
     r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
     assert r.rc == 0, r.output[-3000:]

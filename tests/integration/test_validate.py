@@ -1,6 +1,10 @@
-"""make validate against the real CPU deployment: the same profile twice is within run-to-run variation; float32
-against bfloat16 is not (the tiny model's prompt logprobs move by ~0.002 and half the greedy outputs change, where
-A against its own restart moved by 0). Bad input stops before any change."""
+"""make validate against the real CPU deployment: float32 against bfloat16 is outside run-to-run variation (the tiny
+model's prompt logprobs move by ~0.002 and half the greedy outputs change, where A against its own restart, a new
+container, moved by 0). Bad input stops before any change.
+
+The same profile twice ("within run-to-run variation") is not run here: it started three engines to show what this
+module's A-against-restarted-A half already shows live; its verdict is tests/unit/test_validate.py's, on the
+correctness readings recorded from such a run (tests/fixtures/validate/)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import yaml
 from tests.integration.conftest import CONTAINER, REPO, inspect, make
 
 pytestmark = pytest.mark.integration
+ENGINE_STARTS = 5  # PROVISIONAL
 
 
 def _verdict(output: str) -> dict[str, object]:
@@ -36,16 +41,6 @@ def test_bad_input_is_one_line_before_any_change(args: tuple[str, ...], says: st
     assert (inspect(CONTAINER) or {}).get("Id") == before
 
 
-def test_the_same_profile_twice_is_within_run_to_run_variation() -> None:
-    r = make("validate", "A=cpu-tiny", "B=cpu-tiny", timeout=900)
-    assert r.rc == 0, r.output[-4000:]
-    v = _verdict(r.output)
-    assert v["verdict"] == "within run-to-run variation" and v["restarted"] is True
-    containers = v["containers"]
-    assert isinstance(containers, dict) and containers["a1"] != containers["a2"]
-    assert "verdict: WITHIN RUN-TO-RUN VARIATION" in r.output
-
-
 def test_bfloat16_against_float32_is_outside_and_a_is_left_running(tmp_path: Path) -> None:
     profile = yaml.safe_load((REPO / "serving" / "profiles" / "cpu-tiny.yaml").read_text())
     profile["vllm"]["dtype"] = "bfloat16"
@@ -55,6 +50,9 @@ def test_bfloat16_against_float32_is_outside_and_a_is_left_running(tmp_path: Pat
     assert r.rc != 0, r.output[-4000:]  # make exits 2 for any failed recipe
     v = _verdict(r.output)
     assert v["verdict"] == "outside run-to-run variation"
+    # A ran twice, across a restart (a new container): its own variation is what B is judged against.
+    containers = v["containers"]
+    assert v["restarted"] is True and isinstance(containers, dict) and containers["a1"] != containers["a2"]
     ab, aa = v["a_vs_b"], v["a_vs_a"]
     assert isinstance(ab, dict) and isinstance(aa, dict)
     assert ab["prompt_mean_abs"] > 10 * max(aa["prompt_mean_abs"], 1e-5)
