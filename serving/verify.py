@@ -101,6 +101,10 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("placement.lines", INFORMATIONAL, "the lines carry pids; each rank's CPUs and nodes are compared"),
     ("placement.ranks.*.pid", INFORMATIONAL, "a worker's pid"),
     ("plan.host", INFORMATIONAL, "the inventory name of the host compared"),
+    # A first deploy plans before it generates the model: its manifest says "generate" and no probe target, a
+    # later read "generated" and the largest served file. The model itself is compared, file by file (model.*).
+    ("plan.model_action", INFORMATIONAL, "what the deploy found of the model when it planned; its files are compared"),
+    ("plan.probes.data_file*", INFORMATIONAL, "the probes' target as found when planned; the model is compared"),
     ("plan.*images.constraints_file", INFORMATIONAL, "a path in the controller's checkout; its content is hashed"),
     ("plan.*images.patches.*.path", INFORMATIONAL, "a path in the controller's checkout; its sha256 is compared"),
     ("plan.*images.probes_package_files", INFORMATIONAL, "paths in the controller's checkout; hashed in the tag"),

@@ -45,9 +45,19 @@ setsid -f sh -c '
   wait $!
   echo $? >"$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
 ' refdeploy-watch "$d" "$@" </dev/null >/dev/null 2>&1 || exit 1
+# Only once the command runs (its pid written, after setsid(2)) does this session end: an SSH session that closed
+# first once took the starting shell with it, and the task then waited for an exit code that nothing would write.
+i=0
+while [ ! -s "$d/pid" ]; do
+  i=$((i + 1)); [ "$i" -le 300 ] || { echo "the command did not start within 30 s" >&2; exit 1; }
+  sleep 0.1
+done
 echo "$d"
 """
 POLL_S = 1.0
+# Past timeout(1)'s bound and its --kill-after 10 s, the exit code is due; this much more, and it never will be
+# (the wrapper that writes it is gone): the task fails instead of waiting for ever.
+RC_GRACE_S = 40.0
 TAIL_BYTES = 4096
 # $1 the scratch directory: both outputs, each as one marked base64 line, then the directory goes.
 _COLLECT = r"""
@@ -112,6 +122,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         while (rc := self._exit_code(scratch)) is None:
             time.sleep(POLL_S)
             now = time.monotonic()
+            if now - started > bound_s + RC_GRACE_S:
+                raise AnsibleActionFail(
+                    f"no exit code from {name} {now - started:.0f} s after it started (bound {bound_s:g} s): the "
+                    "process that waits on it is gone (killed with its session?); the command is stopped if it runs"
+                )
             if now - shown >= interval:
                 shown = now
                 tails = self._tail(f"{scratch}/stdout", mode), self._tail(f"{scratch}/stderr", "last_line")

@@ -27,7 +27,7 @@ pytestmark = [
         reason="builds the ~4 GB CUDA image: run it with make test-cuda-image",
     ),
 ]
-ENGINE_STARTS = 0  # PROVISIONAL
+ENGINE_STARTS = 0
 
 RECORD = REPO / "images" / "vllm" / "verified-cuda.json"
 PROFILE = "rtx3090-pp3"

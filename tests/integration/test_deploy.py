@@ -29,7 +29,7 @@ from tests.integration.conftest import (
 )
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 10  # PROVISIONAL
+ENGINE_STARTS = 6
 
 
 RENDERED = Path("/var/lib/refdeploy/rendered/refdeploy-vllm.json")

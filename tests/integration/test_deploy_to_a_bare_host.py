@@ -39,7 +39,7 @@ import yaml
 from tests.integration.conftest import REPO, MakeResult, docker, make, manifest_of
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 1  # PROVISIONAL
+ENGINE_STARTS = 1  # inside the bare host's own dockerd: not seen on this engine, so not counted
 
 HOST = "rdtest-bare"
 SEED = "rdtest-bare-seed"

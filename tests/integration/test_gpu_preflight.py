@@ -15,7 +15,7 @@ import pytest
 from tests.integration.conftest import REPO, host_state, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 0  # PROVISIONAL
+ENGINE_STARTS = 0
 
 FIX = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu"
 CLASS = {

@@ -23,7 +23,7 @@ import pytest
 from tests.integration.conftest import CONTAINER, REPO, inspect, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 2  # PROVISIONAL
+ENGINE_STARTS = 0
 
 
 def _plan(cpus: str | None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from serving.capture_report import render_html
 from serving.plots import PANEL_COLOURS
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 0  # PROVISIONAL
+ENGINE_STARTS = 0
 
 WINDOW_WIDTH = 1000
 WINDOW_HEIGHT = 2400  # the page is about 1,850 px tall at this width; the test checks the bottom is blank

@@ -26,7 +26,7 @@ import yaml
 from tests.integration.conftest import BASE_URL, CONTAINER, REPO, complete, docker, host_state, inspect, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 10  # PROVISIONAL
+ENGINE_STARTS = 5
 
 STATE = Path("/var/lib/refdeploy")
 

@@ -17,7 +17,7 @@ import yaml
 from tests.integration.conftest import CONTAINER, REPO, inspect, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 5  # PROVISIONAL
+ENGINE_STARTS = 2
 
 
 def _verdict(output: str) -> dict[str, object]:

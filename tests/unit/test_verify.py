@@ -92,6 +92,32 @@ def test_two_deploys_of_one_environment_differ_only_informationally(vllm_cpu_fix
     assert not [p for p in found if p.startswith("memory_by_phase.")]
 
 
+def test_a_first_deploys_manifest_which_planned_the_models_generation_matches_a_later_read(
+    vllm_cpu_fixtures: Path,
+) -> None:
+    """A first deploy plans before it generates the model ("generate", no probe target yet); verify reads the
+    host after it ("generated", the largest served file). That is not a difference in what runs: a CI run's
+    verify against a first deploy's manifest failed on these four fields. The model's files still must match."""
+    raw = _deploy_raw(vllm_cpu_fixtures)
+    ref = build_manifest(raw)
+    assert ref["plan"]["model_action"] == "generate" and ref["plan"]["probes"]["data_file"] is None
+    later = _second_deploy(raw)
+    now = build_manifest(later)
+    now["plan"]["model_action"] = "generated"
+    now["plan"]["probes"].update(
+        data_file="/var/lib/refdeploy/models/tiny-llama/model.safetensors",
+        data_file_bytes=17839216,
+        data_file_note="the largest of 8 served file(s)",
+    )
+    found = _by_path(compare(ref, now))
+    assert [d.line() for d in found.values() if d.kind == MUST_MATCH] == []
+    for path in ("plan.model_action", "plan.probes.data_file", "plan.probes.data_file_bytes"):
+        assert found[path].kind == INFORMATIONAL, path
+    name = next(iter(now["model"]["files_sha256"]))
+    now["model"]["files_sha256"][name] = "0" * 64
+    assert _by_path(compare(ref, now))[f"model.files_sha256.{name}"].kind == MUST_MATCH
+
+
 def test_a_changed_profile_field_is_must_match_naming_the_flag_and_both_values(vllm_cpu_fixtures: Path) -> None:
     raw = _deploy_raw(vllm_cpu_fixtures)
     ref = build_manifest(raw)

@@ -9,7 +9,7 @@ import pytest
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 0  # PROVISIONAL
+ENGINE_STARTS = 0
 
 
 def _preflight(inv: Path, host: str, extra: str = "") -> tuple[int, str]:

@@ -14,7 +14,7 @@ from tests.integration.conftest import host_state
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import FIXTURES, _flat, _host_files, _replay_environment, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 0  # PROVISIONAL
+ENGINE_STARTS = 0
 
 
 def _lines_without(path: Path, prefixes: tuple[str, ...]) -> None:

@@ -10,7 +10,7 @@ from tests.integration.conftest import docker, inspect
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import _container, _flat, _host_files, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 0  # PROVISIONAL
+ENGINE_STARTS = 0
 
 
 def test_a_dockerd_that_does_not_come_back_gets_its_previous_settings_back(hosts: tuple[Path, Path]) -> None:
