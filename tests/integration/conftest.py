@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests import schedule
+
 REPO = Path(__file__).resolve().parents[2]
 BASE_URL = "http://127.0.0.1:8000"
 CONTAINER = "refdeploy-vllm"
@@ -211,6 +213,7 @@ def docker_engine() -> None:
 # engine (a nested dockerd's, the bare host's, are not seen): starts of serving containers (serving/render.py's
 # profile label; not their sidecars), a `docker restart` included, of the module's own lane (local or test hosts).
 ENGINE_LABEL = "org.refdeploy.profile"
+TEST_HOSTS_LANE = schedule.TEST_HOSTS
 ENGINE_STARTS_SEEN: dict[str, tuple[int, int]] = {}  # module: (seen, declared), printed at the end
 
 
@@ -245,7 +248,10 @@ def engine_starts(request: pytest.FixtureRequest) -> Any:
     if not isinstance(declared, int):
         yield
         return
-    test_hosts = "test_gpu_hosts_ssh" in request.module.__name__
+    # The lane decides whose starts count (tests/schedule.py): the test hosts' lane counts the test hosts' engines
+    # only (the bare host's run inside its own dockerd: none of this engine's), the others this machine's.
+    module_path = Path(str(request.module.__file__)).relative_to(REPO).as_posix()
+    test_hosts = any(module_path.startswith(p) for p in TEST_HOSTS_LANE)
     events = _engine_events()
     yield
     time.sleep(1)  # Docker delivers events asynchronously: the last start's may still be on its way

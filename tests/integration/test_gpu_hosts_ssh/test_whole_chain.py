@@ -15,7 +15,7 @@ from tests.integration.conftest import REPO, docker, inspect
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import FIXTURES, HOSTS, _container, _flat, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 8  # PROVISIONAL
+ENGINE_STARTS = 5
 
 
 def _recap(output: str, host: str) -> dict[str, int]:
