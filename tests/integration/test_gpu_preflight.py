@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from serving.pinned_ram import format_size
 from tests.integration.conftest import REPO, host_state, make
 
 pytestmark = pytest.mark.integration
@@ -27,6 +29,14 @@ CLASS = {
         "min_memory_mib": 24000,
     }
 }
+
+
+def _dockerd_memlock_soft() -> int | None:
+    """dockerd's soft RLIMIT_MEMLOCK in bytes (None: unlimited), from its /proc/<pid>/limits, as preflight reads it."""
+    pid = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True, check=True).stdout.split()[0]
+    line = next(ln for ln in Path(f"/proc/{pid}/limits").read_text().splitlines() if ln.startswith("Max locked memory"))
+    soft = line.split()[3]
+    return None if soft == "unlimited" else int(soft)
 
 
 def _deploy(tmp_path: Path, replay_dir: Path) -> tuple[int, str]:
@@ -49,10 +59,20 @@ def test_this_machine_is_refused_as_a_3090_host_with_its_real_reasons(tmp_path: 
     assert "localhost cannot be deployed to; nothing was changed" in out
     # The replayed GPUs match the class: no GPU complaint.
     assert "expected 3 GPUs" not in out and "older than the class minimum" not in out
-    # This machine's own facts, each one line.
-    assert "localhost runs cgroup v1 (tmpfs at /sys/fs/cgroup)" in out
+    # This machine's own facts, each one line, read from the machine first: a Debian 12 host runs cgroup v2 and
+    # may run dockerd with another memlock limit than this one's (cgroup v1, 8 MiB).
+    cgroup_fs = subprocess.run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], capture_output=True, text=True,
+                               check=True).stdout.strip()  # fmt: skip
+    if cgroup_fs == "cgroup2fs":
+        assert "runs cgroup v1" not in out
+    else:
+        assert f"localhost runs cgroup v1 ({cgroup_fs} at /sys/fs/cgroup)" in out
     assert "Docker on localhost has no nvidia runtime" in out
-    assert "exceeds RLIMIT_MEMLOCK 8.00 MiB" in out
+    soft = _dockerd_memlock_soft()
+    if soft is None:
+        assert "exceeds RLIMIT_MEMLOCK" not in out
+    else:
+        assert f"exceeds RLIMIT_MEMLOCK {format_size(soft)}" in out
     # The profile's model directory does not exist here.
     assert "cannot tell which drive holds /srv/models/served on localhost" in out
     assert "Pinned host-RAM budget" in out and "pinned_max_round_threshold_mb=4096: not rounded" in out

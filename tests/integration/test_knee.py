@@ -24,7 +24,7 @@ from tests.integration.test_report_screenshot import pixels_of, read_png, screen
 
 # The search's fixture holds a deploy and up to 24 runs (its make is bounded at 1500 s).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
-ENGINE_STARTS = 2  # PROVISIONAL
+ENGINE_STARTS = 0
 
 
 @pytest.fixture(scope="module")

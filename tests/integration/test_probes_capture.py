@@ -37,7 +37,7 @@ from tests.perfetto import TraceProcessor
 from tests.perfetto import node as perfetto_node
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 4  # PROVISIONAL
+ENGINE_STARTS = 0
 
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12

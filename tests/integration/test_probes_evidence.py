@@ -30,7 +30,7 @@ from tests.integration.conftest import (
 )
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 4  # PROVISIONAL
+ENGINE_STARTS = 1
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,7 +26,7 @@ from probes.metrics import (
 from tests.integration.conftest import BASE_URL, REPO, complete, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 2  # PROVISIONAL
+ENGINE_STARTS = 0
 
 MODEL_DIR = Path("/var/lib/refdeploy/models")
 WEIGHTS = MODEL_DIR / "tiny-llama" / "model.safetensors"

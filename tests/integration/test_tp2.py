@@ -30,7 +30,7 @@ from tests.integration.conftest import (
 from tests.perfetto import TraceProcessor
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 6  # PROVISIONAL
+ENGINE_STARTS = 4
 
 PROFILE = "cpu-tiny-tp2"
 

@@ -25,7 +25,7 @@ from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV02
 from tests.integration.conftest import REPO, bench_dir, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 2  # PROVISIONAL
+ENGINE_STARTS = 0
 
 WORKLOADS = REPO / "serving" / "workloads"
 
