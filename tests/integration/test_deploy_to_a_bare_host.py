@@ -122,24 +122,27 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         )  # fmt: skip
         assert build.returncode == 0, build.stderr[-3000:]
     _remove()
-    _seed_image_store(images)
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    docker("run", "-d", "--name", HOST, "--hostname", HOST, "--network", "bridge", "--publish", "127.0.0.1::22",
-           "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro", *NESTED, IMAGE)  # fmt: skip
-    port = int(docker("port", HOST, "22").split(":")[-1])
-    inv = tmp / "inventory"
-    shutil.copytree(REPO / "inventory" / "local" / "group_vars", inv / "group_vars")
-    ssh_args = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
-    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {
-        "children": {"cpu_local": {"hosts": {HOST: {"ansible_host": "127.0.0.1", "ansible_port": port}}}},
-        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key),
-                 "ansible_ssh_common_args": ssh_args, "ansible_python_interpreter": "/usr/bin/python3"},
-    }}))  # fmt: skip
-    _wait(f"{HOST}'s sshd answered on port {port}",
-          ["ssh", "-i", str(key), "-p", str(port), *ssh_args.split(), "root@127.0.0.1", "true"], 60)  # fmt: skip
-    yield inv
-    _remove()
+    # Whatever set-up step is interrupted (Ctrl-C, a lane's limit), the seed and the host go with it.
+    try:
+        _seed_image_store(images)
+        key = tmp / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        docker("run", "-d", "--name", HOST, "--hostname", HOST, "--network", "bridge", "--publish", "127.0.0.1::22",
+               "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro", *NESTED, IMAGE)  # fmt: skip
+        port = int(docker("port", HOST, "22").split(":")[-1])
+        inv = tmp / "inventory"
+        shutil.copytree(REPO / "inventory" / "local" / "group_vars", inv / "group_vars")
+        ssh_args = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5"
+        (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {
+            "children": {"cpu_local": {"hosts": {HOST: {"ansible_host": "127.0.0.1", "ansible_port": port}}}},
+            "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key),
+                     "ansible_ssh_common_args": ssh_args, "ansible_python_interpreter": "/usr/bin/python3"},
+        }}))  # fmt: skip
+        _wait(f"{HOST}'s sshd answered on port {port}",
+              ["ssh", "-i", str(key), "-p", str(port), *ssh_args.split(), "root@127.0.0.1", "true"], 60)  # fmt: skip
+        yield inv
+    finally:
+        _remove()
 
 
 def _deploy(inv: Path) -> MakeResult:
