@@ -255,16 +255,24 @@ def test_compare_max_num_seqs_1_vs_8_at_concurrency_4(default_benches: list[Path
     assert "profile.vllm.max_num_seqs (A 8, B 1)" in r.output
     assert "\nc4:\n" in r.output, r.output  # a point with no valid run on a side is not compared
     c4 = r.output.split("\nc4:\n", 1)[1]
-    ttft = next(ln for ln in c4.splitlines() if ln.strip().startswith("TTFT"))
-    agg = next(ln for ln in c4.splitlines() if ln.strip().startswith("aggregate output"))
-    # Aggregate output per run is what max_num_seqs=1 caps, and its interval excludes 0 with room to spare (a CI
-    # run: -70.3% [-877.8, -187.3]). TTFT's effect is as large but its interval is not a safe test here: behind
-    # max_num_seqs=1 the first request of each wave is served at once and the rest queue, so 8 requests a run
-    # are bimodal and resampling them can put 0 inside (the same CI run: +1361% [-32.7, +523.6], runs' medians
-    # A 21-37 ms, B 340-537 ms). Its point estimate must still say B is far higher.
-    assert agg.endswith("B lower (worse)"), r.output
+    lines = {ln.split("  A ")[0].strip(): ln for ln in c4.splitlines() if "  A " in ln}
+    ttft, e2e, agg = lines["TTFT"], lines["e2e latency"], lines["aggregate output"]
+    # Behind max_num_seqs=1 at c=4, TTFT and e2e rise and aggregate output per run falls; every point estimate must
+    # say so, and far: TTFT more than doubles.
     rel = re.search(r"B-A \S+ \(\+([\d.]+)%\)", ttft)
     assert rel and float(rel.group(1)) > 100, ttft
+    assert re.search(r"B-A \+", e2e) and re.search(r"B-A -", agg), r.output
+    # Which of the three intervals excludes 0 varies run to run on these 2 shared cores, each for its own reason:
+    # - TTFT is bimodal (the first request of a wave is served at once, the rest queue), so resampling 8 requests a
+    #   run can put 0 inside the bootstrap interval (a CI run: +1361% [-32.7, +523.6]);
+    # - aggregate output is one figure a run, and with 3 runs of A, Welch's t over the runs at the family's 99.5%
+    #   has about 2 degrees of freedom (t = 14): a CI run's -58% had runs [-1308, +539.5].
+    # So at least one must be called worse and none of the three better: a compare that misses a 10x TTFT on all
+    # three fails. (TPOT and per-request decode rate may honestly come out better: one sequence at a time decodes
+    # faster.)
+    called = {f: ln.rsplit("  ", 1)[1] for f, ln in (("TTFT", ttft), ("e2e", e2e), ("aggregate output", agg))}
+    assert any(v.endswith("(worse)") for v in called.values()), r.output
+    assert not any(v.endswith("(better)") for v in called.values()), r.output
 
 
 def test_compare_refuses_runs_whose_manifests_differ(default_benches: list[Path], seqs1_bench: Path) -> None:
