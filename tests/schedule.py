@@ -131,6 +131,12 @@ class Running:
     why: str = ""
 
 
+def _interruptible() -> None:
+    """In the step's process before it runs: SIGINT back to its default. A run started as a shell's background
+    job inherits SIGINT ignored, and its steps would then sit out the stop's SIGINT grace (60 s) each."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_step(r: Running, live: bool) -> None:
     argv = r.lane.steps[r.step]
     with r.log.open("ab") as f:
@@ -138,7 +144,9 @@ def _start_step(r: Running, live: bool) -> None:
     out = None if live else r.log.open("ab")
     if live:
         print(f"$ {shlex.join(argv)}", flush=True)
-    r.proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    r.proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_interruptible
+    )
     if out is not None:
         out.close()
 
