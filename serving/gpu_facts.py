@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from serving import cuda_driver
 from serving.errors import InputError
 from serving.numa import NumaError, parse_cpulist
 
@@ -234,16 +235,10 @@ class GpuClassSpec:
 
 def driver_version_key(version: str) -> tuple[int, ...]:
     """A dotted driver version as numbers for comparison: 570.195.03 -> (570, 195, 3)."""
-    parts = version.strip().split(".")
-    if not all(p.isdigit() for p in parts):
-        raise GpuFactsError(f"driver version {version!r} is not dotted numbers like 570.195.03")
-    return tuple(int(p) for p in parts)
-
-
-def _older(version: str, minimum: str) -> bool:
-    have, want = driver_version_key(version), driver_version_key(minimum)
-    width = max(len(have), len(want))
-    return have + (0,) * (width - len(have)) < want + (0,) * (width - len(want))
+    try:
+        return cuda_driver.version_key(version)
+    except cuda_driver.CudaDriverError as e:
+        raise GpuFactsError(str(e)) from None
 
 
 def check_class(
@@ -251,10 +246,13 @@ def check_class(
     gpus: Sequence[GpuInfo],
     host: str,
     listing: Sequence[GpuListing] | None = None,
+    cuda_runtime: str | None = None,
 ) -> list[str]:
     """One line per way the host differs from its class; [] when it matches.
 
-    The GPU count comes from `nvidia-smi -L` when its listing is given, else from --query-gpu.
+    The GPU count comes from `nvidia-smi -L` when its listing is given, else from --query-gpu. cuda_runtime: the
+    runtime image's CUDA runtime ("13.0"), whose driver floor the class's min_driver can only raise
+    (serving/cuda_driver.py).
     """
     problems: list[str] = []
     count, source = (len(listing), "nvidia-smi -L") if listing is not None else (len(gpus), "nvidia-smi --query-gpu")
@@ -273,12 +271,18 @@ def check_class(
                 f"GPU {gpu.index} on {host} has {gpu.memory_total_mib} MiB, "
                 f"less than the class minimum {spec.min_memory_mib} MiB"
             )
+    floor = cuda_driver.driver_floor(cuda_runtime, spec.min_driver, spec.name)
     for driver in sorted({gpu.driver_version for gpu in gpus}):
         try:
-            too_old = _older(driver, spec.min_driver)
-        except GpuFactsError as exc:
+            too_old = cuda_driver.older(driver, floor.version)
+        except cuda_driver.CudaDriverError as exc:
             problems.append(f"driver on {host}: {exc}")
             continue
-        if too_old:
+        if too_old and floor.version == spec.min_driver:
             problems.append(f"driver {driver} on {host} is older than the class minimum {spec.min_driver}")
+        elif too_old:
+            problems.append(
+                f"driver {driver} on {host} is older than {floor.version}, {floor.why}: "
+                f"upgrade the host's driver to R{floor.version.split('.')[0]} or newer"
+            )
     return problems

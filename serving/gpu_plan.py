@@ -294,9 +294,11 @@ def plan_gpu_host(
     *,
     data_disk: str | None = None,
     engine_memlock: str | None = None,
+    cuda_runtime: str | None = None,
 ) -> GpuHostPlan:
     """engine_memlock: the LimitMEMLOCK the deploy will give the engine (runtime role), instead of the
-    limit dockerd runs with now; "infinity" or a size in bytes."""
+    limit dockerd runs with now; "infinity" or a size in bytes. cuda_runtime: the image's CUDA runtime ("13.0"),
+    which sets the host's oldest driver (serving/cuda_driver.py)."""
     missing = [k for k in REQUIRED_READINGS if k not in readings]
     if missing:
         raise GpuPlanError(f"host readings lack {', '.join(missing)}")
@@ -318,7 +320,7 @@ def plan_gpu_host(
         )
     listing = gpu_facts.parse_nvidia_smi_L(readings["nvidia_smi_L"])
     gpus = gpu_facts.parse_query_gpu(readings["query_gpu"])
-    failures += gpu_facts.check_class(class_spec, gpus, host, listing)
+    failures += gpu_facts.check_class(class_spec, gpus, host, listing, cuda_runtime)
     failures += _check_runtime(readings, host)
     known = {g.index for g in gpus}
     absent = [d for d in profile.gpu.devices if d not in known]

@@ -12,11 +12,13 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serving import cuda_driver
 from serving.errors import InputError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "images"
 PATCH_LABEL_PREFIX = "org.refdeploy.vllm.patch."
+CUDA_RUNTIME_LABEL = "org.refdeploy.cuda-runtime"
 
 # The Python that the base image provides; the runtime installs vLLM into a venv on it.
 BASE_SUITE = "bookworm"
@@ -62,6 +64,8 @@ class ImagePlan:
     version: str
     constraints_file: str
     patches: list[Patch]
+    # The CUDA runtime the pinned set installs ("13.0"; None for the CPU build): the host's driver floor.
+    cuda_runtime: str | None
     build_args: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
     # The same, as `docker build` flags (what the images role passes).
@@ -171,6 +175,7 @@ def plan_images(
         vllm_dir / "apply-patches.sh",
         constraints,
         tinymodel,
+        vllm_dir / "gpu_smoke.py",
         *(Path(p.path) for p in patches),
     ]
     build_args = {
@@ -193,6 +198,9 @@ def plan_images(
         "org.refdeploy.vllm.patch-series": ",".join(p.name for p in patches),
     }
     labels.update({PATCH_LABEL_PREFIX + p.name: f"sha256:{p.sha256}" for p in patches})
+    cuda_runtime = cuda_driver.cuda_runtime_of(constraints.read_text())
+    if cuda_runtime is not None:
+        labels[CUDA_RUNTIME_LABEL] = cuda_runtime
     probes_sha, package, probes_build_flags = _probes_image(images_dir, base_tag, base_inputs)
     return ImagePlan(
         base_tag=base_tag,
@@ -206,6 +214,7 @@ def plan_images(
         version=version,
         constraints_file=str(constraints),
         patches=patches,
+        cuda_runtime=cuda_runtime,
         build_args=build_args,
         labels=labels,
         docker_build_flags=[f"--build-arg={k}={v}" for k, v in build_args.items()]

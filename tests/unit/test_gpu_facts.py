@@ -63,7 +63,7 @@ def test_query_gpu_of_the_3090_host() -> None:
     assert (first.index, first.name, first.driver_version, first.memory_total_mib) == (
         0,
         "NVIDIA GeForce RTX 3090",
-        "570.195.03",
+        "580.95.05",
         24576,
     )
     assert first.persistence_mode is True

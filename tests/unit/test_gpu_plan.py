@@ -112,7 +112,7 @@ BadHost = Callable[[dict[str, str]], dict[str, str]]
         ),
         (
             "driver too old",
-            lambda r: {"query_gpu": r["query_gpu"].replace("570.195.03", "535.104.05")},
+            lambda r: {"query_gpu": r["query_gpu"].replace("580.95.05", "535.104.05")},
             "driver 535.104.05 on gpu3090-a is older than the class minimum 570.86",
         ),
         (

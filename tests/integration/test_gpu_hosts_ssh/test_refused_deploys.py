@@ -51,10 +51,12 @@ BAD_HOSTS: list[tuple[str, Callable[[Path], None], str, str]] = [
         "GPU 0 is NVIDIA RTX A5000, expected RTX 3090",
     ),
     (
+        # An R570 driver passes the class's own floor (570.86) but not the image's CUDA 13.0 runtime (R580).
         "old-driver",
-        lambda d: _sub(d / "nvidia-smi-query-gpu.csv", "570.195.03", "535.104.05"),
+        lambda d: _sub(d / "nvidia-smi-query-gpu.csv", "580.95.05", "570.195.03"),
         "",
-        "driver 535.104.05 on rdtest-gpu3090 is older than the class minimum 570.86",
+        "driver 570.195.03 on rdtest-gpu3090 is older than 580, the oldest driver the image's CUDA 13.0 runtime "
+        "runs on",
     ),
     (
         # dockerd's limit as read, with the inventory not asking the deploy to raise it.
