@@ -206,6 +206,11 @@ def render_gpu_container_spec(profile: Profile, image: str, plan: numa.NumaPlan)
     spec["cpuset_mems"] = plan.cpuset_mems
     spec["volumes"] = [*spec["volumes"], *(f"{p}:{p}:ro" for p in profile.gpu.data_paths)]
     spec["cgroup_parent"] = SLICE_NAME
+    if "--numa-bind" in plan.vllm_args:
+        # vLLM binds a worker by starting it under numactl, whose --membind is set_mempolicy(2). Docker's default
+        # seccomp profile allows set_mempolicy, mbind and get_mempolicy only with CAP_SYS_NICE: without it all
+        # three returned EPERM in a container here (Docker 20.10.24; with --cap-add SYS_NICE, MPOL_BIND held).
+        spec["capabilities"] = ["SYS_NICE"]
     spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
     return spec
 
