@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from serving import gpu_plan, numa
+from serving import gpu_plan, gpu_smoke, numa
 from serving.errors import InputError
+from serving.gpu_smoke import GpuSmoke
 from serving.images import ImagePlan, plan_images
 from serving.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.profile import Model, Profile
@@ -130,6 +131,8 @@ class Plan(_Model):
     # make profile: the profiler the engine runs with (vLLM's --profiler-config; serving/render.py
     # with_profiler) and the host directory its traces go to; None for the normal spec.
     profiler: Profiler | None = None
+    # A GPU profile's smoke test, run before the serving container is touched (serving/gpu_smoke.py).
+    gpu_smoke: GpuSmoke | None = None
 
 
 def parse_plan(data: Any) -> Plan:
@@ -239,6 +242,7 @@ def _place_on_gpu_host(
         images.runtime_tag,
         data_disk=data_disk,
         engine_memlock=engine_memlock,
+        cuda_runtime=images.cuda_runtime,
     )
     facts = {k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")}
     # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
@@ -375,13 +379,20 @@ def build_plan(
     if spec is not None and profiler:
         spec = with_profiler(spec, profiler)
     argv = list(spec["command"]) if spec is not None else None
+    smoke: GpuSmoke | None = None
     if spec is not None:
         launch = _launch(profile, images, spec, ranks, api_key_file)
         spec = launch.spec
+        if profile.gpu is not None and gpu is not None and gpu_class is not None:
+            smoke = gpu_smoke.plan_smoke(
+                launch.spec, gpu["gpus"], profile.gpu.devices, str(gpu_class["model_substring"]),
+                profile.vllm.gpu_memory_utilization,
+            )  # fmt: skip
         if stand_in is not None:
             from serving import standin
 
             launch, gpu_access = standin.stand_in(profile, launch, stand_in, host)
+            smoke = standin.stand_in_smoke(smoke, launch, stand_in, host) if smoke is not None else None
             client_cpus = probe_cpus = ""
         bench = _bench_targets(profile, launch, api_key_file is not None, client_cpus)
         failures += _tokenizer_failures(bench.tokenizer, launch.spec["volumes"])
@@ -415,6 +426,7 @@ def build_plan(
         failures=failures,
         ok=not failures,
         profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
+        gpu_smoke=smoke,
     )
 
 

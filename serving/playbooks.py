@@ -312,3 +312,17 @@ def serving_change(before: Any, after: Any, name: Any = "") -> dict[str, Any]:
     from serving.continuity import serving_change as change
 
     return change(before or None, after or None, str(name or ""))
+
+
+def gpu_smoke(run: Mapping[str, Any], plan: Any, host: Any, held: Any) -> dict[str, Any]:
+    """The GPU smoke test's run (a command task's result) against the plan's: {"problems": [one line each]}."""
+    from serving.gpu_smoke import outcome
+
+    smoke = parse_plan(plan).gpu_smoke
+    if smoke is None:
+        return {"problems": [f"the plan of {host} has no GPU smoke test to judge"]}
+    problems = outcome(
+        str(run.get("stdout") or ""), str(run.get("stderr") or ""), int(run.get("rc", -1)), smoke, str(host),
+        bool(held),
+    )  # fmt: skip
+    return {"problems": problems}

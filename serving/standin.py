@@ -14,6 +14,11 @@ tests/integration/test_gpu_hosts_ssh/conftest.py), `serving.plan.build_plan` pla
   is the class's;
 - the GPUs: the device requests are dropped; the probe containers get a replayed nvidia-smi (tests/replay,
   the class's recordings) where the nvidia runtime would mount the driver's;
+- the GPU smoke test (serving/gpu_smoke.py): the stand-in's container (its image, options and environment)
+  runs and prints the class's recorded result (gpu-smoke.json in the host's recordings) instead of
+  initialising CUDA; with "gpu_smoke": {"gpu_request": true} in the stand-in file the planned GPU request is
+  kept, and this machine's Docker Engine, which has no NVIDIA runtime, refuses it as a host without the
+  container toolkit does;
 - the host: the container's cpuset and memory nodes are this machine's (the plan's come from the class host's
   replayed topology), its ulimits are lowered to this machine's hard limits (dockerd here cannot raise
   memlock or nofile), and no CPUs are kept back for the client and the probes.
@@ -23,7 +28,8 @@ launched) and the container's label org.refdeploy.stand-in. The stand-in file:
 
   {"cpus": "0-1", "mems": "0", "ulimits_max": {"nofile": 20000, "memlock": 8388608},
    "nvidia_smi": {"replayer": "<abs path of tests/replay/nvidia-smi>",
-                  "recordings": {"<inventory host>": "<abs dir with nvidia-smi-sampled.csv ...>"}}}
+                  "recordings": {"<inventory host>": "<abs dir with nvidia-smi-sampled.csv ...>"}},
+   "gpu_smoke": {"gpu_request": false}}
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 
 from serving import numa
 from serving.errors import InputError
+from serving.gpu_smoke import GpuSmoke, smoke_argv
 from serving.images import plan_images
 from serving.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.profile import Profile, VllmArgs
@@ -44,6 +51,7 @@ from serving.render import PROFILE_LABEL, STAND_IN_LABEL, render_vllm_argv
 ENV = "REFDEPLOY_STAND_IN"
 MAX_RANKS = 2
 REPLAY_DIR_IN_CONTAINER = "/opt/replay/nvidia-smi"
+SMOKE_RECORDING = "gpu-smoke.json"
 
 
 class StandInError(InputError):
@@ -169,3 +177,24 @@ def stand_in(profile: Profile, launch: Any, config: Mapping[str, Any], host: str
         env={"REFDEPLOY_REPLAY_DIR": REPLAY_DIR_IN_CONTAINER} if recordings else {},
     )
     return new, access
+
+
+def stand_in_smoke(smoke: GpuSmoke, launch: Any, config: Mapping[str, Any], host: str) -> GpuSmoke:
+    """The smoke test at its seam: `launch` is the stand-in's (a plan.Launch), `smoke` the planned test."""
+    recordings = ((config.get("nvidia_smi") or {}).get("recordings") or {}).get(host)
+    if not recordings:
+        raise StandInError(f"stand-in: no recordings for {host} (nvidia_smi.recordings), so no GPU smoke result")
+    keep_request = bool((config.get("gpu_smoke") or {}).get("gpu_request"))
+    planned_gpus = smoke.argv[smoke.argv.index("--gpus") + 1]
+    ids = planned_gpus.strip('"').removeprefix("device=").split(",")
+    argv = smoke_argv({**launch.spec, "device_requests": [{"driver": "nvidia", "device_ids": ids}]})
+    if not keep_request:
+        at = argv.index("--gpus")
+        del argv[at : at + 2]
+    recorded = f"{recordings}/{SMOKE_RECORDING}"
+    tail = argv.index("--entrypoint")
+    argv[tail:] = ["--volume", f"{recorded}:/opt/replay/{SMOKE_RECORDING}:ro", "--entrypoint", "cat",
+                   launch.spec["image"], f"/opt/replay/{SMOKE_RECORDING}"]  # fmt: skip
+    how = "the planned GPU request kept, for this machine's Docker Engine to answer" if keep_request else "no GPUs"
+    seam = f"stand-in (serving/standin.py): a container of the CPU image ({how}) prints {recorded}"
+    return smoke.model_copy(update={"argv": argv, "seam": seam})

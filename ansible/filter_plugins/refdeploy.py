@@ -16,6 +16,7 @@
   readings  | refdeploy_engine_restart(settings)             restart dockerd on new settings? may it stop containers?
   run       | refdeploy_io_outcome(settings)                 the fio container's exit: pass, FINDING or ERROR
   run       | refdeploy_capture_outcome(change, settings)    the probe container's exit: pass, FINDING or ERROR
+  run       | refdeploy_gpu_smoke(plan, host, held)          the GPU smoke test's problems, one line each
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -45,6 +46,7 @@ NAMES = (
     "engine_restart",
     "io_outcome",
     "capture_outcome",
+    "gpu_smoke",
 )
 
 

@@ -62,6 +62,20 @@ def _assert_import_output(line: str) -> None:
     assert cuda != "None", "torch in the CUDA image was built without CUDA"
 
 
+def _smoke_without_gpu(tag: str) -> dict[str, object]:
+    """The GPU smoke test the deploy runs (images/vllm/gpu_smoke.py) on this machine, which has no GPU: it must be
+    in the image, import the image's torch, and fail with CUDA's own words."""
+    r = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "/opt/refdeploy/gpu_smoke.py"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    result: dict[str, object] = json.loads(r.stdout)
+    assert result["cuda_runtime"] == "13.0" and str(result["torch"]).startswith("2.13.0"), result
+    assert str(result["error"]).startswith("CUDA did not initialise: "), result
+    return result
+
+
 def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     tag = _plan_tag()
     r = make("images", f"PROFILE={PROFILE}", timeout=3600)
@@ -72,12 +86,15 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     assert labels["org.refdeploy.vllm.distribution"] == "vllm"
     assert labels["org.refdeploy.vllm.wheelhouse"] == "off"
     assert any(k.startswith("org.refdeploy.vllm.patch.0001-") for k in labels)
+    assert labels["org.refdeploy.cuda-runtime"] == "13.0"  # the host's driver floor (serving/cuda_driver.py)
+    smoke = _smoke_without_gpu(tag)
     RECORD.write_text(
         json.dumps(
             {
                 "tag": tag,
                 "image_id": docker("image", "inspect", "--format", "{{.Id}}", tag).strip(),
                 "import_output": line,
+                "gpu_smoke_without_gpu": smoke,
                 "verified_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then " + IMPORT_CHECK,
             },

@@ -45,7 +45,10 @@ STAND_IN = {
     "cpus": "0-1",
     "mems": "0",
     "ulimits_max": {"nofile": 20000, "memlock": 8388608},
-    "nvidia_smi": {"replayer": "/repo/tests/replay/nvidia-smi", "recordings": {"gpu3090-a": "/repo/fx/3090"}},
+    "nvidia_smi": {
+        "replayer": "/repo/tests/replay/nvidia-smi",
+        "recordings": {"gpu3090-a": "/repo/fx/3090", "gpupro-a": "/repo/fx/pro"},
+    },
 }
 
 
@@ -286,6 +289,45 @@ def test_the_stand_in_gives_the_probes_the_replayed_nvidia_smi() -> None:
     assert "REFDEPLOY_REPLAY_DIR=/opt/replay/nvidia-smi" in argv
     assert seam.sidecar_spec is not None and "device_requests" not in seam.sidecar_spec
     assert seam.sidecar_spec["env"]["REFDEPLOY_GPU_ACCESS"] == "a replayed nvidia-smi (test stand-in)"
+
+
+def _flag(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_a_gpu_plan_carries_the_smoke_test_of_its_launch() -> None:
+    plan = _gpu("rtx3090-pp3")
+    smoke = plan.gpu_smoke
+    assert smoke is not None and plan.launch is not None and smoke.seam is None
+    assert smoke.container == "refdeploy-vllm-gpu-smoke" and smoke.model_substring == "RTX 3090"
+    assert _flag(smoke.argv, "--gpus") == ['"device=0,1,2"'] and smoke.argv[-2] == plan.launch.spec["image"]
+    assert _flag(smoke.argv, "--cpuset-cpus") == [plan.launch.spec["cpuset_cpus"]]
+    assert _flag(smoke.argv, "--cap-add") == ["SYS_NICE"]  # the launch's, for --numa-bind
+    assert [(g.index, g.pci_bus_id) for g in smoke.gpus] == [
+        (0, "0000:01:00.0"),
+        (1, "0000:21:00.0"),
+        (2, "0000:4b:00.0"),
+    ]
+    assert smoke.gpu_memory_utilization == 0.92
+    assert parse_plan(plan.model_dump(mode="json")).gpu_smoke == smoke
+    assert _cpu().gpu_smoke is None
+
+
+def test_the_stand_in_runs_the_smoke_container_and_replays_the_classs_result() -> None:
+    seam = _gpu("rtx3090-pp3", STAND_IN)
+    smoke = seam.gpu_smoke
+    assert smoke is not None and seam.launch is not None and smoke.seam is not None
+    assert "--gpus" not in smoke.argv and smoke.argv[-4:] == [
+        "--entrypoint", "cat", seam.launch.spec["image"], "/opt/replay/gpu-smoke.json"
+    ]  # fmt: skip
+    assert "/repo/fx/3090/gpu-smoke.json:/opt/replay/gpu-smoke.json:ro" in smoke.argv
+    assert _flag(smoke.argv, "--cpuset-cpus") == ["0-1"]  # the stand-in's options, not the class host's
+    assert "prints /repo/fx/3090/gpu-smoke.json" in smoke.seam
+    # The planned GPUs stay what the judgement reads the replayed result against.
+    assert smoke.gpus == _gpu("rtx3090-pp3").gpu_smoke.gpus  # type: ignore[union-attr]
+    kept = _gpu("rtx3090-pp3", {**STAND_IN, "gpu_smoke": {"gpu_request": True}}).gpu_smoke
+    assert kept is not None and _flag(kept.argv, "--gpus") == ['"device=0,1,2"']
+    assert "the planned GPU request kept" in str(kept.seam)
 
 
 def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> None:

@@ -12,7 +12,16 @@ import pytest
 import yaml
 
 from tests.integration.conftest import REPO, docker, inspect
-from tests.integration.test_gpu_hosts_ssh.gpu_hosts import FIXTURES, HOSTS, _container, _flat, make
+from tests.integration.conftest import make as make_here
+from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
+    FIXTURES,
+    HOSTS,
+    STAND_IN,
+    _container,
+    _flat,
+    _host_files,
+    make,
+)
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 5
@@ -65,10 +74,15 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     running = inspect(name)
     assert running is not None and running["State"]["Status"] == "running"
 
+    # The GPU smoke test ran at its seam before the container was started (serving/standin.py).
+    assert "GPU smoke test: stand-in (serving/standin.py): a container of the CPU image (no GPUs) prints" in _flat(
+        first.output
+    ), first.output[-6000:]
     second = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
     assert second.rc == 0, second.output[-5000:]
     assert _recap(second.output, host)["changed"] == 0, _changed_tasks(second.output)
     assert inspect(name)["Id"] == running["Id"]  # type: ignore[index]
+    _check_smoke_refusal(inv, host, name, running["Id"])
     _check_manifest(manifest, running, share, model, cpus, mems, parallel, host)
     gpu = manifest["gpu"]
     _check_host_writes(host, gpu, mems)
@@ -81,6 +95,26 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     gone = make("undeploy", f"INVENTORY={inv}", f"HOST={host}")
     assert gone.rc == 0, gone.output[-3000:]
     assert inspect(name) is None and inspect(f"{name}-samplers") is None
+
+
+def _check_smoke_refusal(inv: Path, host: str, name: str, running_id: str) -> None:
+    """A replacement on a host whose Docker Engine cannot give a container the GPUs (no NVIDIA container
+    toolkit) stops at the smoke test: the stand-in keeps the GPU request, and this machine's Docker Engine, which
+    has no NVIDIA runtime, answers it. The running container and the host's files stay as they were."""
+    variant = Path(STAND_IN["REFDEPLOY_STAND_IN"]).with_name(f"stand-in-toolkit-less-{host}.json")
+    variant.write_text(json.dumps({**json.loads(Path(STAND_IN["REFDEPLOY_STAND_IN"]).read_text()),
+                                   "gpu_smoke": {"gpu_request": True}}))  # fmt: skip
+    files = _host_files(host)
+    r = make_here(
+        "deploy", f"INVENTORY={inv}", f"HOST={host}", "ANSIBLE_ARGS=-e serve_force_replace=true",
+        env={"REFDEPLOY_STAND_IN": str(variant)},
+    )  # fmt: skip
+    out = _flat(r.output)
+    assert r.rc != 0, out[-4000:]
+    assert f"Docker Engine on {host} cannot give a container the GPUs: the NVIDIA container toolkit" in out, out[-4000:]
+    assert f"The serving container was not touched: {name} on {host} runs as before" in out, out[-4000:]
+    assert inspect(name)["Id"] == running_id and inspect(f"{name}-gpu-smoke") is None  # type: ignore[index]
+    assert _host_files(host) == files
 
 
 def _check_manifest(
