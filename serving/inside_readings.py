@@ -6,7 +6,7 @@ image's own text, unparsed: serving/manifest.py and serving/plan.py interpret th
 
   {"proc_limits": <the engine's /proc/1/limits>, "patches": <the image's patch record>, "removed": ...,
    "model_sums": <MODEL_DIR/SHA256SUMS or null>, "cgroup": {<file>: <text>},
-   "workers": [{"pid", "title", "cpus_allowed", "mems_allowed"}]}
+   "workers": [{"pid", "title", "cpus_allowed", "mems_allowed", "anon_node_bytes"}]}
 """
 
 from __future__ import annotations
@@ -37,6 +37,26 @@ def _text(path: Path) -> str | None:
         return None
 
 
+def anon_node_bytes(numa_maps: str | None) -> dict[str, int] | None:
+    """Bytes of anonymous memory per NUMA node ({"N0": ...}) from /proc/<pid>/numa_maps: the N<node>=pages
+    counts of the mappings that hold anonymous pages (anon=), in each mapping's page size. File pages are left
+    out: a shared library's pages sit where the page cache first put them, whatever the binding. The general
+    parser is probes/procfs.py parse_numa_maps; this file runs alone inside the container, so it carries its own
+    few lines (tests/unit/test_inside_readings.py holds the two to the same sums)."""
+    if numa_maps is None:
+        return None
+    out: dict[str, int] = {}
+    for line in numa_maps.splitlines():
+        kv = dict(f.split("=", 1) for f in line.split()[2:] if "=" in f)
+        if "anon" not in kv:
+            continue
+        page = int(kv.get("kernelpagesize_kB", "4")) * 1024
+        for key, value in kv.items():
+            if key[:1] == "N" and key[1:].isdigit() and value.isdigit():
+                out[key] = out.get(key, 0) + int(value) * page
+    return out
+
+
 def workers(proc: Path = Path("/proc")) -> list[dict[str, object]]:
     """Every VLLM::Worker process with the CPUs and memory nodes it may run on (its main thread's status)."""
     out: list[dict[str, object]] = []
@@ -56,6 +76,8 @@ def workers(proc: Path = Path("/proc")) -> list[dict[str, object]]:
                 "title": title[:200],
                 "cpus_allowed": status.get("Cpus_allowed_list", "").strip() or None,
                 "mems_allowed": status.get("Mems_allowed_list", "").strip() or None,
+                # Where its memory is (after the weights load: the engine answered before this read).
+                "anon_node_bytes": anon_node_bytes(_text(entry / "numa_maps")),
             }
         )
     return out

@@ -392,11 +392,40 @@ def verify_ranks(
                 problems.append(f"{who}: {name} is {format_cpulist(have) or '(empty)'}, {what}")
             elif want is None and cpuset and not have <= set(parse_cpulist(cpuset)):
                 problems.append(f"{who}: {name} is {format_cpulist(have)}, outside the container's cpuset {cpuset}")
+        problems += _memory_outside(who, r, found.get("anon_node_bytes"), record)
         record["ok"] = len(problems) == before
         records.append(record)
     for extra in sorted(set(by_rank) - {r.rank for r in expected}):
         problems.append(f"rank {extra}: worker {by_rank[extra].get('title')} runs, but the plan has no rank {extra}")
     return records, problems
+
+
+# The share of a rank's anonymous memory that may sit outside its node(s) before the binding counts as not held:
+# memory touched before the binding took effect (the interpreter's start-up, on the spawning node) is a few
+# percent at most once the weights are loaded; a dropped membind leaves about half on the other socket.
+REMOTE_MEMORY_TOLERANCE = 0.10
+
+
+def _memory_outside(who: str, r: RankExpectation, node_bytes: Any, record: dict[str, Any]) -> list[str]:
+    """Where the rank's memory actually is (numa_maps, serving/inside_readings.py) against the node its binding
+    names (the NUMA plan's) or, without one, the memory nodes it may use: a problem past REMOTE_MEMORY_TOLERANCE."""
+    allowed = {r.node} if r.node is not None else set(parse_cpulist(r.mems)) if r.mems else None
+    if allowed is None or not isinstance(node_bytes, Mapping):
+        record["memory_nodes"] = None  # not checked: no node planned, or numa_maps not read
+        return []
+    total = sum(int(b) for b in node_bytes.values())
+    outside = {n: int(b) for n, b in node_bytes.items() if int(n.removeprefix("N")) not in allowed and int(b) > 0}
+    share = sum(outside.values()) / total if total else 0.0
+    record["memory_nodes"] = {"anon_bytes": dict(node_bytes), "allowed": sorted(allowed), "outside_share": share}
+    if share <= REMOTE_MEMORY_TOLERANCE:
+        return []
+    gib = 1 << 30
+    return [
+        f"{who}: {share:.0%} of its anonymous memory ({sum(outside.values()) / gib:.2f} of {total / gib:.2f} GiB) is "
+        f"on node(s) {','.join(n.removeprefix('N') for n in sorted(outside))}, outside node(s) "
+        f"{format_cpulist(allowed)} (numa_maps; at most {REMOTE_MEMORY_TOLERANCE:.0%} may be): its memory binding "
+        "did not hold"
+    ]
 
 
 def plan_to_json(plan: NumaPlan) -> dict[str, Any]:

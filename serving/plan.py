@@ -519,6 +519,14 @@ def running_state(
     }
 
 
+def _where(memory: Mapping[str, Any] | None) -> str:
+    """Where a rank's anonymous memory is, per node (numa_maps), for its placement line."""
+    if not memory:
+        return ""
+    per_node = ", ".join(f"{n} {b / (1 << 20):.0f} MiB" for n, b in memory["anon_bytes"].items())
+    return f" (anonymous memory {per_node or 'none'}: {memory['outside_share']:.0%} outside its nodes)"
+
+
 def verify_ranks(plan: Plan, workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The running workers (pid, title, cpus_allowed, mems_allowed, read inside the container) against the launch's
     ranks: one record per rank for the manifest, and one line per problem."""
@@ -528,8 +536,8 @@ def verify_ranks(plan: Plan, workers: Sequence[Mapping[str, Any]]) -> dict[str, 
     records, problems = numa.verify_ranks(plan.launch.ranks, workers, tp, plan.launch.spec.get("cpuset_cpus"))
     lines = [
         f"rank {r['rank']}: {r.get('title') or 'no worker'} (pid {r.get('pid')}) on CPUs {r.get('cpus_allowed')}, "
-        f"memory nodes {r.get('mems_allowed')}; planned CPUs {r['expected_cpus'] or 'within the cpuset'}: "
-        + ("as planned" if r["ok"] else "NOT as planned")
+        f"memory nodes {r.get('mems_allowed')}{_where(r.get('memory_nodes'))}; planned CPUs "
+        f"{r['expected_cpus'] or 'within the cpuset'}: " + ("as planned" if r["ok"] else "NOT as planned")
         for r in records
     ]
     return {"ok": not problems, "ranks": records, "problems": problems, "lines": lines}

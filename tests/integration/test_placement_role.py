@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,10 @@ def test_the_running_worker_follows_a_plan_of_this_machines_cpus(tmp_path: Path)
         out = " ".join(r.stdout.split())
         assert "rank 0: VLLM::Worker (pid" in out and "on CPUs 0, memory nodes 0" in out, out[-2000:]
         assert "as planned" in out and "NOT as planned" not in out
+        # Where the worker's memory is, read from its numa_maps inside the container: all on this machine's one
+        # node, and some of it (the loaded weights are 17 MiB).
+        where = re.search(r"\(anonymous memory N0 (\d+) MiB: 0% outside its nodes\)", out)
+        assert where and int(where.group(1)) >= 17, out[-2000:]
 
 
 def test_a_worker_outside_its_plan_is_refused_with_its_rank(tmp_path: Path) -> None:

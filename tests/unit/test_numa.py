@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from probes.procfs import parse_numa_maps
 from probes.procs import worker_label, worker_rank
 from serving.gpu_facts import parse_query_gpu
+from serving.inside_readings import anon_node_bytes
 from serving.numa import (
     NumaError,
     NumaPlan,
@@ -235,6 +237,52 @@ def test_a_rank_vllm_binds_itself_must_stay_in_the_containers_cpuset() -> None:
     assert verify_ranks(ranks, [_worker(0, "0-3", "0", "VLLM::Worker")], 1, "0-1")[1] == [
         "rank 0: Cpus_allowed_list is 0-3, outside the container's cpuset 0-1"
     ]
+
+
+# A worker's /proc/<pid>/numa_maps in the kernel's format (Documentation/admin-guide/mm/numa_memory_policy.rst,
+# proc(5)): CONSTRUCTED. A 4 KiB-page heap and a 2 MiB-page region, and a shared library whose file pages sit on
+# node 0 whatever the binding (left out: only anonymous memory is judged).
+def _numa_maps(n0_pages: int, n1_pages: int) -> str:
+    return (
+        f"55d4c1a00000 bind:1 heap anon={n0_pages + n1_pages} dirty={n0_pages + n1_pages} N0={n0_pages} "
+        f"N1={n1_pages} kernelpagesize_kB=4\n"
+        "7f2c40000000 bind:1 anon=512 dirty=512 N1=512 kernelpagesize_kB=2048\n"
+        "7f2c80000000 default file=/usr/lib/x86_64-linux-gnu/libc.so.6 mapped=400 mapmax=30 N0=400 "
+        "kernelpagesize_kB=4\n"
+    )
+
+
+def test_memory_outside_a_ranks_node_past_the_tolerance_fails_and_inside_passes() -> None:
+    plan = _plan_pro6000()
+    workers: list[dict[str, object]] = [{**_worker(r.rank, r.cpus, "0-1"), "anon_node_bytes": None} for r in plan.ranks]
+    # Rank 4's GPU is on node 1. Held: 1 GiB of 4 KiB pages and 1 GiB of 2 MiB pages on node 1, 40 MiB on node 0.
+    workers[4]["anon_node_bytes"] = anon_node_bytes(_numa_maps(10_240, 262_144))
+    records, problems = verify_ranks(ranks_of(plan), workers, 8, plan.cpuset_cpus)
+    assert problems == [] and records[4]["memory_nodes"]["outside_share"] < 0.02
+    assert records[0]["memory_nodes"] is None  # numa_maps not read: not judged
+    # Dropped: the heap landed half on each node (1 GiB each), so 1 GiB of 3 GiB is outside node 1.
+    workers[4]["anon_node_bytes"] = anon_node_bytes(_numa_maps(262_144, 262_144))
+    records, problems = verify_ranks(ranks_of(plan), workers, 8, plan.cpuset_cpus)
+    assert problems == [
+        "rank 4 (GPU 4): 33% of its anonymous memory (1.00 of 3.00 GiB) is on node(s) 0, outside node(s) 1 "
+        "(numa_maps; at most 10% may be): its memory binding did not hold"
+    ]
+    assert records[4]["ok"] is False and records[4]["memory_nodes"]["allowed"] == [1]
+
+
+def test_a_cpu_rank_is_held_to_its_memory_nodes() -> None:
+    ranks = [RankExpectation(0, None, "0")]
+    maps = "55d4c1a00000 default heap anon=1000 dirty=1000 N0=1000 kernelpagesize_kB=4\n"
+    one_node = [{**_worker(0, "0", "0", "VLLM::Worker"), "anon_node_bytes": anon_node_bytes(maps)}]
+    records, problems = verify_ranks(ranks, one_node, 1, "0-1")
+    assert problems == [] and records[0]["memory_nodes"]["outside_share"] == 0.0
+
+
+def test_the_in_container_sum_agrees_with_the_probes_parser_on_anonymous_mappings() -> None:
+    text = _numa_maps(10_240, 262_144)
+    anon_lines = "\n".join(ln for ln in text.splitlines() if " anon=" in ln)
+    assert anon_node_bytes(text) == parse_numa_maps(anon_lines)[0] == {"N0": 10_240 * 4096, "N1": 2 << 30}
+    assert anon_node_bytes(None) is None
 
 
 def test_no_worker_at_all_is_one_line() -> None:
