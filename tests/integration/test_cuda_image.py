@@ -16,6 +16,7 @@ import subprocess
 from datetime import UTC, datetime
 
 import pytest
+import yaml
 
 from tests.integration.conftest import REPO, docker, make
 
@@ -76,6 +77,19 @@ def _smoke_without_gpu(tag: str) -> dict[str, object]:
     return result
 
 
+def _alloc_conf_accepted(tag: str) -> str:
+    """The class profile's PYTORCH_CUDA_ALLOC_CONF through the image's torch allocator-config parser (no GPU
+    needed): torch 2.11 refused pinned_max_round_threshold_mb at CUDA's first call on a real H200
+    (tests/fixtures/recorded-h200), so the image's torch must be shown to take it."""
+    conf = str(yaml.safe_load((REPO / "serving" / "profiles" / f"{PROFILE}.yaml").read_text())["env"][
+        "PYTORCH_CUDA_ALLOC_CONF"
+    ])  # fmt: skip
+    check = f"import torch; torch._C._accelerator_setAllocatorSettings({conf!r}); print('accepted', {conf!r})"
+    out = docker("run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c", check).strip()
+    assert out == f"accepted {conf}", out
+    return out
+
+
 def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     tag = _plan_tag()
     r = make("images", f"PROFILE={PROFILE}", timeout=3600)
@@ -88,6 +102,7 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     assert any(k.startswith("org.refdeploy.vllm.patch.0001-") for k in labels)
     assert labels["org.refdeploy.cuda-runtime"] == "13.0"  # the host's driver floor (serving/cuda_driver.py)
     smoke = _smoke_without_gpu(tag)
+    alloc_conf = _alloc_conf_accepted(tag)
     RECORD.write_text(
         json.dumps(
             {
@@ -95,6 +110,7 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
                 "image_id": docker("image", "inspect", "--format", "{{.Id}}", tag).strip(),
                 "import_output": line,
                 "gpu_smoke_without_gpu": smoke,
+                "alloc_conf_check": alloc_conf,
                 "verified_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then " + IMPORT_CHECK,
             },
