@@ -248,8 +248,15 @@ def serving_slice(profile: Profile, plan: numa.NumaPlan) -> dict[str, Any]:
 
 
 def _check_runtime(readings: Mapping[str, str], host: str) -> list[str]:
-    """What the container runtime needs of the host: cgroup v2 for the serving slice, Docker's nvidia runtime."""
+    """What the container runtime needs of the host: cgroup v2 for the serving slice, the NVIDIA container
+    toolkit's runtime on the host, and Docker's nvidia runtime."""
     failures: list[str] = []
+    if "nvidia-container-runtime" in readings.get("missing", "").split():
+        failures.append(
+            f"nvidia-container-runtime not found on {host}: the NVIDIA container toolkit is not installed; install "
+            "nvidia-container-toolkit from NVIDIA's package repository, then run `nvidia-ctk runtime configure "
+            "--runtime=docker`"
+        )
     if readings["cgroup_fs"].strip() != "cgroup2fs":
         failures.append(
             f"{host} runs cgroup v1 ({readings['cgroup_fs'].strip()} at /sys/fs/cgroup): the serving slice needs "

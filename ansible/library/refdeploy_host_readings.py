@@ -138,6 +138,10 @@ def readings(mode: str, host: str, dirs: list[str], key_file: str, fields: list[
         out["topo"] = r.run(["nvidia-smi", "topo", "-m"])
     else:
         r.missing.append("nvidia-smi")
+    # The NVIDIA container toolkit's runtime, which daemon.json's nvidia runtime names: Docker lists a runtime
+    # whose binary is gone, and a container that asks for the GPUs then fails at its start.
+    if not r.which("nvidia-container-runtime"):
+        r.missing.append("nvidia-container-runtime")
     sysfs = []
     for pattern in SYSFS:
         for f in sorted(str(x) for x in Path(r.sys_root).glob(pattern)):

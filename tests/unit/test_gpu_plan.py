@@ -116,6 +116,13 @@ BadHost = Callable[[dict[str, str]], dict[str, str]]
             "driver 535.104.05 on gpu3090-a is older than the class minimum 570.86",
         ),
         (
+            "no container toolkit",
+            lambda r: {"missing": "nvidia-container-runtime"},
+            "nvidia-container-runtime not found on gpu3090-a: the NVIDIA container toolkit is not installed; install "
+            "nvidia-container-toolkit from NVIDIA's package repository, then run `nvidia-ctk runtime configure "
+            "--runtime=docker`",
+        ),
+        (
             "memlock too low for the budget",
             lambda r: {"dockerd_limits": MEMLOCK_8MIB},
             "pinned memory 50.87 GiB exceeds RLIMIT_MEMLOCK 8.00 MiB",

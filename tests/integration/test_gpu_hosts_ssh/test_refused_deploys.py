@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import host_state
-from tests.integration.test_gpu_hosts_ssh.gpu_hosts import FIXTURES, _flat, _host_files, _replay_environment, make
+from tests.integration.conftest import REPO, host_state
+from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
+    FIXTURES,
+    HOST_PATH,
+    _flat,
+    _host_files,
+    _replay_environment,
+    make,
+)
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0
@@ -25,6 +32,15 @@ def _sub(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, (path, old)
     path.write_text(text.replace(old, new))
+
+
+def _without_toolkit(d: Path) -> None:
+    """The host's PATH without the NVIDIA container toolkit's runtime: every other stand-in, through links to
+    where the host mounts them (the test sets PATH to d/bin when it exists)."""
+    (d / "bin").mkdir()
+    for tool in sorted((REPO / "tests" / "replay").iterdir()):
+        if tool.name not in ("README.md", "nvidia-container-runtime"):
+            (d / "bin" / tool.name).symlink_to(f"/opt/replay/bin/{tool.name}")
 
 
 def _two_gpus(d: Path) -> None:
@@ -57,6 +73,13 @@ BAD_HOSTS: list[tuple[str, Callable[[Path], None], str, str]] = [
         "",
         "driver 570.195.03 on rdtest-gpu3090 is older than 580, the oldest driver the image's CUDA 13.0 runtime "
         "runs on",
+    ),
+    (
+        # Docker still lists the nvidia runtime (daemon.json names it), but its binary is gone.
+        "no-container-toolkit",
+        _without_toolkit,
+        "",
+        "nvidia-container-runtime not found on rdtest-gpu3090: the NVIDIA container toolkit is not installed",
     ),
     (
         # dockerd's limit as read, with the inventory not asking the deploy to raise it.
@@ -101,9 +124,10 @@ def test_a_bad_3090_host_is_refused_with_one_line_before_any_change(
     shutil.copytree(FIXTURES / "rtx3090-3gpu", replay)
     change(replay)
     case_vars = scratch / f"{case}.json"
-    case_vars.write_text(
-        json.dumps({"refdeploy_replay_environment": _replay_environment(f"/opt/replay/scratch/{case}")})
-    )
+    environment = _replay_environment(f"/opt/replay/scratch/{case}")
+    if (replay / "bin").is_dir():
+        environment["PATH"] = f"/opt/replay/scratch/{case}/bin:{HOST_PATH}"
+    case_vars.write_text(json.dumps({"refdeploy_replay_environment": environment}))
     before, files_before = host_state("test-hosts"), _host_files("rdtest-gpu3090")
     # The whole deploy, not preflight alone: it must stop before the roles that change the host.
     r = make("deploy", f"INVENTORY={inv}", "HOST=rdtest-gpu3090", f"ANSIBLE_ARGS=-e @{case_vars} {extra}")
