@@ -76,7 +76,7 @@ def test_the_replayed_3090_hosts_gpu_settings_per_gpu() -> None:
         "index": 0,
         "pci_bus_id": "00000000:01:00.0",
         "persistence_mode": "Enabled",
-        "application_clocks_mhz": {"graphics": 1695, "memory": 9751},
+        "application_clocks_mhz": {"graphics": None, "memory": None},  # [N/A]: GeForce boards set none
         "power_limit_w": 350.0,
         "power_default_limit_w": 350.0,
         "ecc_mode": {"current": None, "pending": None},

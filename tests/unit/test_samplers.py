@@ -88,11 +88,15 @@ def _sampled(fixture: str) -> list[samplers.GpuSample]:
 
 def test_the_sampled_fields_read_the_pcie_link_and_the_clock_event_reasons() -> None:
     samples = _sampled("rtx3090-3gpu")
-    first = samples[1].values  # GPU 1, busy, its link at Gen 1 x8
-    assert (first["utilization.gpu"], first["pcie.link.gen.gpucurrent"], first["pcie.link.width.current"]) == (93, 1, 8)
-    assert first["pcie.link.gen.max"] == 4 and first["clocks_event_reasons.active"] == 0
+    idle, busy = samples[1].values, samples[7].values  # GPU 1 before the first request, then in decode
+    assert (idle["utilization.gpu"], idle["power.draw"], idle["clocks.sm"]) == (0, 31.17, 210)
+    assert samplers.clock_event_names(idle["clocks_event_reasons.active"]) == ["gpu_idle"]
+    assert (busy["utilization.gpu"], busy["pcie.link.gen.gpucurrent"], busy["pcie.link.width.current"]) == (47, 1, 8)
+    assert busy["pcie.link.gen.max"] == 4 and busy["clocks_event_reasons.active"] == 0
     capped = [s for s in samples if s.values.get("clocks_event_reasons.active") == 4]
-    assert capped and samplers.clock_event_names(capped[0].values["clocks_event_reasons.active"]) == ["sw_power_cap"]
+    # GPU 2, whose power limit is set to 300 W (nvidia-smi-settings.csv), at its cap.
+    assert [(s.index, s.values["power.draw"]) for s in capped] == [(2, 299.6)]
+    assert samplers.clock_event_names(capped[0].values["clocks_event_reasons.active"]) == ["sw_power_cap"]
     assert samplers.clock_event_names(0x1 | 0x40 | 0x1000) == ["gpu_idle", "hw_thermal_slowdown", "0x1000"]
 
 
@@ -100,10 +104,10 @@ def test_a_link_below_the_class_while_busy_is_flagged_and_an_idle_drop_is_not() 
     judged = {j.gpu: j for j in samplers.judge_pcie_links(_sampled("rtx3090-3gpu"), 4, 16)}
     assert [g for g, j in judged.items() if j.line] == [1]
     assert judged[1].line is not None and judged[1].line.startswith(
-        "GPU 1: PCIe link at Gen 1 x8 in 7 of 7 busy samples (utilization >= 50%), below the class's Gen 4 x16"
+        "GPU 1: PCIe link at Gen 1 x8 in 8 of 8 busy samples (utilization >= 20%), below the class's Gen 4 x16"
     )
     # GPUs 0 and 2 drop to Gen 1 when idle, and are at Gen 4 x16 whenever busy.
-    assert (judged[0].busy_samples, judged[0].below_samples) == (7, 0) and judged[2].below_samples == 0
+    assert (judged[0].busy_samples, judged[0].below_samples) == (8, 0) and judged[2].below_samples == 0
     assert all(j.line is None for j in samplers.judge_pcie_links(_sampled("rtxpro6000-8gpu"), 5, 16))
 
 
