@@ -60,6 +60,38 @@ def parse_config_line(line: str) -> tuple[str, dict[str, str]]:
     return m.group("version"), values
 
 
+# compilation_config={'mode': <CompilationMode.NONE: 0>, ..., 'cudagraph_mode': <CUDAGraphMode.NONE: 0>, ...}:
+# the two modes the engine resolved (seed 004's last step checked exactly these), as enum reprs in the config line.
+_COMPILATION_KEYS = {"mode": "CompilationMode", "cudagraph_mode": "CUDAGraphMode"}
+
+
+def compilation_modes(config_line: str) -> dict[str, dict[str, str] | None]:
+    """{"mode": {"name": "NONE", "value": "0"}, "cudagraph_mode": {...}} as the config line reports them; None
+    for a mode the line does not carry."""
+    out: dict[str, dict[str, str] | None] = {}
+    for key, enum in _COMPILATION_KEYS.items():
+        m = re.search(rf"'{key}': <{enum}\.(?P<name>[A-Z_]+): (?P<value>[^>]+)>", config_line)
+        out[key] = {"name": m.group("name"), "value": m.group("value")} if m else None
+    return out
+
+
+def _compilation_checks(requested: Mapping[str, Any] | None, effective: Mapping[str, Any]) -> list[Check]:
+    """A check for each mode the profile's compilation_config asks for: by name ("VLLM_COMPILE", "FULL") or by
+    the enum's number, as vLLM takes either."""
+    checks = []
+    for key in _COMPILATION_KEYS:
+        if not requested or key not in requested:
+            continue
+        want, got = requested[key], effective.get(key)
+        source = f"config_line:compilation_config.{key}"
+        if got is None:
+            checks.append(Check(f"compilation_config.{key}", want, None, source, "unverified"))
+            continue
+        ok = str(want).upper() == got["name"] if isinstance(want, str) else str(want) == got["value"]
+        checks.append(Check(f"compilation_config.{key}", want, got["name"], source, "ok" if ok else "mismatch"))
+    return checks
+
+
 def _bool(v: str) -> bool:
     if v not in ("True", "False", "true", "false"):
         raise EffectiveConfigError(f"expected True/False, got {v!r}")
@@ -141,6 +173,9 @@ def effective_config(
         else:
             checks.append(Check(setting, requested, None, "not reported by the engine", "unverified"))
 
+    compilation = compilation_modes(config_line)
+    checks += _compilation_checks(vllm.compilation_config, compilation)
+
     kv_space = env.get("VLLM_CPU_KVCACHE_SPACE")
     if kv_space is not None:
         raw = cache_info.get("kv_cache_memory_bytes")
@@ -162,6 +197,8 @@ def effective_config(
         "server_started_log_ts": find_server_started(log_text),
         "config_line_values": line_values,
         "cache_config_info": cache_info,
+        # Recorded whether or not the profile asked for them: what a reader compares across deploys.
+        "compilation": compilation,
         "checks": [asdict(c) for c in checks],
         "mismatches": [c.setting for c in checks if c.status == "mismatch"],
     }

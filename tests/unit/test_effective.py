@@ -84,3 +84,35 @@ def test_server_started_takes_the_last_start() -> None:
     )
     assert find_server_started(log) == "11-29 09:01:07"
     assert find_server_started("nothing") is None
+
+
+def _with_compilation(vllm_cpu_fixtures: Path, compilation: dict[str, Any] | None) -> dict[str, Any]:
+    data = load_profile("cpu-tiny").model_dump(mode="json")
+    data["vllm"]["compilation_config"] = compilation
+    return effective_of(
+        parse_profile(data),
+        _read(vllm_cpu_fixtures, "startup.log"),
+        _read(vllm_cpu_fixtures, "metrics-after-1-request.txt"),
+    )
+
+
+def test_the_compilation_and_cuda_graph_modes_are_recorded_from_the_real_line(vllm_cpu_fixtures: Path) -> None:
+    # The recorded cpu-tiny engine (enforce_eager): no compilation, no CUDA graphs.
+    result = _with_compilation(vllm_cpu_fixtures, None)
+    assert result["compilation"] == {
+        "mode": {"name": "NONE", "value": "0"},
+        "cudagraph_mode": {"name": "NONE", "value": "0"},
+    }
+    assert not [c for c in result["checks"] if c["setting"].startswith("compilation_config.")]
+
+
+def test_a_requested_compilation_mode_not_in_force_fails_by_name_or_number(vllm_cpu_fixtures: Path) -> None:
+    result = _with_compilation(vllm_cpu_fixtures, {"mode": 3, "cudagraph_mode": "FULL_AND_PIECEWISE"})
+    assert sorted(result["mismatches"]) == ["compilation_config.cudagraph_mode", "compilation_config.mode"]
+    msg = describe_mismatches(result)
+    assert "requested compilation_config.mode=3 but the engine runs with 'NONE'" in msg
+    assert "requested compilation_config.cudagraph_mode='FULL_AND_PIECEWISE' but the engine runs with 'NONE'" in msg
+    held = _with_compilation(vllm_cpu_fixtures, {"mode": 0, "cudagraph_mode": "none"})
+    assert held["mismatches"] == [] and {
+        c["setting"]: c["status"] for c in held["checks"] if c["setting"].startswith("compilation_config.")
+    } == {"compilation_config.mode": "ok", "compilation_config.cudagraph_mode": "ok"}
