@@ -55,12 +55,23 @@ def version_key(version: str) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class DriverFloor:
     version: str  # the oldest driver the host may have
-    why: str  # what sets it, for the refusal line
+    why: str | None  # what sets it where the image does; None where the class's own minimum does
+
+    def refusal(self, driver: str, host: str) -> str | None:
+        """The line refusing a host with `driver`; None where the driver is at or above the floor."""
+        if not older(driver, self.version):
+            return None
+        if self.why is None:
+            return f"driver {driver} on {host} is older than the class minimum {self.version}"
+        return (
+            f"driver {driver} on {host} is older than {self.version}, {self.why}: "
+            f"upgrade the host's driver to R{self.version.split('.')[0]} or newer"
+        )
 
 
-def driver_floor(cuda_runtime: str | None, class_min: str, class_name: str) -> DriverFloor:
+def driver_floor(cuda_runtime: str | None, class_min: str) -> DriverFloor:
     """The oldest driver allowed: the image's need, raised by the class's floor where that is later."""
-    class_floor = DriverFloor(class_min, f"the class minimum for {class_name}")
+    class_floor = DriverFloor(class_min, None)
     if cuda_runtime is None:
         return class_floor
     major = int(cuda_runtime.split(".")[0])

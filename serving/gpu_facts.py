@@ -233,14 +233,6 @@ class GpuClassSpec:
     min_memory_mib: int  # per GPU, as memory.total reports it
 
 
-def driver_version_key(version: str) -> tuple[int, ...]:
-    """A dotted driver version as numbers for comparison: 570.195.03 -> (570, 195, 3)."""
-    try:
-        return cuda_driver.version_key(version)
-    except cuda_driver.CudaDriverError as e:
-        raise GpuFactsError(str(e)) from None
-
-
 def check_class(
     spec: GpuClassSpec,
     gpus: Sequence[GpuInfo],
@@ -271,18 +263,13 @@ def check_class(
                 f"GPU {gpu.index} on {host} has {gpu.memory_total_mib} MiB, "
                 f"less than the class minimum {spec.min_memory_mib} MiB"
             )
-    floor = cuda_driver.driver_floor(cuda_runtime, spec.min_driver, spec.name)
+    floor = cuda_driver.driver_floor(cuda_runtime, spec.min_driver)
     for driver in sorted({gpu.driver_version for gpu in gpus}):
         try:
-            too_old = cuda_driver.older(driver, floor.version)
+            refusal = floor.refusal(driver, host)
         except cuda_driver.CudaDriverError as exc:
             problems.append(f"driver on {host}: {exc}")
             continue
-        if too_old and floor.version == spec.min_driver:
-            problems.append(f"driver {driver} on {host} is older than the class minimum {spec.min_driver}")
-        elif too_old:
-            problems.append(
-                f"driver {driver} on {host} is older than {floor.version}, {floor.why}: "
-                f"upgrade the host's driver to R{floor.version.split('.')[0]} or newer"
-            )
+        if refusal is not None:
+            problems.append(refusal)
     return problems

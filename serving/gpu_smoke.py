@@ -16,19 +16,18 @@ On a GPU test host the stand-in (serving/standin.py) replaces the run at this se
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
 
 from serving.errors import InputError
+from serving.gpu_facts import GpuFactsError, normalise_bus_id
+from serving.redact import is_secret_name
 from serving.schema import StrictModel
 
 SMOKE_IN_IMAGE = "/opt/refdeploy/gpu_smoke.py"
 SMOKE_SUFFIX = "-gpu-smoke"
-# Environment names that may hold a secret never reach the smoke container's argv (it is visible in `ps`).
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
 # docker_container parameter -> `docker run` flag, for the options the two share one to one.
 _FLAGS = (
     ("runtime", "--runtime"),
@@ -79,10 +78,22 @@ def _gpus_flag(requests: Sequence[Mapping[str, Any]]) -> str:
     return f'"device={",".join(ids)}"'
 
 
-def smoke_argv(spec: Mapping[str, Any]) -> list[str]:
-    """`docker run` of the smoke test in the spec's image, with the spec's GPUs, runtime and options."""
-    argv = ["docker", "run", "--rm", "--name", f"{spec['name']}{SMOKE_SUFFIX}", "--network", "none"]
-    argv += ["--gpus", _gpus_flag(spec.get("device_requests") or [])]
+def smoke_container(spec: Mapping[str, Any]) -> str:
+    return f"{spec['name']}{SMOKE_SUFFIX}"
+
+
+def smoke_argv(
+    spec: Mapping[str, Any],
+    *,
+    gpus: bool = True,
+    volumes: Sequence[str] = (),
+    command: Sequence[str] = ("python3", SMOKE_IN_IMAGE),
+) -> list[str]:
+    """`docker run` of the smoke test in the spec's image, with the spec's GPUs, runtime and options. The stand-in
+    (serving/standin.py) runs another command with a volume of its recordings, with or without the GPUs."""
+    argv = ["docker", "run", "--rm", "--name", smoke_container(spec), "--network", "none"]
+    if gpus:
+        argv += ["--gpus", _gpus_flag(spec.get("device_requests") or [])]
     for key, flag in _FLAGS:
         if spec.get(key):
             argv += [flag, str(spec[key])]
@@ -93,10 +104,13 @@ def smoke_argv(spec: Mapping[str, Any]) -> list[str]:
         argv += ["--cap-add", str(cap)]
     for opt in spec.get("security_opts") or []:
         argv += ["--security-opt", str(opt)]
+    # A secret's value never reaches the argv (it is visible in `ps`): the names serving/redact.py hides.
     for name, value in sorted((spec.get("env") or {}).items()):
-        if not _SECRET_NAME.search(name):
+        if not is_secret_name(name):
             argv += ["--env", f"{name}={value}"]
-    return [*argv, "--entrypoint", "python3", str(spec["image"]), SMOKE_IN_IMAGE]
+    for volume in volumes:
+        argv += ["--volume", volume]
+    return [*argv, "--entrypoint", command[0], str(spec["image"]), *command[1:]]
 
 
 def parse(stdout: str) -> dict[str, Any]:
@@ -108,12 +122,12 @@ def parse(stdout: str) -> dict[str, Any]:
     return result
 
 
-def _bdf(bus_id: str) -> tuple[int, str] | str:
-    """A PCI address in either form (nvidia-smi's 00000000:01:00.0, sysfs's 0000:01:00.0) as one comparable key."""
-    parts = bus_id.strip().lower().split(":")
-    if len(parts) != 3 or not all(re.fullmatch(r"[0-9a-f]+(\.[0-7])?", p) for p in parts):
-        return bus_id
-    return int(parts[0], 16), f"{parts[1]}:{parts[2]}"
+def _same_bus(seen: str, planned: str) -> bool:
+    """nvidia-smi's 00000000:01:00.0 (what the smoke test prints) against the plan's sysfs form 0000:01:00.0."""
+    try:
+        return normalise_bus_id(seen) == normalise_bus_id(planned)
+    except GpuFactsError:
+        return False
 
 
 def judge(
@@ -141,7 +155,7 @@ def judge(
         if model_substring not in str(got.get("name")):
             problems.append(f"{where}: CUDA sees {got.get('name')}, expected {model_substring}")
         bus = str(got.get("pci_bus_id") or "")
-        if want.get("pci_bus_id") and _bdf(bus) != _bdf(str(want["pci_bus_id"])):
+        if want.get("pci_bus_id") and not _same_bus(bus, str(want["pci_bus_id"])):
             problems.append(f"{where}: CUDA's device {got.get('index')} is at {bus}, planned at {want['pci_bus_id']}")
         if not got.get("matmul_exact"):
             problems.append(f"{where}: a small matrix product was wrong")
@@ -168,7 +182,7 @@ def plan_smoke(
     by_index = {int(g["index"]): g for g in host_gpus}
     return GpuSmoke(
         argv=smoke_argv(spec),
-        container=f"{spec['name']}{SMOKE_SUFFIX}",
+        container=smoke_container(spec),
         gpus=[
             PlannedGpu(index=d, name=str(by_index[d]["name"]), pci_bus_id=by_index[d].get("pci_bus_id"))
             for d in devices

@@ -185,16 +185,13 @@ def stand_in_smoke(smoke: GpuSmoke, launch: Any, config: Mapping[str, Any], host
     if not recordings:
         raise StandInError(f"stand-in: no recordings for {host} (nvidia_smi.recordings), so no GPU smoke result")
     keep_request = bool((config.get("gpu_smoke") or {}).get("gpu_request"))
-    planned_gpus = smoke.argv[smoke.argv.index("--gpus") + 1]
-    ids = planned_gpus.strip('"').removeprefix("device=").split(",")
-    argv = smoke_argv({**launch.spec, "device_requests": [{"driver": "nvidia", "device_ids": ids}]})
-    if not keep_request:
-        at = argv.index("--gpus")
-        del argv[at : at + 2]
     recorded = f"{recordings}/{SMOKE_RECORDING}"
-    tail = argv.index("--entrypoint")
-    argv[tail:] = ["--volume", f"{recorded}:/opt/replay/{SMOKE_RECORDING}:ro", "--entrypoint", "cat",
-                   launch.spec["image"], f"/opt/replay/{SMOKE_RECORDING}"]  # fmt: skip
+    argv = smoke_argv(
+        {**launch.spec, "device_requests": [{"driver": "nvidia", "device_ids": [str(g.index) for g in smoke.gpus]}]},
+        gpus=keep_request,
+        volumes=[f"{recorded}:/opt/replay/{SMOKE_RECORDING}:ro"],
+        command=("cat", f"/opt/replay/{SMOKE_RECORDING}"),
+    )
     how = "the planned GPU request kept, for this machine's Docker Engine to answer" if keep_request else "no GPUs"
     seam = f"stand-in (serving/standin.py): a container of the CPU image ({how}) prints {recorded}"
     return smoke.model_copy(update={"argv": argv, "seam": seam})

@@ -9,15 +9,8 @@ R="$OUT/rec"
 mkdir -p "$R"
 exec > >(tee "$OUT/log.txt") 2>&1
 step() { echo "== $(date -u +%T) $*"; }
-fields() {  # a tuple of field names, read from our source without importing it
-  python3 - "$1" "$2" <<'PY'
-import ast, sys
-tree = ast.parse(open(sys.argv[1]).read())
-for node in tree.body:
-    if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == sys.argv[2] for t in node.targets):
-        print(",".join(ast.literal_eval(node.value)))
-PY
-}
+# shellcheck source=tests/device/lib.sh
+. tests/device/lib.sh
 Q=$(fields serving/gpu_facts.py QUERY_GPU_FIELDS)
 S=$(fields serving/host_tuning.py SETTINGS_FIELDS)
 F=$(fields probes/samplers.py NVIDIA_SMI_FIELDS)
@@ -47,15 +40,7 @@ done >"$R/sysfs-gpu.txt"
 echo "bdf $bdf" >>"$R/sysfs-gpu.txt"
 
 step "samplers under load (nvidia-smi -lms 200 and NVML at 200 ms, beside a phased torch load)"
-timeout 40 nvidia-smi --query-gpu="$F" --format=csv,noheader,nounits -lms 200 >"$R/nvidia-smi-sampled.csv" 2>&1 &
-smi=$!
-timeout 60 python3 tests/device/nvml_record.py --seconds 24 --interval 0.2 --out "$R/nvml-samples.jsonl" \
-  2>"$R/nvml-record.stderr" &
-nvml=$!
-sleep 1
-timeout 60 python3 tests/device/load.py 4 >"$R/load-phases.jsonl" 2>"$R/load.stderr"
-wait "$nvml"; echo "nvml rc $?"
-kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+sampled_under_load "$R"
 
 step "GPU smoke test (images/vllm/gpu_smoke.py): every GPU, then a device that does not exist"
 timeout 120 python3 images/vllm/gpu_smoke.py >"$R/gpu-smoke.json" 2>"$R/gpu-smoke.stderr"; echo "rc $?" | tee "$R/gpu-smoke.rc"

@@ -67,19 +67,20 @@ def test_a_class_floor_above_the_images_wins_and_one_below_it_does_not() -> None
     assert gpu_facts.check_class(strict, _gpus("580.95.05"), "h", None, "13.0") == [
         "driver 580.95.05 on h is older than the class minimum 590.44.01"
     ]
-    assert cuda_driver.driver_floor("13.0", "570.86", "rtx3090-pp3").version == "580"
-    assert cuda_driver.driver_floor("12.8", "570.86", "rtx3090-pp3").version == "570.86"
-    assert cuda_driver.driver_floor(None, "570.86", "rtx3090-pp3").version == "570.86"
+    assert cuda_driver.driver_floor("13.0", "570.86").version == "580"
+    assert cuda_driver.driver_floor("12.8", "570.86").version == "570.86"
+    assert cuda_driver.driver_floor(None, "570.86").version == "570.86"
 
 
 def test_a_cuda_release_the_table_does_not_know_is_an_error_naming_the_table() -> None:
     with pytest.raises(cuda_driver.CudaDriverError, match=r"CUDA runtime 14.0 is newer than the driver table"):
-        cuda_driver.driver_floor("14.0", "570.86", "c")
+        cuda_driver.driver_floor("14.0", "570.86")
 
 
 def test_versions_compare_as_numbers_padded_to_three_parts() -> None:
     assert cuda_driver.older("575.57.08", "580")
     assert not cuda_driver.older("580", "580.0.0")
     assert cuda_driver.older("580.9", "580.65.06")  # 9 < 65: numbers, not strings
+    assert cuda_driver.version_key("570.195.03") == (570, 195, 3)
     with pytest.raises(cuda_driver.CudaDriverError, match="not dotted numbers"):
         cuda_driver.older("R580", "580")

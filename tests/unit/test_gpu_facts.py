@@ -12,7 +12,6 @@ from serving.gpu_facts import (
     GpuInfo,
     GpuListing,
     check_class,
-    driver_version_key,
     normalise_bus_id,
     parse_nvidia_smi_L,
     parse_query_gpu,
@@ -195,7 +194,6 @@ def test_driver_too_old_compares_numerically() -> None:
     # 550.100 is newer than 550.54 although it sorts before it as text.
     newer = [replace(g, driver_version="550.100") for g in gpus]
     assert check_class(SPEC_3090, newer, "gpu3090-a", listing) == []
-    assert driver_version_key("570.195.03") == (570, 195, 3)
 
 
 def test_memory_below_the_class_minimum_and_missing() -> None:
