@@ -31,6 +31,7 @@ from serving.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.profile import Model, Profile
 from serving.redact import secret_env_names
 from serving.render import (
+    CACHE_MOUNT,
     PROFILE_LABEL,
     PROFILER_MOUNT,
     RUNTIME_GID,
@@ -38,6 +39,7 @@ from serving.render import (
     SPEC_LABEL,
     STAND_IN_LABEL,
     api_key_copy,
+    cache_volume,
     profiler_host_dir,
     render_container_spec,
     render_sidecar_spec,
@@ -133,6 +135,9 @@ class Plan(_Model):
     profiler: Profiler | None = None
     # A GPU profile's smoke test, run before the serving container is touched (serving/gpu_smoke.py).
     gpu_smoke: GpuSmoke | None = None
+    # The host directory of the engine's compile caches (serving/render.py compile_cache_dir); the serve role
+    # makes it the runtime image user's. None where nothing is launched.
+    compile_cache_dir: str | None = None
 
 
 def parse_plan(data: Any) -> Plan:
@@ -306,7 +311,10 @@ def _bench_targets(profile: Profile, launch: Launch, api_key: bool, client_cpus:
     return BenchTargets(
         served_name=profile.model.served_name,
         tokenizer=tokenizer_path(launch.spec["command"], launch.model),
-        volumes=[v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"]],
+        # The serving container's volumes, read-only, less its compile caches (the client compiles nothing).
+        volumes=[
+            v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"] if v.partition(":")[2] != CACHE_MOUNT
+        ],
         api_key=api_key,
         image=launch.images.runtime_tag,
         client_cpus=client_cpus,
@@ -427,7 +435,13 @@ def build_plan(
         ok=not failures,
         profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
         gpu_smoke=smoke,
+        compile_cache_dir=_cache_dir(launch),
     )
+
+
+def _cache_dir(launch: Launch | None) -> str | None:
+    found = cache_volume(launch.spec) if launch is not None else None
+    return found[0] if found is not None else None
 
 
 def _profiler(profile: Profile, kind: str) -> Profiler:

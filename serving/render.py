@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from serving.profile import Profile
@@ -95,9 +96,13 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         "name": c.name,
         "image": image,
         "command": render_vllm_argv(profile),
-        "env": dict(sorted(profile.env.items())),
+        # The caches' places first, so that a profile that names its own keeps it.
+        "env": dict(sorted({**CACHE_ENV, **profile.env}.items())),
         "published_ports": [f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"],
-        "volumes": [f"{profile.model.host_path}:{profile.model.container_path}:ro"],
+        "volumes": [
+            f"{profile.model.host_path}:{profile.model.container_path}:ro",
+            f"{compile_cache_dir(profile, image)}:{CACHE_MOUNT}",
+        ],
         "shm_size": c.shm_size,
         "ulimits": [f"{name}:{u.soft}:{u.hard}" for name, u in sorted(c.ulimits.items())],
         "restart_policy": c.restart_policy,
@@ -151,6 +156,39 @@ SECRETS_DIR = "/var/lib/refdeploy/secrets"
 # Where the serve role writes the spec it starts from, as <container name>.json (its serve_rendered_dir default,
 # which tests/unit/test_host_state.py holds to this): the plan's read of the host reports that file.
 RENDERED_DIR = "/var/lib/refdeploy/rendered"
+
+
+# The compiled artefacts of a start (torch.compile/inductor's FX graph and kernel caches, Triton's kernels, vLLM's
+# own compile cache) on a host volume, one per container, profile and image: a replacing deploy, `make profile`
+# and each step of `make validate` reuse them instead of compiling again. Every one of these caches keys its
+# entries on what it compiled (graph, shapes, torch and vLLM versions), so a changed setting misses and compiles;
+# the image in the path keeps an old image's entries from being read by a new one, and the profile's name keeps
+# the directories of different profiles apart. The serve role makes it the runtime image user's (0750); undeploy
+# keeps it, as it keeps the images. The variables are the tools' own: vLLM's VLLM_CACHE_ROOT (vllm/envs.py),
+# torch's TORCHINDUCTOR_CACHE_DIR, Triton's TRITON_CACHE_DIR.
+CACHES_DIR = "/var/lib/refdeploy/cache"
+CACHE_MOUNT = "/var/cache/refdeploy"
+CACHE_ENV = {
+    "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
+    "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
+    "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
+}
+
+
+def compile_cache_dir(profile: Profile, image: str) -> str:
+    """The host directory of the profile's compile caches for this image: refdeploy/vllm:0.32.0-cpu-320a623327f0
+    gives .../<container>/<profile>/vllm_0.32.0-cpu-320a623327f0."""
+    image_key = re.sub(r"[^A-Za-z0-9._-]", "_", image.rsplit("/", 1)[-1])
+    return f"{CACHES_DIR}/{profile.container.name}/{profile.name}/{image_key}"
+
+
+def cache_volume(spec: dict[str, Any]) -> tuple[str, str] | None:
+    """(host directory, mount) of the spec's compile-cache volume; None for a spec without one."""
+    for v in spec.get("volumes") or []:
+        host, _, rest = v.partition(":")
+        if rest == CACHE_MOUNT:
+            return host, rest
+    return None
 
 
 # make profile: the engine started with a profiler configured (vLLM's --profiler-config), writing each rank's

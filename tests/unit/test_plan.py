@@ -70,7 +70,13 @@ def test_a_cpu_plan_launches_its_container_and_targets_the_largest_served_file()
     assert plan.probes.data_file == "/var/lib/refdeploy/models/tiny-llama/model.safetensors"
     assert plan.probes.data_file_bytes == 17825792 and plan.probes.gpu_access is None
     assert plan.bench.tokenizer == "/models/tiny-llama" and plan.base_url == "http://127.0.0.1:8000"
+    # The client mounts the model, not the engine's compile caches, which the serve role provides.
     assert plan.bench.volumes == ["/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro"]
+    assert (
+        plan.compile_cache_dir
+        == "/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny/"
+        + plan.images.runtime_tag.replace("refdeploy/vllm:", "vllm_")
+    )
     # VLLM_CPU_OMP_THREADS_BIND=auto: vLLM picks the CPUs, inside the container's cpuset.
     assert [(r.rank, r.cpus) for r in plan.launch.ranks] == [(0, None)]
 

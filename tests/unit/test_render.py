@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from serving.profile import load_profile, parse_profile
-from serving.render import SPEC_LABEL, render_container_spec, render_vllm_argv, spec_digest
+from serving.render import SPEC_LABEL, cache_volume, render_container_spec, render_vllm_argv, spec_digest
 
 
 def _profile(**vllm: object):  # type: ignore[no-untyped-def]
@@ -66,10 +66,35 @@ def test_container_spec_carries_limits_ports_and_model_mount() -> None:
     assert spec["memory"] == spec["memory_swap"] == "8g"
     assert spec["ulimits"] == ["nofile:16384:16384"]
     assert spec["published_ports"] == ["127.0.0.1:8000:8000"]
-    assert spec["volumes"] == ["/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro"]
-    assert spec["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    assert spec["volumes"] == [
+        "/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro",
+        "/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny/vllm_x:/var/cache/refdeploy",
+    ]
+    assert spec["env"] == {
+        "TORCHINDUCTOR_CACHE_DIR": "/var/cache/refdeploy/torchinductor",
+        "TRITON_CACHE_DIR": "/var/cache/refdeploy/triton",
+        "VLLM_CACHE_ROOT": "/var/cache/refdeploy/vllm",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "auto",
+    }
     assert spec["healthcheck"]["test"][-1] == "http://127.0.0.1:8000/health"
     assert spec["labels"][SPEC_LABEL] == spec_digest(spec)
+
+
+def test_compile_caches_are_kept_per_container_profile_and_image_and_a_profile_may_name_its_own() -> None:
+    profile = load_profile("cpu-tiny-tp2")
+    a = render_container_spec(profile, "refdeploy/vllm:0.32.0-cpu-320a623327f0")
+    b = render_container_spec(profile, "registry.example:5000/refdeploy/vllm@sha256:ab12")
+    assert cache_volume(a) == (
+        "/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny-tp2/vllm_0.32.0-cpu-320a623327f0",
+        "/var/cache/refdeploy",
+    )
+    assert cache_volume(b) == (
+        "/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny-tp2/vllm_sha256_ab12",
+        "/var/cache/refdeploy",
+    )
+    own = profile.model_copy(update={"env": {**profile.env, "VLLM_CACHE_ROOT": "/elsewhere"}})
+    assert render_container_spec(own, "img")["env"]["VLLM_CACHE_ROOT"] == "/elsewhere"
 
 
 @pytest.mark.parametrize("change", [{"max_num_seqs": 4}, {"seed": 1}])
