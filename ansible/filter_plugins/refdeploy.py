@@ -17,6 +17,8 @@
   run       | refdeploy_io_outcome(settings)                 the fio container's exit: pass, FINDING or ERROR
   run       | refdeploy_capture_outcome(change, settings)    the probe container's exit: pass, FINDING or ERROR
   run       | refdeploy_gpu_smoke(plan, host, held)          the GPU smoke test's problems, one line each
+  plan      | refdeploy_torch_source(settings)               the CPU image's torch: the wheelhouse or PyTorch's index?
+  run       | refdeploy_torch_fetched(source, saved, bound_s)  its download from PyTorch's index: None or the one line
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -47,6 +49,8 @@ NAMES = (
     "io_outcome",
     "capture_outcome",
     "gpu_smoke",
+    "torch_source",
+    "torch_fetched",
 )
 
 
