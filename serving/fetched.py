@@ -30,10 +30,14 @@ class UnpackError(ValueError):
     pass
 
 
-def unpack(archive: Path | None, dest: Path, top: str, name: str, records: Mapping[str, Any]) -> Path:
+def unpack(
+    archive: Path | None, dest: Path, top: str, name: str, records: Mapping[str, Any], merge: bool = False
+) -> Path:
     """dest/name: the archive's top-level directory `top`, unpacked (tarfile's "data" filter: no absolute paths,
     no links out of it, no devices) and renamed, or an empty directory where nothing was fetched; each record
-    written into it as JSON. The archive is removed once unpacked."""
+    written into it as JSON. The archive is removed once unpacked. With `merge`, dest/name may exist already (the
+    bench writes its manifest there first): what the archive holds is moved into it, and a name both have is
+    refused before anything moves."""
     target = dest / name
     if archive is not None and archive.exists():
         staging = dest / f".{name}.unpacking"
@@ -47,9 +51,16 @@ def unpack(archive: Path | None, dest: Path, top: str, name: str, records: Mappi
         unpacked = staging / top
         if not unpacked.is_dir():
             raise UnpackError(f"{archive}: no {top}/ in it")
+        both = sorted(p.name for p in unpacked.iterdir() if (target / p.name).exists()) if merge else []
+        if (target.exists() and not merge) or both:
+            shutil.rmtree(staging)
+            said = f"{archive}: {', '.join(both)} in {target} already" if both else f"{target} exists already"
+            raise UnpackError(said)
         if target.exists():
-            raise UnpackError(f"{target} exists already")
-        unpacked.rename(target)
+            for p in unpacked.iterdir():
+                p.rename(target / p.name)
+        else:
+            unpacked.rename(target)
         shutil.rmtree(staging)
         archive.unlink()
     target.mkdir(parents=True, exist_ok=True)

@@ -307,13 +307,6 @@ def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings:
     return outcome(run, change, settings)
 
 
-def serving_change(before: Any, after: Any, name: Any = "") -> dict[str, Any]:
-    """The serving container before and after a window (serving.continuity)."""
-    from serving.continuity import serving_change as change
-
-    return change(before or None, after or None, str(name or ""))
-
-
 def gpu_smoke(run: Mapping[str, Any], plan: Any, host: Any, held: Any) -> dict[str, Any]:
     """The GPU smoke test's run (a command task's result) against the plan's: {"problems": [one line each]}."""
     from serving.gpu_smoke import outcome

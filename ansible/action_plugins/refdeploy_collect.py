@@ -1,5 +1,5 @@
-"""Action plugin refdeploy_collect: after a probe container's window, collect what it wrote and clean the host,
-in two shell round trips and a file transfer (no module run on the host):
+"""Action plugin refdeploy_collect: after a probe container's window (or the bench client's run), collect what it
+wrote and clean the host, in two shell round trips and a file transfer (no module run on the host):
 
   - name: Probes | Collect what the capture wrote, and look at the serving container after the window
     refdeploy_collect:
@@ -11,6 +11,7 @@ in two shell round trips and a file transfer (no module run on the host):
       log: {match: refdeploy-memory-phase, tail: 20000}  # lines of the engine's log to bring back (optional)
       dest: runs/<host>/<id>                             # unpacked there as dest/name, change recorded beside it
       name: capture
+      merge: false                                       # true: dest/name may exist; the archive's files join it
     register: got   # got.change (serving/continuity.py), got.log, got.fetched, got.path, got.cleaned
 
 1. On the host (serving/fetched.py after_window_script): the probe containers go (one that outlived its client
@@ -32,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.hashing import secure_hash
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("out", "top", "remove", "serving", "before", "log", "dest", "name"))
+    _VALID_ARGS = frozenset(("out", "top", "remove", "serving", "before", "log", "dest", "name", "merge"))
 
     def _host(self, script: str) -> Any:
         from serving import hostshell
@@ -97,9 +99,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if after is None:
             return {**result, "failed": True, "cleaned": cleaned, "msg": failure}
         change = continuity.serving_change(dict(args.get("before") or {}) or None, after.serving, serving)
+        merge = boolean(args.get("merge", False))
         try:
             path = fetched.unpack(archive if after.archive_sha1 else None, dest, top, name,
-                                  {"serving-container.json": change})  # fmt: skip
+                                  {"serving-container.json": change}, merge=merge)  # fmt: skip
         except (OSError, fetched.UnpackError) as e:
             return {**result, "failed": True, "cleaned": cleaned, "change": change, "msg": f"could not unpack: {e}"}
         return {

@@ -12,7 +12,6 @@
   document  | refdeploy_redact                               secret-looking values hidden (serving/redact.py)
   settings  | refdeploy_docker_unreachable                   Docker did not answer: may this run set it up?
   readings  | refdeploy_docker_engine(settings)              what to install, how to start dockerd
-  before    | refdeploy_serving_change(after, name)          did the serving container die or change in a window?
   readings  | refdeploy_engine_restart(settings)             restart dockerd on new settings? may it stop containers?
   run       | refdeploy_io_outcome(settings)                 the fio container's exit: pass, FINDING or ERROR
   run       | refdeploy_capture_outcome(change, settings)    the probe container's exit: pass, FINDING or ERROR
@@ -44,7 +43,6 @@ NAMES = (
     "docker_unreachable",
     "docker_engine",
     "redact",
-    "serving_change",
     "engine_restart",
     "io_outcome",
     "capture_outcome",

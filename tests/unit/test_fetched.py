@@ -40,6 +40,27 @@ def test_the_bundle_is_unpacked_under_its_name_with_the_records_and_the_archive_
     assert not archive.exists() and not list(tmp_path.glob(".*unpacking"))
 
 
+def test_a_bench_output_joins_the_directory_its_manifest_is_in_and_a_name_both_have_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "manifest.json").write_text("{}\n")
+    archive = _archive(tmp_path / "bench.tar.gz", {"out/client.json": b"{}", "out/runs/c1-m1/result.json": b"[]"})
+    with pytest.raises(UnpackError, match="exists already"):
+        unpack(archive, tmp_path, "out", "bench", {})
+    got = unpack(archive, tmp_path, "out", "bench", {"serving-container.json": {}}, merge=True)
+    assert sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_file()) == [
+        "client.json",
+        "manifest.json",
+        "runs/c1-m1/result.json",
+        "serving-container.json",
+    ]
+    assert (got / "manifest.json").read_text() == "{}\n" and not archive.exists()
+    again = _archive(tmp_path / "bench.tar.gz", {"out/manifest.json": b"other", "out/new.txt": b"x"})
+    with pytest.raises(UnpackError, match=r"manifest\.json in .*bench already"):
+        unpack(again, tmp_path, "out", "bench", {}, merge=True)
+    assert (got / "manifest.json").read_text() == "{}\n" and not (got / "new.txt").exists()  # nothing moved
+    assert not list(tmp_path.glob(".*unpacking"))
+
+
 def test_nothing_fetched_still_gives_the_directory_with_its_records(tmp_path: Path) -> None:
     got = unpack(tmp_path / "missing.tar.gz", tmp_path, "bundle", "capture", {"serving-container.json": [1]})
     assert sorted(p.name for p in got.iterdir()) == ["serving-container.json"]
