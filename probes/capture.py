@@ -14,7 +14,7 @@ dumps spread over the window; then `/metrics` and host state after. The bundle:
   timeline.html          plots of GPU, CPU, I/O, request latency and queue against time (self-contained; drawn on
                          the controller from timeline.json once fetched: serving/capture_report.py)
   timeline.json          the series behind the plots, traceable to the files below
-  samplers/              vmstat.log iostat.log pidstat.log nvidia-smi.log (stamped lines), samplers.json
+  samplers/              vmstat.log iostat.log pidstat.log nvml.log or nvidia-smi.log (stamped lines), samplers.json
   metrics/               before.prom after.prom scrapes/NNNN.prom delta.json delta.txt gauges.json
   stacks/                py-spy dumps (raw JSON), aggregate.txt, aggregate.json, speedscope recordings
   kernel/                perf data and report, wchan.json, wchan.txt
@@ -51,6 +51,7 @@ from probes.timeline import (
     LATENCY_SERIES,
     cgroup_notes,
     gauge_series,
+    gpu_health,
     gpu_links,
     kv_cache_figures,
     kv_cache_series,
@@ -376,6 +377,9 @@ class _Capture:
                     self.notes.append(f"sampler {r.name}: skipped: {r.reason}")
         self.links = gpu_links(self.sdir, self.cfg.pcie_min)
         self.notes.extend(self.links["flags"])
+        self.health = gpu_health(self.sdir, self.t0, self.end[0])  # XID events and PCIe replays (NVML)
+        self.notes.extend(self.health["notes"])
+        self.events.extend(self.health["events"])
 
     def metrics_after(self) -> None:
         """The closing scrape, the window's delta, its summary figures and the per-second series."""
@@ -542,6 +546,7 @@ class _Capture:
             "processes": [asdict(p) for p in self.found],
             "requested_parts": list(cfg.parts),
             "gpu_links": self.links,
+            "gpu_health": self.health,
             "requests": self.requests,
             "parts": {k: asdict(v) for k, v in parts.items()},
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},

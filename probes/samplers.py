@@ -1,4 +1,4 @@
-"""Samplers: vmstat, iostat -x, pidstat on the vLLM processes, nvidia-smi, every line on one clock.
+"""Samplers: vmstat, iostat -x, pidstat on the vLLM processes, the GPUs (NVML), every line on one clock.
 
 Each sampler is the standard tool writing to a pipe; a reader thread stamps every line it receives with
 `time.monotonic()` (CLOCK_MONOTONIC, the same clock in every container on the host) and the UTC wall clock,
@@ -8,7 +8,9 @@ on. Output is bounded: in a window, a log stops at `max_bytes` (the rest is coun
 sidecar, a log rotates to `<name>.log.1` at `max_bytes`, so each sampler keeps at most twice that.
 
 pidstat watches only the vLLM processes and their threads: over all processes it perturbs vLLM on a
-small host (REFERENCE §1). nvidia-smi is skipped, with the reason, where there is none.
+small host (REFERENCE §1). The GPU sampler (`nvidia-smi` in profiles and --only, as before) reads NVML in this
+process (probes/nvml.py: nvml.log), else runs `nvidia-smi -lms 200` (nvidia-smi.log); its `via` in samplers.json
+says which and why. Where neither can run it is skipped, with both reasons.
 
   python -m probes.samplers --out DIR [--seconds N | --sidecar] [--only vmstat,iostat,pidstat,nvidia-smi]
 """
@@ -28,9 +30,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Literal, Protocol
 
-from probes import procs
+from probes import nvml, procs
 
 SCHEMA_VERSION = 1
 SAMPLER_NAMES = ("vmstat", "iostat", "pidstat", "nvidia-smi")
@@ -77,11 +79,26 @@ _TERM_GRACE_S = 3.0
 Status = Literal["successful", "failed", "skipped"]
 
 
+class Reader(Protocol):
+    """A sampler that runs in a thread of this process (NVML), writing lines until stopped or done."""
+
+    def start(self, write: Callable[[str], None]) -> None: ...
+    def stop(self, timeout_s: float) -> str | None: ...  # what broke it, or None
+    def alive(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class SamplerSpec:
     name: str
     argv: list[str]
     skip_reason: str | None = None  # set when it cannot run here
+    reader: Reader | None = None  # runs in this process instead of argv
+    log_name: str = ""  # the log's file name when it is not <name>.log
+    via: str = ""  # what reads it, and why that (the GPU sampler: NVML, or nvidia-smi because NVML did not open)
+
+    @property
+    def log(self) -> str:
+        return self.log_name or f"{self.name}.log"
 
 
 @dataclass
@@ -97,6 +114,7 @@ class SamplerResult:
     exit_code: int | None = None
     stderr_tail: str = ""
     schema_version: int = SCHEMA_VERSION
+    via: str = ""
 
 
 def stamp() -> tuple[float, str]:
@@ -110,8 +128,12 @@ def build_specs(
     interval_s: int = 1,
     gpu_interval_ms: int = 200,
     which: Callable[[str], str | None] = shutil.which,
+    environ: Mapping[str, str] | None = None,
+    nvml_open: Callable[[Mapping[str, str]], nvml.Opened | nvml.Unavailable] | None = None,
 ) -> list[SamplerSpec]:
-    """The command of each sampler, or why it cannot run here. `which` is shutil.which (tests replace it)."""
+    """The command of each sampler, or why it cannot run here. `which` is shutil.which, `nvml_open` nvml.open_api
+    (tests replace them; the NVML replay is chosen by nvml.REPLAY_ENV in `environ`, os.environ by default)."""
+    env = os.environ if environ is None else environ
     specs = []
     for name in names:
         if name == "vmstat":
@@ -130,13 +152,21 @@ def build_specs(
             ]
         else:
             raise ValueError(f"unknown sampler {name!r}: choose from {', '.join(SAMPLER_NAMES)}")
-        reason = None
+        reason, via, why = None, "", f"install {'procps' if name == 'vmstat' else 'sysstat'}"
+        if name == "nvidia-smi":
+            opened = (nvml_open or nvml.open_api)(env)
+            if isinstance(opened, nvml.Opened):
+                reader = nvml.NvmlReader(opened, gpu_interval_ms / 1000)
+                argv = [f"NVML every {gpu_interval_ms} ms in this process ({opened.source})"]
+                specs.append(SamplerSpec(name, argv, None, reader, nvml.LOG_NAME, opened.label))
+                continue
+            via = f"nvidia-smi -lms {gpu_interval_ms}, because NVML did not open: {opened.reason}"
+            why = f"{nvidia_smi_missing(env)}; and NVML did not open: {opened.reason}"
         if which(argv[0]) is None:
-            package = {"vmstat": "procps"}.get(name, "sysstat")
-            reason = f"{argv[0]} not found: " + (nvidia_smi_missing() if name == "nvidia-smi" else f"install {package}")
+            reason = f"{argv[0]} not found: {why}"
         elif name == "pidstat" and not pids:
             reason = procs.NO_VLLM
-        specs.append(SamplerSpec(name=name, argv=argv, skip_reason=reason))
+        specs.append(SamplerSpec(name=name, argv=argv, skip_reason=reason, via=via))
     return specs
 
 
@@ -192,15 +222,21 @@ class SamplerSet:
         self._procs: dict[str, subprocess.Popen[str]] = {}
         self._logs: dict[str, _Log] = {}
         self._threads: list[threading.Thread] = []
+        self._readers: dict[str, Reader] = {}  # in-process samplers (NVML), by name
         self.results: dict[str, SamplerResult] = {}
 
     def start(self) -> None:
         env = dict(os.environ, LC_ALL="C", S_TIME_FORMAT="ISO")
         for spec in self.specs:
             if spec.skip_reason:
-                self.results[spec.name] = SamplerResult(spec.name, "skipped", spec.skip_reason, spec.argv, None)
+                reason = spec.skip_reason
+                self.results[spec.name] = SamplerResult(spec.name, "skipped", reason, spec.argv, None, via=spec.via)
                 continue
-            log = _Log(self.out_dir / f"{spec.name}.log", self.max_bytes, self.rotate)
+            log = _Log(self.out_dir / spec.log, self.max_bytes, self.rotate)
+            if spec.reader is not None:
+                self._logs[spec.name], self._readers[spec.name] = log, spec.reader
+                spec.reader.start(log.write)
+                continue
             try:
                 proc = subprocess.Popen(
                     spec.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1
@@ -233,6 +269,14 @@ class SamplerSet:
                 proc.wait()
         for t in self._threads:
             t.join(timeout=_TERM_GRACE_S)
+        for spec in (s for s in self.specs if s.name in self._readers):
+            log, why = self._logs[spec.name], self._readers[spec.name].stop(_TERM_GRACE_S)
+            log.close()
+            why = why or (None if log.lines else "it wrote no line")
+            reason = f"{spec.name} ({spec.via}) stopped after {log.lines} lines: {why}" if why else None
+            status: Status = "failed" if why else "successful"
+            self.results[spec.name] = SamplerResult(spec.name, status, reason, spec.argv, log.path.name, log.lines,
+                                                    log.bytes_written, log.dropped, via=spec.via)  # fmt: skip
         for name, proc in self._procs.items():
             log = self._logs[name]
             log.close()
@@ -251,11 +295,14 @@ class SamplerSet:
                 log.dropped,
                 proc.returncode,
                 stderr[-2000:],
+                via=next((s.via for s in self.specs if s.name == name), ""),
             )
         return self.results
 
     def alive(self) -> list[str]:
-        return [n for n, p in self._procs.items() if p.poll() is None]
+        return [n for n, p in self._procs.items() if p.poll() is None] + [
+            n for n, r in self._readers.items() if r.alive()
+        ]
 
 
 # --- reading the logs back -------------------------------------------------------------------------------------
@@ -515,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A sidecar (re)starts with a new serving container, whose PIDs differ: its logs start afresh, and
         # the previous ones are kept once as <name>.log.1.
         for spec in specs:
-            log = args.out / f"{spec.name}.log"
+            log = args.out / spec.log
             if log.exists():
                 log.replace(log.with_name(log.name + ".1"))
     sset = SamplerSet(specs, args.out, args.max_bytes, rotate=args.sidecar)
@@ -533,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = sset.stop()
     write_results(args.out, results, [p.pid for p in found], start, stamp())
     for r in results.values():
-        print(f"{r.name:<10} {r.status:<10} lines={r.lines:<6} {r.reason or ''}")
+        print(f"{r.name:<10} {r.status:<10} lines={r.lines:<6} {r.reason or ''}{f' (via {r.via})' if r.via else ''}")
     return 0 if all(r.status != "failed" for r in results.values()) else 1
 
 

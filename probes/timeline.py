@@ -1,7 +1,8 @@
 """What a capture's timeline is drawn from: the per-second series of the scrapes (latency, the engine's queue,
 its KV cache and preemptions),
 the samplers' panels (GPU, CPU, block I/O) cut to the window, the window's summary figures, and the notes and
-events the bundle adds (GPU links under the class's minimum, cgroup throttling and pressure, perf's span)."""
+events the bundle adds (GPU links under the class's minimum, XID events and PCIe replays NVML reported, cgroup
+throttling and pressure, perf's span)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probes import kernel, metrics, procs, samplers
+from probes import kernel, metrics, nvml, nvml_log, procs, samplers
 
 LATENCY_SERIES = {
     "TTFT mean": "vllm:time_to_first_token_seconds",
@@ -104,9 +105,12 @@ def sampler_panels(
             status, reason = "successful", None
         return {"title": title, "unit": unit, "status": status, "reason": reason, "source": source, "series": {}}
 
-    gpu = panel("GPU utilisation", "%", ["nvidia-smi"], "nvidia-smi -lms 200 (samplers/nvidia-smi.log)")
-    if (sdir / "nvidia-smi.log").exists():
-        for s in samplers.parse_nvidia_smi(samplers.read_log(sdir / "nvidia-smi.log")):
+    log = nvml_log.gpu_log(sdir)
+    via = results["nvidia-smi"].via if "nvidia-smi" in results else ""
+    source = f"{via or 'nvidia-smi -lms 200'} (samplers/{log.name if log else 'nvidia-smi.log'})"
+    gpu = panel("GPU utilisation", "%", ["nvidia-smi"], source)
+    if log is not None:
+        for s in nvml_log.read_gpu_samples(log):
             if "utilization.gpu" in s.values:
                 gpu["series"].setdefault(f"gpu{s.index} util %", []).append(
                     [round(s.mono_s - t0, 3), s.values["utilization.gpu"]]
@@ -134,19 +138,32 @@ def sampler_panels(
 
 
 def gpu_links(sdir: Path, pcie_min: tuple[int, int] | None) -> dict[str, Any]:
-    """Each GPU's PCIe link while busy against the class's (samplers/nvidia-smi.log): flags and the judgement."""
-    log = sdir / "nvidia-smi.log"
-    if pcie_min is None or not log.exists():
-        why = "no class PCIe link given (--pcie-min-gen)" if pcie_min is None else "no nvidia-smi samples"
+    """Each GPU's PCIe link while busy against the class's (the GPU sampler's log): flags and the judgement."""
+    log = nvml_log.gpu_log(sdir)
+    if pcie_min is None or log is None:
+        why = "no class PCIe link given (--pcie-min-gen)" if pcie_min is None else "no GPU samples (NVML or nvidia-smi)"
         return {"judged": False, "why": why, "flags": [], "gpus": []}
-    judged = samplers.judge_pcie_links(samplers.parse_nvidia_smi(samplers.read_log(log)), *pcie_min)
+    judged = samplers.judge_pcie_links(nvml_log.read_gpu_samples(log), *pcie_min)
     return {
         "judged": True,
+        "log": f"samplers/{log.name}",
         "class_min": {"gen": pcie_min[0], "width": pcie_min[1]},
         "busy_utilization_pct": samplers.BUSY_UTILIZATION_PCT,
         "flags": [j.line for j in judged if j.line],
         "gpus": [asdict(j) for j in judged],
     }
+
+
+def gpu_health(sdir: Path, t0: float, t1: float) -> dict[str, Any]:
+    """The XID events and PCIe replay-counter rises NVML reported in the window (samplers/nvml.log), as flags and
+    timeline events (nvml_log.judge_health); nothing to judge where the GPU sampler ran nvidia-smi or none."""
+    log = sdir / nvml.LOG_NAME
+    if not log.exists():
+        why = "no NVML log (samplers/nvml.log): the GPU sampler ran nvidia-smi, or none (samplers.json says why)"
+        return {"judged": False, "why": why, "flags": [], "events": [], "notes": []}
+    health = nvml_log.judge_health(nvml_log.parse_nvml(samplers.read_log(log)), t0, t1)
+    said = ["GPU readings: REPLAYED NVML values (the test seam, probes/nvml_replay.py), not this host's GPUs"]
+    return {"log": f"samplers/{log.name}", **health, "notes": (said if health["replayed"] else []) + health["flags"]}
 
 
 def _hist_ms(d: metrics.WindowDelta, name: str, attr: str) -> float | None:

@@ -22,9 +22,10 @@ from typing import Any
 
 from probes.cgroup_delta import cgroup_delta
 from probes.cgroups import snapshot_from_json
-from probes.samplers import judge_pcie_links, parse_nvidia_smi, parse_vmstat, read_log
+from probes.nvml_log import gpu_log, read_gpu_samples
+from probes.samplers import judge_pcie_links, parse_vmstat, read_log
 from probes.timeline import cgroup_notes
-from serving import bench, bench_runs, bench_trace, memory_phases
+from serving import bench, bench_energy, bench_runs, bench_trace, memory_phases
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 from serving.stats import describe
@@ -137,6 +138,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         ),
         "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
         "gpu_links": gpu_links(bench_dir, manifest.get("gpu_class")),
+        "energy": bench_energy.energy_summary(bench_dir, runs),
         "server_cgroup": server_cgroup(bench_dir),
         "memory_at_decode": memory_phases.bench_lines(bench_dir),
         "knee": knee_summary(bench_dir, manifest, runs, obs),
@@ -228,15 +230,17 @@ def _knee_lines(s: Mapping[str, Any]) -> list[str]:
 
 
 def gpu_links(bench_dir: Path, gpu_class: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Each GPU's PCIe link while busy over the bench (the sidecar's nvidia-smi lines of its window) against the
-    class's generation and width; links drop at idle, so only busy samples are judged (seed 000 §12)."""
-    log = bench_dir / "samplers" / "nvidia-smi.log"
-    if not gpu_class or gpu_class.get("pcie_min_gen") is None or not log.exists():
+    """Each GPU's PCIe link while busy over the bench (the sidecar's GPU sampler lines of its window: NVML's, else
+    nvidia-smi's) against the class's generation and width; links drop at idle, so only busy samples are judged
+    (seed 000 §12)."""
+    log = gpu_log(bench_dir / "samplers")
+    if not gpu_class or gpu_class.get("pcie_min_gen") is None or log is None:
         return {"judged": False, "flags": []}
     gen, width = int(gpu_class["pcie_min_gen"]), int(gpu_class.get("pcie_min_width") or 16)
-    judged = judge_pcie_links(parse_nvidia_smi(read_log(log)), gen, width)
+    judged = judge_pcie_links(read_gpu_samples(log), gen, width)
     return {
         "judged": True,
+        "log": f"samplers/{log.name}",
         "class_min": {"gen": gen, "width": width},
         "flags": [j.line for j in judged if j.line],
         "gpus": [{"gpu": j.gpu, "busy_samples": j.busy_samples, "below_samples": j.below_samples} for j in judged],
@@ -303,6 +307,7 @@ def server_cgroup(bench_dir: Path) -> list[str]:
 
 def render_text(s: Mapping[str, Any]) -> str:
     lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + _point_tables(s) + _turn_lines(s)
+    lines += bench_energy.energy_lines(s.get("energy"), {p["point"]: _point_label(p) for p in s["points"]})
     lines += _run_lines(s)
     lines += _class_lines(s)
     cg = s.get("server_cgroup") or []
@@ -578,7 +583,7 @@ def _class_lines(s: Mapping[str, Any]) -> list[str]:
     links = s.get("gpu_links") or {}
     if links.get("judged"):
         lines += ["", f"PCIe links while busy, against the class's Gen {links['class_min']['gen']} "
-                  f"x{links['class_min']['width']} (samplers/nvidia-smi.log):"]  # fmt: skip
+                  f"x{links['class_min']['width']} ({links.get('log', 'samplers/nvidia-smi.log')}):"]  # fmt: skip
         lines += [f"  FLAG {f}" for f in links["flags"]] or ["  every busy GPU's link reached it"]
     if s["weight_read_bound"]:
         b = s["weight_read_bound"]

@@ -110,6 +110,7 @@ def main() -> None:
         except N.NVMLError as e:
             ev_errors["register"] = {"error": type(e).__name__, "code": e.value, "message": str(e)}
         events: list[Any] = []
+        ticks = 0
         end = time.monotonic() + a.seconds
         next_t = time.monotonic()
         while time.monotonic() < end:
@@ -131,10 +132,22 @@ def main() -> None:
                     )
                     + "\n"
                 )
+            ticks += 1
             if evset is not None:
                 try:
                     d = N.nvmlEventSetWait_v2(evset, 1)
-                    events.append({"eventType": d.eventType, "eventData": d.eventData, "gpuId": d.gpuId})
+                    # nvmlEventData_t has no gpuId (the first version read one): the device's index, and the
+                    # number of samples per GPU taken before it arrived, for the replay (probes/nvml_replay.py).
+                    events.append(
+                        {
+                            "eventType": d.eventType,
+                            "eventData": d.eventData,
+                            "index": N.nvmlDeviceGetIndex(d.device),
+                            "after_sample": ticks - 1,
+                            "gpuInstanceId": d.gpuInstanceId,
+                            "computeInstanceId": d.computeInstanceId,
+                        }
+                    )
                 except N.NVMLError as e:
                     key = type(e).__name__
                     ev_errors[key] = ev_errors.get(key, {"error": key, "code": e.value, "message": str(e), "n": 0})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from probes import samplers
+from probes import nvml, samplers
 from probes.samplers import Line
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -19,17 +19,20 @@ SYSSTAT = FIX / "sysstat-12.6"
 
 
 def test_specs_target_the_vllm_pids_and_skip_a_missing_nvidia_smi() -> None:
+    # No NVML here either (what the real pynvml says on a host without the driver: tests/unit/test_nvml.py).
+    no_nvml = nvml.Unavailable("nvmlInit: NVMLError_LibraryNotFound: NVML Shared Library Not Found")
     specs = {
         s.name: s
         for s in samplers.build_specs(
-            samplers.SAMPLER_NAMES, [1, 30, 54], which=lambda n: None if n == "nvidia-smi" else n
+            samplers.SAMPLER_NAMES, [1, 30, 54], which=lambda n: None if n == "nvidia-smi" else n,
+            environ={}, nvml_open=lambda env: no_nvml,
         )
-    }
+    }  # fmt: skip
     assert specs["pidstat"].argv == ["pidstat", "-h", "-u", "-t", "-p", "1,30,54", "1"]
     assert specs["pidstat"].skip_reason is None
     assert specs["nvidia-smi"].skip_reason == (
         "nvidia-smi not found: this container was given no GPUs (the profile has none, or no NVIDIA GPU driver "
-        "on this host)"
+        "on this host); and NVML did not open: nvmlInit: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
     )
     assert specs["nvidia-smi"].argv[-2:] == ["-lms", "200"]
     assert "utilization.gpu" in specs["nvidia-smi"].argv[1]
