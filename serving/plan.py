@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from serving import gpu_plan, gpu_smoke, numa
+from serving import gpu_plan, gpu_smoke, numa, startup
 from serving.errors import InputError
 from serving.gpu_smoke import GpuSmoke
 from serving.images import ImagePlan, plan_images
@@ -138,6 +138,10 @@ class Plan(_Model):
     # The host directory of the engine's compile caches (serving/render.py compile_cache_dir); the serve role
     # makes it the runtime image user's. None where nothing is launched.
     compile_cache_dir: str | None = None
+    # How long a new engine has to answer /health, and the line that says why (serving/startup.py); the serve
+    # role's serve_health_timeout_s overrides it where set.
+    health_timeout_s: int = startup.FLOOR_S
+    health_timeout_line: str = ""
 
 
 def parse_plan(data: Any) -> Plan:
@@ -436,7 +440,17 @@ def build_plan(
         profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
         gpu_smoke=smoke,
         compile_cache_dir=_cache_dir(launch),
+        **_health_timeout(profile, readings, gpu_class),
     )
+
+
+def _health_timeout(
+    profile: Profile, readings: Mapping[str, str], gpu_class: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    weights = startup.model_bytes(parse_served_files(readings.get("served_files", "")), profile.model.host_path)
+    load = (gpu_class or {}).get("load_mib_s")
+    seconds, line = startup.health_timeout(weights, float(load) if load else None, profile.vllm.enforce_eager)
+    return {"health_timeout_s": seconds, "health_timeout_line": line}
 
 
 def _cache_dir(launch: Launch | None) -> str | None:
