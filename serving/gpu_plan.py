@@ -66,6 +66,8 @@ class GpuHostPlan:
     data: list[dict[str, Any]] | None = None
     slice_unit: dict[str, Any] | None = None
     placement: NumaPlan | None = None
+    # The NVIDIA container toolkit is missing and the inventory lets the deploy install it (role nvidia_toolkit).
+    toolkit_install: bool = False
 
     @property
     def ok(self) -> bool:
@@ -247,22 +249,25 @@ def serving_slice(profile: Profile, plan: numa.NumaPlan) -> dict[str, Any]:
     }
 
 
-def _check_runtime(readings: Mapping[str, str], host: str) -> list[str]:
+def _check_runtime(readings: Mapping[str, str], host: str, install_toolkit: bool = False) -> list[str]:
     """What the container runtime needs of the host: cgroup v2 for the serving slice, the NVIDIA container
-    toolkit's runtime on the host, and Docker's nvidia runtime."""
+    toolkit's runtime on the host (or the inventory's leave to install it: role nvidia_toolkit), and Docker's
+    nvidia runtime (which, once the toolkit is installed, the runtime role writes into daemon.json)."""
     failures: list[str] = []
-    if "nvidia-container-runtime" in readings.get("missing", "").split():
+    missing_runtime = "nvidia-container-runtime" in readings.get("missing", "").split()
+    if missing_runtime and not install_toolkit:
         failures.append(
             f"nvidia-container-runtime not found on {host}: the NVIDIA container toolkit is not installed; install "
             "nvidia-container-toolkit from NVIDIA's package repository, then run `nvidia-ctk runtime configure "
-            "--runtime=docker`"
+            "--runtime=docker`, or set preflight_install_nvidia_toolkit: true in the inventory for the deploy to"
+            " install it"
         )
     if readings["cgroup_fs"].strip() != "cgroup2fs":
         failures.append(
             f"{host} runs cgroup v1 ({readings['cgroup_fs'].strip()} at /sys/fs/cgroup): the serving slice needs "
             "cgroup v2 (memory.max, cpu.max, pressure); boot with systemd.unified_cgroup_hierarchy=1"
         )
-    if "nvidia" not in readings["docker_runtimes"]:
+    if "nvidia" not in readings["docker_runtimes"] and not (missing_runtime and install_toolkit):
         failures.append(
             f"Docker on {host} has no nvidia runtime (docker info: {readings['docker_runtimes'].strip()[:120]}): "
             "install the NVIDIA container toolkit and run `nvidia-ctk runtime configure --runtime=docker`"
@@ -307,10 +312,12 @@ def plan_gpu_host(
     data_disk: str | None = None,
     engine_memlock: str | None = None,
     cuda_runtime: str | None = None,
+    install_toolkit: bool = False,
 ) -> GpuHostPlan:
     """engine_memlock: the LimitMEMLOCK the deploy will give the engine (runtime role), instead of the
     limit dockerd runs with now; "infinity" or a size in bytes. cuda_runtime: the image's CUDA runtime ("13.0"),
-    which sets the host's oldest driver (serving/cuda_driver.py)."""
+    which sets the host's oldest driver (serving/cuda_driver.py). install_toolkit: the inventory lets this run
+    install the NVIDIA container toolkit where it is missing (preflight_install_nvidia_toolkit, deploys only)."""
     missing = [k for k in REQUIRED_READINGS if k not in readings]
     if missing:
         raise GpuPlanError(f"host readings lack {', '.join(missing)}")
@@ -333,7 +340,8 @@ def plan_gpu_host(
     listing = gpu_facts.parse_nvidia_smi_L(readings["nvidia_smi_L"])
     gpus = gpu_facts.parse_query_gpu(readings["query_gpu"])
     failures += gpu_facts.check_class(class_spec, gpus, host, listing, cuda_runtime)
-    failures += _check_runtime(readings, host)
+    failures += _check_runtime(readings, host, install_toolkit)
+    toolkit_install = install_toolkit and "nvidia-container-runtime" in readings.get("missing", "").split()
     known = {g.index for g in gpus}
     absent = [d for d in profile.gpu.devices if d not in known]
     if absent and gpus:
@@ -362,6 +370,7 @@ def plan_gpu_host(
         data=data,
         slice_unit=serving_slice(profile, plan) if plan is not None else None,
         placement=plan,
+        toolkit_install=toolkit_install,
     )
 
 
@@ -433,6 +442,7 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "container_spec": plan.container_spec,
         "data": plan.data,
         "slice": plan.slice_unit,
+        "toolkit_install": plan.toolkit_install,
     }
 
 

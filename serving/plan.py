@@ -227,6 +227,7 @@ def _place_on_gpu_host(
     gpu_class: Mapping[str, Any] | None,
     data_disk: str | None,
     engine_memlock: str | None,
+    install_toolkit: bool = False,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[numa.RankExpectation], tuple[str, str], list[str]]:
     """A GPU profile on a host (serving/gpu_plan.py): (container spec or None, the host's facts and decisions,
     the ranks, the CPUs kept for the bench client and the probes, failures)."""
@@ -252,6 +253,7 @@ def _place_on_gpu_host(
         data_disk=data_disk,
         engine_memlock=engine_memlock,
         cuda_runtime=images.cuda_runtime,
+        install_toolkit=install_toolkit,
     )
     facts = {k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")}
     # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
@@ -360,13 +362,16 @@ def build_plan(
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
     profiler: str | None = None,
+    install_toolkit: bool = False,
 ) -> Plan:
     """The plan of `profile` on `host`. `readings` are the host's (ansible/library/refdeploy_host_readings.py):
     `served_files` for every profile, the GPU host's facts for a GPU profile (see serving/gpu_plan.py); None
     plans from the profile alone (no host read: a GPU profile then cannot be placed, and says so). `stand_in`
     is the test seam's configuration (serving/standin.py), None in production. `api_key_file` is the root-only
     file on the host holding the API key (the host reports its owner and mode as `api_key_file`), None for no
-    key. `profiler` ("torch") plans the engine with vLLM's profiler configured (make profile), None without."""
+    key. `profiler` ("torch") plans the engine with vLLM's profiler configured (make profile), None without.
+    `install_toolkit`: this run may install a missing NVIDIA container toolkit (preflight_install_nvidia_toolkit,
+    on a deploy)."""
     readings = dict(readings or {})
     failures = api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
     served_dirs = profile.served_dirs
@@ -383,7 +388,7 @@ def build_plan(
     else:
         gpu_access = gpu_access_for(profile.gpu.devices)
         spec, gpu, ranks, (client_cpus, probe_cpus), gpu_failures = _place_on_gpu_host(
-            profile, host, images, readings, gpu_class, data_disk, engine_memlock
+            profile, host, images, readings, gpu_class, data_disk, engine_memlock, install_toolkit
         )
         failures += gpu_failures
     launch: Launch | None = None
@@ -440,17 +445,8 @@ def build_plan(
         profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
         gpu_smoke=smoke,
         compile_cache_dir=_cache_dir(launch),
-        **_health_timeout(profile, readings, gpu_class),
+        **startup.plan_fields(profile, parse_served_files(readings.get("served_files", "")), gpu_class),
     )
-
-
-def _health_timeout(
-    profile: Profile, readings: Mapping[str, str], gpu_class: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    weights = startup.model_bytes(parse_served_files(readings.get("served_files", "")), profile.model.host_path)
-    load = (gpu_class or {}).get("load_mib_s")
-    seconds, line = startup.health_timeout(weights, float(load) if load else None, profile.vllm.enforce_eager)
-    return {"health_timeout_s": seconds, "health_timeout_line": line}
 
 
 def _cache_dir(launch: Launch | None) -> str | None:
@@ -481,6 +477,7 @@ def plan_from_profile(
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
     profiler: str | None = None,
+    install_toolkit: bool = False,
 ) -> Plan:
     """build_plan with the profile's image plan."""
     images = plan_images(profile.image.distribution, profile.image.version, patches_dir, base_image=base_image)

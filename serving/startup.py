@@ -17,7 +17,10 @@ once for the copy and the margin a cold page cache needs. The compile allowance 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from serving.profile import Profile
 
 # The bound before this module: what the embedded default and the test hosts were measured against.
 FLOOR_S = 300
@@ -53,3 +56,14 @@ def model_bytes(files: Sequence[tuple[int, str]], model_dir: str) -> int:
     """The bytes of the served files under the model's directory (a listing of (size, path))."""
     prefix = model_dir.rstrip("/") + "/"
     return sum(size for size, path in files if path.startswith(prefix))
+
+
+def plan_fields(
+    profile: Profile, files: Sequence[tuple[int, str]], gpu_class: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The plan's health_timeout_s and health_timeout_line (serving/plan.py)."""
+    load = (gpu_class or {}).get("load_mib_s")
+    seconds, line = health_timeout(
+        model_bytes(files, profile.model.host_path), float(load) if load else None, profile.vllm.enforce_eager
+    )
+    return {"health_timeout_s": seconds, "health_timeout_line": line}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from serving.errors import InputError
@@ -33,7 +34,17 @@ from serving.errors import InputError
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ("profile", "gpu_class", "patches_dir", "base_image", "data_disk", "engine_memlock", "api_key_file", "profiler")
+        (
+            "profile",
+            "gpu_class",
+            "patches_dir",
+            "base_image",
+            "data_disk",
+            "engine_memlock",
+            "api_key_file",
+            "profiler",
+            "install_toolkit",
+        )
     )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -93,6 +104,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 stand_in=standin.load_config(),
                 api_key_file=key_file,
                 profiler=profiler,
+                install_toolkit=boolean(args.get("install_toolkit", False)),
             )
         except InputError as e:
             return {**result, "failed": True, "msg": str(e)}

@@ -120,7 +120,8 @@ BadHost = Callable[[dict[str, str]], dict[str, str]]
             lambda r: {"missing": "nvidia-container-runtime"},
             "nvidia-container-runtime not found on gpu3090-a: the NVIDIA container toolkit is not installed; install "
             "nvidia-container-toolkit from NVIDIA's package repository, then run `nvidia-ctk runtime configure "
-            "--runtime=docker`",
+            "--runtime=docker`, or set preflight_install_nvidia_toolkit: true in the inventory for the deploy to "
+            "install it",
         ),
         (
             "memlock too low for the budget",
@@ -150,6 +151,25 @@ def test_each_bad_host_fails_with_one_clear_line_and_no_spec(name: str, change: 
     assert plan.container_spec is None, name
     assert any(line in f for f in plan.failures), (name, plan.failures)
     assert len([f for f in plan.failures if line in f]) == 1
+
+
+def test_a_host_without_the_toolkit_is_planned_with_its_install_where_the_inventory_allows_it() -> None:
+    # The toolkit missing, so Docker has no nvidia runtime either: the nvidia_toolkit role installs the one, the
+    # runtime role then writes the other into daemon.json.
+    base = _readings("rtx3090-pp3")
+    bare = base | {"missing": "nvidia-container-runtime", "docker_runtimes": '{"runc":{"path":"runc"}}'}
+    args = (load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), bare, IMAGE)
+    allowed = gpu_plan.plan_gpu_host(*args, install_toolkit=True)
+    assert allowed.failures == [] and allowed.toolkit_install is True and allowed.container_spec is not None
+    assert gpu_plan.to_json(allowed)["toolkit_install"] is True
+    refused = gpu_plan.plan_gpu_host(*args)
+    assert [f.split(":")[0] for f in refused.failures] == [
+        "nvidia-container-runtime not found on gpu3090-a",
+        "Docker on gpu3090-a has no nvidia runtime (docker info",
+    ]
+    assert refused.toolkit_install is False and refused.container_spec is None
+    # Installed already: nothing to install, whatever the inventory allows.
+    assert gpu_plan.plan_gpu_host(*args[:2], base, IMAGE, install_toolkit=True).toolkit_install is False
 
 
 def test_the_budget_table_is_in_the_plan_with_the_allocator_option_in_force() -> None:
