@@ -132,6 +132,14 @@ class Container(StrictModel):
     shm_size: str = "1g"
     ulimits: dict[str, Ulimit] = Field(default_factory=dict)
     restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "unless-stopped"
+    # Where the engine's compile caches live on the host (serving/render.py compile_cache_dir puts the
+    # container, profile and image below it).
+    compile_cache_dir: str = "/var/lib/refdeploy/cache"
+
+    @field_validator("compile_cache_dir")
+    @classmethod
+    def _cache_path(cls, v: str) -> str:
+        return check_path(v)
 
     @field_validator("cpuset_cpus", "cpuset_mems")
     @classmethod

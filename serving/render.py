@@ -163,10 +163,10 @@ RENDERED_DIR = "/var/lib/refdeploy/rendered"
 # and each step of `make validate` reuse them instead of compiling again. Every one of these caches keys its
 # entries on what it compiled (graph, shapes, torch and vLLM versions), so a changed setting misses and compiles;
 # the image in the path keeps an old image's entries from being read by a new one, and the profile's name keeps
-# the directories of different profiles apart. The serve role makes it the runtime image user's (0750); undeploy
+# the directories of different profiles apart; the profile's container.compile_cache_dir is the root (by default
+# /var/lib/refdeploy/cache). The serve role makes it the runtime image user's (0750); undeploy
 # keeps it, as it keeps the images. The variables are the tools' own: vLLM's VLLM_CACHE_ROOT (vllm/envs.py),
 # torch's TORCHINDUCTOR_CACHE_DIR, Triton's TRITON_CACHE_DIR.
-CACHES_DIR = "/var/lib/refdeploy/cache"
 CACHE_MOUNT = "/var/cache/refdeploy"
 CACHE_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
@@ -179,7 +179,7 @@ def compile_cache_dir(profile: Profile, image: str) -> str:
     """The host directory of the profile's compile caches for this image: refdeploy/vllm:0.32.0-cpu-320a623327f0
     gives .../<container>/<profile>/vllm_0.32.0-cpu-320a623327f0."""
     image_key = re.sub(r"[^A-Za-z0-9._-]", "_", image.rsplit("/", 1)[-1])
-    return f"{CACHES_DIR}/{profile.container.name}/{profile.name}/{image_key}"
+    return f"{profile.container.compile_cache_dir.rstrip('/')}/{profile.container.name}/{profile.name}/{image_key}"
 
 
 def cache_volume(spec: dict[str, Any]) -> tuple[str, str] | None:

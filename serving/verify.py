@@ -105,6 +105,9 @@ RULES: tuple[tuple[str, str, str], ...] = (
     # later read "generated" and the largest served file. The model itself is compared, file by file (model.*).
     ("plan.model_action", INFORMATIONAL, "what the deploy found of the model when it planned; its files are compared"),
     ("plan.probes.data_file*", INFORMATIONAL, "the probes' target as found when planned; the model is compared"),
+    ("plan.health_timeout_*", INFORMATIONAL, "how long a start was given, from the model as found when planned"),
+    ("plan.gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
+    ("gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("plan.*images.constraints_file", INFORMATIONAL, "a path in the controller's checkout; its content is hashed"),
     ("plan.*images.patches.*.path", INFORMATIONAL, "a path in the controller's checkout; its sha256 is compared"),
     ("plan.*images.probes_package_files", INFORMATIONAL, "paths in the controller's checkout; hashed in the tag"),

@@ -65,6 +65,9 @@ def _test_profiles(out: Path, share: Path) -> dict[str, Path]:
         data = yaml.safe_load((REPO / "serving" / "profiles" / f"{name}.yaml").read_text())
         data["model"]["host_path"] = str(share / "models" / Path(data["model"]["host_path"]).name)
         data["container"]["name"] = _container(host)
+        # The hosts share this machine's engine, which resolves bind mounts here: the compile caches go where
+        # the serve role on the test host and the engine see the same directory.
+        data["container"]["compile_cache_dir"] = str(share / "cache")
         data["ports"]["host_port"] = port
         paths[host] = out / f"{name}.yaml"
         paths[host].write_text(yaml.safe_dump(data, sort_keys=False))
