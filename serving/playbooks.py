@@ -359,3 +359,10 @@ def torch_fetched(
         int(timeout_s) if timeout_s else None,
     )  # fmt: skip
     return {"error": line}
+
+
+def engine_start(run: Mapping[str, Any], bound_s: Any) -> str:
+    """The line for the engine's start that serving/engine_wait.py followed (refdeploy_watch's result)."""
+    from serving.engine_wait import describe
+
+    return describe(run.get("rc"), str(run.get("stdout") or ""), bound_s)

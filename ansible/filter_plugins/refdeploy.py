@@ -18,6 +18,7 @@
   run       | refdeploy_gpu_smoke(plan, host, held)          the GPU smoke test's problems, one line each
   plan      | refdeploy_torch_source(settings)               the CPU image's torch: the wheelhouse or PyTorch's index?
   run       | refdeploy_torch_fetched(source, saved, bound_s)  its download from PyTorch's index: None or the one line
+  run       | refdeploy_engine_start(bound_s)                 the engine's start, phase by phase (engine_wait.py)
 
 serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -49,6 +50,7 @@ NAMES = (
     "gpu_smoke",
     "torch_source",
     "torch_fetched",
+    "engine_start",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -378,6 +379,16 @@ def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path)
     assert m["verified"] is True
     # The image answers vLLM's model-class inspection (images/vllm/Dockerfile): the new container wrote none.
     assert "modelinfos" not in docker("diff", CONTAINER)
+    # The new engine's start, phase by phase from its own log (serving/engine_wait.py), and the bound it had.
+    out = " ".join(r.output.split())
+    assert "the engine has 300 s to answer /health (0.02 GiB of weights" in out
+    said = re.search(r"the engine answered /health after [\d.]+ s: (.*?)'", out)
+    assert said is not None, out[-3000:]
+    phases = [re.sub(r" \d+ s$", "", step) for step in said.group(1).split(", ")]
+    assert phases == [
+        "starting the processes", "starting the engine", "loading weights",
+        "profiling memory and sizing the KV cache", "starting the API server",
+    ], said.group(0)  # fmt: skip
 
 
 def test_verify_names_the_changed_profile_field(first_deploy: MakeResult) -> None:
