@@ -193,11 +193,18 @@ def _check_host_writes(host: str, gpu: dict[str, Any], mems: str) -> None:
 
 def _check_golden_spec(plan: dict[str, Any], share: Path, fixture: str, name: str, host: str) -> None:
     # The class's container spec is the reviewed golden one, but for what the test host changes: the model's
-    # path, the container's name and port, and the image tag (the golden uses a placeholder).
+    # path, the compile caches' root (both in the directory it shares with this machine's engine), the
+    # container's name and port, and the image tag (the golden uses a placeholder; the caches' path carries it).
     planned = plan["container_spec"]
     golden = json.loads((FIXTURES / fixture / "container-spec.golden.json").read_text())
+    planned_key, golden_key = (i.rsplit("/", 1)[-1].replace(":", "_") for i in (planned["image"], golden["image"]))
     planned["image"] = golden["image"]
-    planned["volumes"] = [v.replace(f"{share}/models/", "/srv/models/") for v in planned["volumes"]]
+    planned["volumes"] = [
+        v.replace(f"{share}/models/", "/srv/models/")
+        .replace(f"{share}/cache/{name}/", f"/var/lib/refdeploy/cache/{golden['name']}/")
+        .replace(f"/{planned_key}:", f"/{golden_key}:")
+        for v in planned["volumes"]
+    ]
     port = str(HOSTS[host][3])
     assert planned["name"] == name and planned["published_ports"] == [f"127.0.0.1:{port}:8000"]
     planned["name"], planned["published_ports"] = golden["name"], golden["published_ports"]
