@@ -16,6 +16,7 @@ from typing import Any
 from probes.metrics import info_labels
 from serving.errors import InputError
 from serving.profile import Model, VllmArgs
+from serving.served import tokenizer_path
 
 CONFIG_LINE_RE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<config>.*)$")
 CACHE_INFO_METRIC = "vllm:cache_config_info"
@@ -154,7 +155,9 @@ def effective_config(
     checks: list[Check] = []
     requested_fields = vllm.model_dump(exclude_none=True, exclude={"extra_args", "compilation_config"})
     requested_fields["served_model_name"] = model.served_name
-    requested_fields["model"] = model.container_path
+    # Served from a GGUF file, the engine's own `model` is where vLLM's GGUF plugin read the config: the
+    # --tokenizer directory (vllm_gguf_plugin/plugin.py, _get_gguf_config_source, 0.0.5); else the directory.
+    requested_fields["model"] = tokenizer_path(vllm.extra_args, model) if model.file else model.container_path
     extra_sources: dict[str, list[tuple[str, str, _Parser]]] = {
         "served_model_name": [("config_line", "served_model_name", str)],
         "model": [("config_line", "model", str)],

@@ -39,6 +39,12 @@ _WHEELHOUSE = {"vllm-cpu": "on", "vllm": "off"}
 # tensor-parallel path compiles a kernel with torch inductor on the first request, which needs a C++
 # compiler and Python's headers ("InductorError: No working C++ compiler", then "Python.h: No such file").
 _RUNTIME_APT = {"vllm-cpu": "g++ python3-dev", "vllm": "gcc libc6-dev python3-dev numactl"}
+# Packages installed beside each distribution, pinned by the same constraints: vLLM 0.32 dropped its in-tree GGUF
+# loader, and vLLM's out-of-tree vllm-gguf-plugin is published for CUDA builds only (its _C_gguf needs
+# libcudart.so.13), so the CPU build has none and the plan refuses GGUF for it (serving/served.py).
+_EXTRA = {"vllm-cpu": "", "vllm": "vllm-gguf-plugin"}
+# The distributions whose image carries a GGUF loader.
+GGUF_DISTRIBUTIONS = frozenset(d for d, extra in _EXTRA.items() if "vllm-gguf-plugin" in extra.split())
 
 
 class ImagePlanError(InputError):
@@ -187,6 +193,7 @@ def plan_images(
         "REMOVE_PACKAGES": _REMOVE[distribution],
         "WHEELHOUSE": _WHEELHOUSE[distribution],
         "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
+        "EXTRA_PACKAGES": _EXTRA[distribution],
     }
     # The build arguments are inputs too: a changed package list must not find the old tag.
     runtime_sha = _hash_files(runtime_inputs, [f"{k}={v}" for k, v in sorted(build_args.items())])

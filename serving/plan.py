@@ -28,7 +28,7 @@ from serving.errors import InputError
 from serving.gpu_smoke import GpuSmoke
 from serving.images import ImagePlan, plan_images
 from serving.launch import GpuAccess, Launch, cpu_ranks, launch_spec
-from serving.profile import Model, Profile
+from serving.profile import Profile
 from serving.redact import secret_env_names
 from serving.render import (
     CACHE_MOUNT,
@@ -47,7 +47,7 @@ from serving.render import (
     with_api_key,
     with_profiler,
 )
-from serving.served import largest_file, model_format_failures, model_state, parse_served_files
+from serving.served import largest_file, model_format_failures, model_state, parse_served_files, tokenizer_path
 
 SCHEMA_VERSION = 1
 # The sidecar is recreated when the serving container is: the ID it watches is this label.
@@ -190,18 +190,6 @@ def api_failures(profile: Profile, key_file: str | None, key_stat: str | None) -
 # --- the bench client and the probes -----------------------------------------------------------------------------
 
 
-def tokenizer_path(argv: Sequence[str], model: Model) -> str:
-    """The tokenizer the server uses: its --tokenizer (the PRO 6000 class keeps it beside the weights), else the
-    model."""
-    args = list(argv)
-    for i, a in enumerate(args):
-        if a == "--tokenizer" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--tokenizer="):
-            return a.split("=", 1)[1]
-    return model.container_path
-
-
 def _volume_for(path: str, volumes: Sequence[str]) -> str | None:
     for v in volumes:
         host, container = v.split(":")[:2]
@@ -285,7 +273,7 @@ def _served_state(profile: Profile, readings: Mapping[str, str]) -> tuple[str | 
     files = parse_served_files(readings.get("served_files", ""))
     data_file, data_bytes, data_note = largest_file(files, profile.served_dirs)
     model_action, failures = model_state(profile, files)
-    failures = model_format_failures(profile.model, files, profile.image.version) + failures
+    failures = model_format_failures(profile, files) + failures
     if readings.get("served_files") is None:  # planned without reading the host
         model_action, data_note = "unknown", "the host was not read"
     return data_file, data_bytes, data_note, model_action, failures

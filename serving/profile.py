@@ -81,6 +81,10 @@ class Model(StrictModel):
     # images/vllm/tinymodel.py); "none": it must exist.
     generate: Literal["tiny", "none"] = "none"
     served_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    # A file under host_path that vLLM serves instead of the directory: a GGUF model (the first shard of a split
+    # one, "name-00001-of-00004.gguf"). vLLM's GGUF plugin reads the model's config.json from the --tokenizer
+    # directory when one is given, else from the file's directory (serving/served.py checks it is there).
+    file: str | None = None
 
     @field_validator("host_path", "container_path")
     @classmethod
@@ -89,6 +93,20 @@ class Model(StrictModel):
         if v == "/":
             raise ValueError("expected a directory below /, got '/'")
         return v
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_path("/" + v)
+            if v.startswith("/") or v.endswith("/"):
+                raise ValueError(f"expected a file name relative to host_path, like 'model-Q4_K_M.gguf', got {v!r}")
+        return v
+
+    @property
+    def served_path(self) -> str:
+        """What `vllm serve` is given: the file in the container when one is named, else the directory."""
+        return f"{self.container_path}/{self.file}" if self.file else self.container_path
 
 
 class VllmArgs(StrictModel):

@@ -55,7 +55,7 @@ def render_vllm_argv(profile: Profile) -> list[str]:
     argv = [
         "vllm",
         "serve",
-        profile.model.container_path,
+        profile.model.served_path,
         "--host",
         "0.0.0.0",
         "--port",

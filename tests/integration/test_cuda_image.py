@@ -90,6 +90,24 @@ def _alloc_conf_accepted(tag: str) -> str:
     return out
 
 
+def _gguf_plugin(tag: str) -> dict[str, object]:
+    """vllm-gguf-plugin in the image: installed at its pin, registered as a vLLM general plugin, its CUDA extension
+    loading beside the image's torch, and its own weight-name mapping's answer for the tiny model's architecture
+    and for seed 004's GLM-5 (tests/integration/cuda_gguf_check.py)."""
+    check = (REPO / "tests" / "integration" / "cuda_gguf_check.py").read_text()
+    out = docker("run", "--rm", "--network", "none", "--env", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3",
+                 tag, "-c", check)  # fmt: skip
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    assert (result["plugin"], result["gguf"]) == ("0.0.5", "0.19.0"), result
+    assert result["entry_points"] == ["gguf=vllm_gguf_plugin:register"], result
+    assert result["c_extension"] is True, result
+    mapping = result["mapping"]
+    assert isinstance(mapping, dict) and str(mapping["llama (the tiny model's architecture)"]).startswith("mapped "), (
+        result
+    )
+    return result
+
+
 def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     tag = _plan_tag()
     r = make("images", f"PROFILE={PROFILE}", timeout=3600)
@@ -103,6 +121,7 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     assert labels["org.refdeploy.cuda-runtime"] == "13.0"  # the host's driver floor (serving/cuda_driver.py)
     smoke = _smoke_without_gpu(tag)
     alloc_conf = _alloc_conf_accepted(tag)
+    gguf = _gguf_plugin(tag)
     RECORD.write_text(
         json.dumps(
             {
@@ -111,8 +130,11 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
                 "import_output": line,
                 "gpu_smoke_without_gpu": smoke,
                 "alloc_conf_check": alloc_conf,
+                "gguf_plugin": gguf,
                 "verified_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then " + IMPORT_CHECK,
+                "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then "
+                + IMPORT_CHECK
+                + "; gguf_plugin: tests/integration/cuda_gguf_check.py in the image",
             },
             indent=2,
         )

