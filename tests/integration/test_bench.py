@@ -1,12 +1,14 @@
 """make bench and make compare against the real CPU deployment on this machine.
 
 One module-scoped sequence, because each step needs a server in a known state and deploys cost ~1 min:
-four benches of the default deploy with a plain `vllm bench serve` run between each two (the benches compared
-A/B/B/A: no measurable difference; the plain runs land within the benches' spread), a bench of the same profile
-with --max-num-seqs 1 (compared at concurrency 4: TTFT up, aggregate throughput down; compared without declaring
-the variable: refused), then the default deploy again. Apart from that sequence: an unknown workload, and the
-default server killed in the middle of a bench (the bench fails within bounds, keeping what it had; the default
-is deployed again, as the other tests expect).
+two benches of the default deploy with four plain `vllm bench serve` runs between them (the plain runs land
+within the benches' spread), a bench of the same profile with --max-num-seqs 1 (compared at concurrency 4: TTFT
+up, aggregate throughput down; compared without declaring the variable: refused), then the default deploy again.
+Whether identical deploys are called different no more often than the level allows is a statistical property
+of the intervals, checked by Monte-Carlo on recorded benches (tests/unit/test_compare_calibration.py), not here
+by one live A/B/B/A draw (issue 27: that compare and its two benches cost about 100 s a run).
+Apart from that sequence: an unknown workload, and the default server killed in the middle of a bench (the bench
+fails within bounds, keeping what it had; the default is deployed again, as the other tests expect).
 """
 
 from __future__ import annotations
@@ -61,23 +63,22 @@ class DefaultSequence:
 
 @pytest.fixture(scope="module")
 def default_sequence(tmp_path_factory: pytest.TempPathFactory) -> DefaultSequence:
-    """Four benches of the default deploy with a plain `vllm bench serve` run between each two: B P B P B P B.
+    """Two benches of the default deploy with four plain `vllm bench serve` runs between them: B P P P P B.
 
-    The benches are compared A/B/B/A (seed 000, §13: reverse the order), so that a steady drift on this shared
-    machine falls equally on both sides; A/B/A/B put B one place later on average, and a CI run once found B's
-    TTFT 13% higher on identical deploys. The plain runs sit between the benches for the same reason: run after
-    all four, they once landed 7% beyond the slowest bench run while back-to-back benches drifted 40%."""
+    The plain runs sit between the benches so that a steady drift on this shared machine falls on both: run
+    after all the benches, they once landed 7% beyond the slowest bench run while back-to-back benches drifted
+    40%."""
     r = make("deploy")
     assert r.rc == 0, r.output[-3000:]
     out = tmp_path_factory.mktemp("plain")
     benches: list[Path] = []
     plain: list[dict[str, Any]] = []
-    for i in range(4):
+    for i in range(2):
         b = bench()
         assert b.rc == 0, b.output[-4000:]
         benches.append(bench_dir(b))
-        if i < 3:
-            plain += [plain_run(benches[-1], 2 * i + k, out / f"plain{2 * i + k}") for k in range(2)]
+        if i == 0:
+            plain += [plain_run(benches[-1], k, out / f"plain{k}") for k in range(PLAIN_RUNS)]
     return DefaultSequence(benches, plain)
 
 
@@ -152,7 +153,7 @@ def test_bench_completes_with_its_report_and_page(default_benches: list[Path]) -
     # The per-request rate is the server's (its TPOT histogram): the client's own is lost when a stream arrives in
     # one burst, which happens here on 2 shared cores at c1 and c4 alike (REFERENCE §11; one run measured a
     # client decode median of 436,366 tok/s at c4, TPOT 0.0018 ms, while the server's TPOT was 1.47 ms).
-    # Over the four default benches (the median of their medians), not the first alone: within one bench every
+    # Over both default benches (the median of their medians), not the first alone: within one bench every
     # c1 run precedes every c4 run, so a slow minute falls on one point only. A CI run's first bench had a c1
     # server TPOT of 3.62 ms and c4 of 3.09 ms, where the next three had 2.53-2.95 (c1) and 3.37-4.37 (c4).
     def pooled(pid: str, figure: str) -> float:
@@ -183,6 +184,7 @@ def plain_vllm_bench_serve(argv: list[str], image: str, out: Path) -> dict[str, 
 
 
 PLAIN_PROMPTS = 32
+PLAIN_RUNS = 4
 
 
 def plain_run(d: Path, i: int, out: Path) -> dict[str, Any]:
@@ -200,7 +202,7 @@ def plain_run(d: Path, i: int, out: Path) -> dict[str, Any]:
 
 
 def test_bench_agrees_with_a_plain_vllm_bench_serve(default_sequence: DefaultSequence) -> None:
-    """The plain runs, interleaved with the benches, against the c1 runs of all four benches: the plain median
+    """The plain runs, between the two benches, against the c1 runs of both: the plain median
     lies within the bench runs' range (the method's run-to-run spread over the same minutes), widened by
     REFERENCE §1's ±12%. What this catches is a method that measures something else (a wrong unit, a setting
     the client adds); the definitions themselves are checked exactly against vLLM's captured results in
@@ -211,13 +213,13 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(default_sequence: DefaultSeq
         for r in summary(b)["runs"]
         if r["point"] == "c1" and r["phase"] == "measured"
     ]
-    assert len(default_sequence.plain) == 6 and len(c1_runs) == 4 * int(MEASURED_RUNS)
+    assert len(default_sequence.plain) == PLAIN_RUNS and len(c1_runs) == 2 * int(MEASURED_RUNS)
     # Judged as the bench judges its own runs: a stream that reached the client in one burst measured the client,
     # not the server (its TPOT is under half the server's), in a bench run and a plain run alike.
     server_tpot = statistics.median(r["server"]["tpot"]["mean_ms"] for r in c1_runs)
     c1_runs = [r for r in c1_runs if r["valid"]]
     plain = [p for p in default_sequence.plain if p["median_tpot_ms"] >= 0.5 * server_tpot]
-    assert len(c1_runs) >= 6 and len(plain) >= 3, (len(c1_runs), [p["median_tpot_ms"] for p in default_sequence.plain])
+    assert len(c1_runs) >= 3 and len(plain) >= 2, (len(c1_runs), [p["median_tpot_ms"] for p in default_sequence.plain])
     for label, bench_values, plain_values in (
         ("TPOT ms", [r["tpot_ms"]["median"] for r in c1_runs], [p["median_tpot_ms"] for p in plain]),
         ("output tok/s", [r["output_tok_s"] for r in c1_runs], [p["output_throughput"] for p in plain]),
@@ -229,27 +231,11 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(default_sequence: DefaultSeq
     assert all(statistics.median(p["output_lens"]) == 32 and p["completed"] == PLAIN_PROMPTS for p in plain)
 
 
-def test_compare_same_deployment_no_measurable_difference(default_benches: list[Path]) -> None:
-    """At LEVEL=0.999, not the default 95%: at 95% for the family, identical deployments are called different in
-    up to 1 compare in 20 by design, and a CI run met it (c4 TPOT: both A benches 5.73 ms, both B 4.77 ms, on
-    the same container). A test that fails 1 run in 20 by chance is a flaky one; at 99.9% chance fails 1 in
-    1,000, and an interval computed too narrow (a z for a t, benches not resampled) still fails it."""
-    b1, b2, b3, b4 = default_benches
-    r = make("compare", f"A={b1},{b4}", f"B={b2},{b3}", "LEVEL=0.999")
-    assert r.rc == 0, r.output
-    assert "conditions equal on both sides" in r.output
-    assert "order: balanced: A/B/B/A" in r.output
-    assert "simultaneous at 99.9% over the 10 figures below (Bonferroni: each at 99.99%)" in r.output
-    lines = [ln for ln in r.output.splitlines() if "B-A" in ln]
-    assert len(lines) == 10  # 5 figures x 2 points
-    assert all("no measurable difference" in ln for ln in lines), r.output
-
-
 def test_compare_max_num_seqs_1_vs_8_at_concurrency_4(default_benches: list[Path], seqs1_bench: Path) -> None:
-    # A is the default bench that ran just before B, not all four: with four, the interval resamples the benches,
+    # A is the default bench that ran just before B, not both: with several, the interval resamples the benches,
     # and on these 2 shared cores one default bench's c4 runs once had a TTFT of 114-214 ms where the others had
-    # 13-18 ms (valid runs, a stalled minute), which put 0 inside a +790% difference. The four benches' drift is
-    # what test_compare_same_deployment_no_measurable_difference is about.
+    # 13-18 ms (valid runs, a stalled minute), which put 0 inside a +790% difference. Drift between identical
+    # benches is what tests/unit/test_compare_calibration.py is about.
     r = make("compare", f"A={default_benches[-1]}", f"B={seqs1_bench}", "VARIABLE=max_num_seqs")
     assert r.rc == 0, r.output
     assert "profile.vllm.max_num_seqs (A 8, B 1)" in r.output
