@@ -18,6 +18,7 @@ from typing import Any
 
 from probes import nvml, nvml_log
 from probes.samplers import read_log
+from serving.bench_health import point_cell
 
 
 def _status(bench_dir: Path, run_id: str) -> Mapping[str, Any]:
@@ -42,12 +43,14 @@ def energy_summary(bench_dir: Path, runs: Sequence[Mapping[str, Any]]) -> dict[s
             continue
         st = _status(bench_dir, r["id"])
         a, b = st.get("started_mono_s"), st.get("ended_mono_s")
+        seconds = None
         if isinstance(a, int | float) and isinstance(b, int | float):
             joules, why = nvml_log.energy_j(by_gpu, float(a), float(b))
+            seconds = float(b) - float(a)  # the run's window, over which its energy was read
         else:
             joules, why = None, "no started_mono_s/ended_mono_s in its status.json"
         per_run.append({"id": r["id"], "point": r["point"], "energy_j": joules, "output_tokens": r["output_tokens"],
-                        "why": why})  # fmt: skip
+                        "seconds": seconds, "why": why})  # fmt: skip
     points = []
     for point in dict.fromkeys(x["point"] for x in per_run):
         mine = [x for x in per_run if x["point"] == point]
@@ -69,8 +72,11 @@ def energy_summary(bench_dir: Path, runs: Sequence[Mapping[str, Any]]) -> dict[s
     }
 
 
-def energy_lines(energy: Mapping[str, Any] | None, labels: Mapping[str, str]) -> list[str]:
-    """The report's lines: a row per point, J per output token first; `labels` names each point."""
+def energy_lines(
+    energy: Mapping[str, Any] | None, labels: Mapping[str, str], health: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The report's lines: a row per point, J per output token first, and its GPU health (bench_health: FLAG where
+    its runs saw an Xid or PCIe replays); `labels` names each point."""
     if not energy:
         return []
     if not energy["measured"]:
@@ -78,12 +84,12 @@ def energy_lines(energy: Mapping[str, Any] | None, labels: Mapping[str, str]) ->
     replayed = " [REPLAYED NVML values, not this host's GPUs]" if energy["replayed"] else ""
     gpus = ", ".join(str(g) for g in energy["gpus"]) or "none"
     lines = ["", f"energy per output token over the measured runs (GPUs {gpus}; {energy['source']}){replayed}:"]
-    rows = [("point", "J/token", "energy J", "output tokens", "runs read")]
+    rows = [("point", "J/token", "energy J", "output tokens", "runs read", "GPU health")]
     for p in energy["points"]:
         jpt, joules = p["j_per_output_token"], p["energy_j"]
         rows.append((labels.get(p["point"], p["point"]), "-" if jpt is None else f"{jpt:.4g}",
                      "-" if joules is None else f"{joules:.1f}", str(p["output_tokens"] or "-"),
-                     f"{p['runs_read']} of {p['runs']}"))  # fmt: skip
+                     f"{p['runs_read']} of {p['runs']}", point_cell(health, p["point"])))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines += [f"  not read: {p['why']}" for p in energy["points"] if p["why"]]

@@ -25,7 +25,7 @@ from probes.cgroups import snapshot_from_json
 from probes.nvml_log import gpu_log, read_gpu_samples
 from probes.samplers import judge_pcie_links, parse_vmstat, read_log
 from probes.timeline import cgroup_notes
-from serving import bench, bench_energy, bench_runs, bench_trace, memory_phases
+from serving import bench, bench_energy, bench_health, bench_runs, bench_trace, memory_phases
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 from serving.stats import describe
@@ -80,6 +80,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         dict.fromkeys(r["point"] for r in planned if r["phase"] == "measured" or not manifest.get("search"))
     )
     points = [bench_runs.pool_point(p, runs, obs) for p in point_ids]
+    health = bench_health.gpu_health(bench_dir, runs, points)  # each run's Xids, PCIe replays; marks its point
     failed = [r for r in runs if r["status"] != "ok"]
     measured = [r for r in runs if r["phase"] == "measured"]
     status = "failed" if failed or not isinstance(client, dict) or client.get("status") != "ok" else "ok"
@@ -139,6 +140,7 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
         "weight_read_bound": bench.weight_read_bound(manifest.get("gpu_class")),
         "gpu_links": gpu_links(bench_dir, manifest.get("gpu_class")),
         "energy": bench_energy.energy_summary(bench_dir, runs),
+        "gpu_health": health,
         "server_cgroup": server_cgroup(bench_dir),
         "memory_at_decode": memory_phases.bench_lines(bench_dir),
         "knee": knee_summary(bench_dir, manifest, runs, obs),
@@ -306,8 +308,9 @@ def server_cgroup(bench_dir: Path) -> list[str]:
 
 
 def render_text(s: Mapping[str, Any]) -> str:
-    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + _point_tables(s) + _turn_lines(s)
-    lines += bench_energy.energy_lines(s.get("energy"), {p["point"]: _point_label(p) for p in s["points"]})
+    labels, health = {p["point"]: _point_label(p) for p in s["points"]}, s.get("gpu_health")
+    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + bench_health.health_lines(health, labels)
+    lines += _point_tables(s) + _turn_lines(s) + bench_energy.energy_lines(s.get("energy"), labels, health)
     lines += _run_lines(s)
     lines += _class_lines(s)
     cg = s.get("server_cgroup") or []

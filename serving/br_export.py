@@ -15,6 +15,7 @@ Each document is built from the bench directory and its summary (bench_report.bu
   (summary runs with phase "measured" and valid true), computed here from their raw result.json with this
   project's definitions (serving/bench_runs.py parse_requests, seed 000 §1: TTFT = t1 - t0, TPOT = (tN - t1)/(N - 1)
   per request, N the server's usage count), never copied from vLLM's own aggregates.
+- results.observability: the engine's power from NVML's energy counter, or notes saying why not (br_energy.py).
 
 Not the summary's "points": those pool every measured run that completed (status ok), flagged or not; a document
 pools the valid ones only, so at a point with a flagged run its figures are those of the valid runs alone. A point
@@ -46,7 +47,7 @@ from llmd_benchmark_report.base import Units, WorkloadGenerator
 from llmd_benchmark_report.schema_v0_2 import VERSION, BenchmarkReportV02
 from pydantic import ValidationError
 
-from serving import bench, bench_runs, bench_trace, memory_phases
+from serving import bench, bench_runs, bench_trace, br_energy, memory_phases
 from serving.redact import redact
 
 BR_DIR = "benchmark-report"
@@ -578,7 +579,10 @@ def point_document(
     common, own = _split_args(argvs)
     ok = [o for obs in runs.values() for o in obs if o.success]
     notes = _notes(summary, point, pooled, _grouped(ok), len(ok))
-    evidence = _evidence(bench_dir, summary, point, pooled, own, notes)
+    stack = [_engine(manifest)]
+    energy = br_energy.point_energy(summary, pid, [r["id"] for r in pooled], stack[0]["metadata"]["label"])
+    evidence = _evidence(bench_dir, summary, point, pooled, own, notes + energy["notes"])
+    evidence["energy"] = energy["evidence"]  # J per output token, which the schema has no field for (br_energy.py)
     eid = f"refdeploy:{bench_id(bench_dir)}"
     left_out = [r["id"] for r in measured if not r["valid"]]
     description = (
@@ -600,8 +604,8 @@ def point_document(
             "time": {k: v for k, v in time.items() if v is not None},
             "description": description,
         },
-        "scenario": {"stack": [_engine(manifest)], "load": _load(manifest, point, common, evidence, ok)},
-        "results": {"request_performance": {"aggregate": _aggregate(runs, durations)}},
+        "scenario": {"stack": stack, "load": _load(manifest, point, common, evidence, ok)},
+        "results": {"request_performance": {"aggregate": _aggregate(runs, durations)}, **energy["results"]},
     }
     return doc, ""
 
