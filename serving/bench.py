@@ -416,10 +416,10 @@ def plan_bench(
     if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
         raise InputError(f"bench_via={via!r}: give host:port of what the client should send through")
     base_url = f"http://{via}" if via else plan.base_url
-    knee = search_plan(workload, search, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt)
-    burst = burst_problem(workload, search, profile.vllm.max_num_seqs)  # after the search's own settings
-    if burst:
-        raise InputError(burst)
+    knee = search_plan(
+        workload, search, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt,
+        profile.vllm.max_num_seqs,
+    )  # fmt: skip
     if knee is not None:
         # The search's first load, once, as the warm-up; its measured runs are decided as it goes.
         warm = workload.model_copy(update={"runs": 0, "concurrency": [], "arrival_rates": []})
@@ -462,7 +462,7 @@ def plan_bench(
     manifest["sized"] = sized
     # Per run: the timeout, the client's start-up and a margin for metrics snapshots; a search's runs are at most
     # its max_runs.
-    searched = knee["max_runs"] * (workload.run_timeout_s + 30) if knee else 0
+    searched = (knee["max_runs"] + len(("knee", "above"))) * (workload.run_timeout_s + 30) if knee else 0
     timeout_s = int(sum(r["timeout_s"] + 30 for r in runs) + searched + 120)
     # A prompts file goes as it is; a trace as vLLM reads it (canonical_trace: every line with its blocks).
     name = f"data/{Path(str(data.get('path'))).name}"
@@ -470,6 +470,10 @@ def plan_bench(
     files += [{"src": data["path"], "name": name}] if data.get("path") and "content" not in data else []
     return {"client_plan": client_plan, "docker_argv": argv, "manifest": manifest, "timeout_s": timeout_s,
             "cgroup_argv": cgroup_argv(plan.images.probes_tag, container), "files": files}  # fmt: skip
+
+
+# A searched run sends at least this many times the engine's max_num_seqs (serving/knee_runs.py sizes it by time).
+MIN_BATCHES_PER_RUN = 4
 
 
 def search_plan(
@@ -480,11 +484,15 @@ def search_plan(
     tokenizer: str,
     seed_offset: int = 0,
     cache_salt: str | None = None,
+    max_num_seqs: int | None = None,
 ) -> dict[str, Any] | None:
-    """What the client needs to run a knee search (serving/knee.py, images/vllm/bench_client.py): the kind, its
-    settings, the SLO thresholds, and the argv of a run without its load (the client adds --request-rate or
-    --max-concurrency, the seed, the result directory and the run's cache salt). None without SEARCH. Refused with
-    one line: an unknown kind, a workload without an SLO, a trace (its timestamps set the load)."""
+    """What the client needs to run a knee search (serving/knee.py, serving/knee_runs.py,
+    images/vllm/bench_client.py): the kind, its settings, the SLO thresholds, and the argv of a run without its
+    load (the client adds --request-rate or --max-concurrency, --num-prompts for the run's duration, the seed, the
+    result directory and the run's cache salt). A run sends at least the workload's num_prompts, and at least
+    MIN_BATCHES_PER_RUN times the profile's max_num_seqs, so that the engine's batch fills many times over. None
+    without SEARCH. Refused with one line: an unknown kind, a workload without an SLO, a trace (its timestamps set
+    the load)."""
     if not kind:
         return None
     if kind not in ("rate", "concurrency"):
@@ -514,7 +522,7 @@ def search_plan(
         raise InputError(f"workload {w.name}: search.{kind} start {rng.start:g} is above its limit {rng.limit:g}")
     template = bench_argv(w, Point("search", None, math.inf), 0, base_url, served_name, tokenizer, "")
     # The client sets these per run: drop the template's values.
-    for name in ("--request-rate", "--seed", "--result-dir"):
+    for name in ("--request-rate", "--seed", "--result-dir", "--num-prompts"):
         i = template.index(name)
         del template[i : i + 2]
     return {
@@ -528,6 +536,11 @@ def search_plan(
         "confirm_runs": max(w.search.confirm_runs, w.runs, 2),
         "resolution": w.search.resolution,
         "max_runs": w.search.max_runs,
+        "duration_s": w.search.duration_s,
+        "ramp_up_s": w.search.ramp_up_s,
+        "min_completed": w.search.min_completed,
+        "check_duration_s": w.search.check_duration_s,
+        "min_prompts": max(w.num_prompts or 1, MIN_BATCHES_PER_RUN * (max_num_seqs or 0)),
         "seed": w.seed + seed_offset + 1000,
         # A run the cache served part of is left out by the report: the client judges it so too (not for a shared
         # prefix, whose hits are the point).
@@ -602,19 +615,6 @@ def context_problem(w: Workload, data: Mapping[str, Any], max_model_len: int | N
     return (
         f"workload {w.name}: {what}, beyond the profile's context (max_model_len {max_model_len}): shorten them, "
         f"give the workload a `sizes` entry for this profile, or deploy a profile with a longer context"
-    )
-
-
-def burst_problem(w: Workload, search: str, max_num_seqs: int | None) -> str | None:
-    """A rate search whose every run the engine admits whole: at no rate does a request queue, so none can fail for
-    load, and the search would call the limit the knee. A profile that sets no max_num_seqs runs vLLM's default,
-    which depends on the engine's platform and is not known here: it is not judged."""
-    if search != "rate" or not max_num_seqs or w.num_prompts is None or w.num_prompts > max_num_seqs:
-        return None
-    return (
-        f"SEARCH=rate: workload {w.name} sends {w.num_prompts} prompts a run and the profile runs max_num_seqs "
-        f"{max_num_seqs}, so the engine admits every run whole and no rate can fail for load; give num_prompts above "
-        f"{max_num_seqs} (or a `sizes` entry for this profile)"
     )
 
 

@@ -25,7 +25,7 @@ from probes.cgroups import snapshot_from_json
 from probes.nvml_log import gpu_log, read_gpu_samples
 from probes.samplers import judge_pcie_links, parse_vmstat, read_log
 from probes.timeline import cgroup_notes
-from serving import bench, bench_energy, bench_health, bench_runs, bench_trace, memory_phases
+from serving import bench, bench_energy, bench_health, bench_runs, bench_trace, knee_runs, memory_phases
 from serving.errors import InputError
 from serving.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 from serving.stats import describe
@@ -193,7 +193,8 @@ def knee_summary(
     counted = {str(m.get("note", "")).split(" ")[0] for m in (result or {}).get("measurements") or [] if m.get("valid")}
     left_out = [f"{k['id']}: {k['flags'][0]}" for k in plotted if k["id"] in counted and not k["valid"] and k["flags"]]
     unit = "req/s" if search["kind"] == "rate" else "concurrent requests"
-    return {"kind": search["kind"], "unit": unit, "result": result, "runs": plotted, "left_out_here": left_out}
+    return {"kind": search["kind"], "unit": unit, "result": result, "runs": plotted, "left_out_here": left_out,
+            "search": search}  # fmt: skip
 
 
 def _as_point(x: Any) -> str:
@@ -212,6 +213,7 @@ def _knee_lines(s: Mapping[str, Any]) -> list[str]:
     ]
     if result.get("why"):
         lines.append(f"  why it stopped: {result['why']}")
+    lines += knee_runs.report_lines(result, k.get("search"))
     for b in result.get("bracket_loads") or []:
         share = b.get("share_met") or {}
         good = b.get("goodput_req_s") or {}

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from serving.knee_runs import SEARCH_HITS_MAX_SHARE, goodput_disagreement, hits_flag
 from serving.stats import describe
 
 # An achieved arrival rate below this share of the requested one means the client, not the server, set the pace.
@@ -193,10 +194,12 @@ def _request_flags(
     result: Mapping[str, Any] | None,
     workload: Mapping[str, Any],
     data: Mapping[str, Any] | None = None,
+    prompts: int | None = None,
 ) -> list[str]:
     """What the client's own record says is wrong: failed requests, a request count or output length other
     than the workload's (the denominators would differ). A trace's requests each have their own output length,
-    in the trace's order (`data`: the manifest's workload_data)."""
+    in the trace's order (`data`: the manifest's workload_data); a searched run sends the prompts the client sized
+    it with (`prompts`, serving/knee_runs.py)."""
     flags: list[str] = []
     ok = [o for o in obs if o.success]
     failed = len(obs) - len(ok)
@@ -210,7 +213,7 @@ def _request_flags(
     if conversations:
         requested = int(workload["turns"]) * int(workload["num_conversations"])
     else:
-        requested = int((data or {}).get("requests") or workload["num_prompts"])
+        requested = int(prompts or (data or {}).get("requests") or workload["num_prompts"])
     if result is not None and len(obs) + not_sent != requested:
         flags.append(f"{len(obs)} requests recorded, {requested} requested")
     expected = list((data or {}).get("expected_output_lens") or [])
@@ -229,10 +232,13 @@ def _request_flags(
     return flags
 
 
-def slo_figures(obs: Sequence[RequestObs], duration_s: float | None, slo: Mapping[str, Any]) -> dict[str, Any]:
+def slo_figures(
+    obs: Sequence[RequestObs], duration_s: float | None, slo: Mapping[str, Any], vllm_goodput: Any = None
+) -> dict[str, Any]:
     """The run against its per-request SLOs: the share of its requests meeting each, and all (a failed request
     meets none), and goodput, the requests meeting all per second of the run (vLLM's definition; a request with
-    one output token meets the TPOT objective)."""
+    one output token meets the TPOT objective), beside what `vllm bench serve --goodput` printed for the run
+    (`vllm_goodput`, its request_goodput) and a flag when the two differ (serving/knee_runs.py)."""
     from serving.workload import Slo
 
     limits = Slo.model_validate(dict(slo)).thresholds_ms()
@@ -256,21 +262,29 @@ def slo_figures(obs: Sequence[RequestObs], duration_s: float | None, slo: Mappin
         "share_met": met_all / n if n else None,
         "share_met_each": {k: (sum(1 for o in obs if meets(o, k)) / n if n else None) for k in limits},
         "goodput_req_s": met_all / duration_s if duration_s else None,
+        "vllm_goodput_req_s": _float(vllm_goodput),
+        "goodput_flag": goodput_disagreement(met_all / duration_s if duration_s else None, _float(vllm_goodput)),
     }
 
 
 def _server_flags(
-    server: Mapping[str, Any], obs: Sequence[RequestObs], counted: bool, hits_intended: bool = False
+    server: Mapping[str, Any],
+    obs: Sequence[RequestObs],
+    counted: bool,
+    hits_intended: bool = False,
+    prompt_tokens: float | None = None,
+    tolerated_hits: float = 0.0,
 ) -> list[str]:
     """What the server's side says of the client's figures: a restart, prefix-cache hits (unless the workload
-    shares prefixes on purpose), a stream that reached the client in bursts (its TPOT beside the server's) or late
+    shares prefixes on purpose; a searched run tolerates what chance gives, serving/knee_runs.py), a stream that
+    reached the client in bursts (its TPOT beside the server's) or late
     (its TTFT beside the server's), tokens the client did not count."""
     flags: list[str] = []
     if server["restarted"]:
         flags.append("the server restarted during the run")
     hits = server["prefix_cache_hits"]
     if hits and not hits_intended:
-        flags.append(f"prefix-cache hits where none may be: {hits:g} tokens (the cache served part of the prefill)")
+        flags += [f for f in [hits_flag(hits, prompt_tokens, tolerated_hits)] if f]
     client_tpot = describe([_ms(o.tpot_s) for o in obs if o.success])["median"]
     server_tpot = server["tpot"]["mean_ms"]
     if client_tpot is not None and server_tpot and client_tpot < MIN_CLIENT_OVER_SERVER_TPOT * server_tpot:
@@ -412,12 +426,16 @@ def summarize_run(
     flags = [f"run {state}: {status.get('reason', 'no reason recorded')}"] if state != "ok" else []
     obs = parse_requests(result) if result else []
     ok = [o for o in obs if o.success]
-    flags += _request_flags(obs, result, workload, data)
+    flags += _request_flags(obs, result, workload, data, run.get("prompts"))
     grouped_requests = sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
     server, missing = _server_side(state, metrics_before, metrics_after)
     flags += missing
     if server is not None:
-        flags += _server_flags(server, obs, result is not None, intends_prefix_hits(workload, data))
+        tolerated = SEARCH_HITS_MAX_SHARE if run.get("search_phase") else 0.0
+        prompt_tokens = _float((result or {}).get("total_input_tokens"))
+        flags += _server_flags(
+            server, obs, result is not None, intends_prefix_hits(workload, data), prompt_tokens, tolerated
+        )
     cache = page_cache_figures(status)
     flags += _page_cache_flags(cache)
     step = wall_clock_step(status)
@@ -440,6 +458,12 @@ def summarize_run(
             "the client did not sustain it"
         )
     duration = _float((result or {}).get("duration"))
+    slo = (
+        slo_figures(obs, duration, workload["slo"], (result or {}).get("request_goodput"))
+        if workload.get("slo")
+        else None
+    )
+    flags += [slo["goodput_flag"]] if slo and slo["goodput_flag"] else []
     out_tokens = sum(o.output_tokens or 0 for o in ok)
     intervals = [x for o in ok for x in o.chunk_intervals_s]
     return {
@@ -480,7 +504,7 @@ def summarize_run(
         "server": server,
         "prefix_cache_hit_rate": _hit_rate(server),
         "page_cache": cache,
-        "slo": slo_figures(obs, duration, workload["slo"]) if workload.get("slo") else None,
+        "slo": slo,
     }
 
 

@@ -66,6 +66,7 @@ class Outcome:
     valid: False when the run failed or was flagged untrustworthy; its figures are kept but judge nothing.
     goodput_req_s: requests/s that met every SLO, when the client computed it (reported, never judged).
     note: why a run is invalid, for the report.
+    held_s: how long the run held its load after its ramp-up (serving/knee_runs.py; reported, never judged).
     """
 
     share_met: float | None
@@ -73,6 +74,7 @@ class Outcome:
     valid: bool = True
     goodput_req_s: float | None = None
     note: str = ""
+    held_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,7 @@ class Search:
                 None if outcome.achieved_over_requested is None else float(outcome.achieved_over_requested)
             ),
             "goodput_req_s": None if outcome.goodput_req_s is None else float(outcome.goodput_req_s),
+            "held_s": None if outcome.held_s is None else float(outcome.held_s),
             "valid": bool(outcome.valid),
             "note": outcome.note,
         }

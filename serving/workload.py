@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from serving.errors import InputError
 from serving.schema import StrictModel, YamlKind
@@ -103,7 +103,10 @@ class SearchRange(StrictModel):
 
 class SearchSettings(StrictModel):
     """How `make bench SEARCH=rate|concurrency` searches (serving/knee.py): the ranges, the runs per probe and
-    per bracketing load, the bisection's resolution (rate: hi/lo <= 1 + resolution) and the runs it may spend."""
+    per bracketing load, the bisection's resolution (rate: hi/lo <= 1 + resolution) and the runs it may spend; how
+    long each run holds its load (serving/knee_runs.py: a rate sends rate x duration_s prompts), the first seconds
+    of sends left out as ramp-up, the requests a run must complete after them to count, and how long the two
+    steady runs that check the answer (at the knee, and at the load above it) hold theirs."""
 
     rate: SearchRange = Field(default_factory=lambda: SearchRange(start=1.0, limit=64.0))
     concurrency: SearchRange = Field(default_factory=lambda: SearchRange(start=1, limit=64))
@@ -111,6 +114,24 @@ class SearchSettings(StrictModel):
     confirm_runs: int = Field(default=3, ge=2)
     resolution: float = Field(default=0.25, gt=0)
     max_runs: int = Field(default=30, ge=2)
+    duration_s: float = Field(default=15.0, gt=0)
+    ramp_up_s: float = Field(default=3.0, ge=0)
+    min_completed: int = Field(default=20, ge=1)
+    check_duration_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ramp_inside(self) -> SearchSettings:
+        if self.ramp_up_s >= self.duration_s:
+            raise ValueError(
+                f"search.ramp_up_s {self.ramp_up_s:g} leaves nothing of search.duration_s {self.duration_s:g} to "
+                "measure: give a ramp-up shorter than the duration"
+            )
+        if self.ramp_up_s >= self.check_duration_s:
+            raise ValueError(
+                f"search.ramp_up_s {self.ramp_up_s:g} leaves nothing of search.check_duration_s "
+                f"{self.check_duration_s:g} to measure"
+            )
+        return self
 
 
 class Workload(StrictModel):

@@ -736,44 +736,6 @@ class Runner:
         return str(status["status"])
 
 
-def _ms(x: Any) -> float | None:
-    return float(x) * 1000.0 if isinstance(x, int | float) else None
-
-
-def run_outcome(result: dict[str, Any], slo_ms: dict[str, float], request_rate: float | None) -> dict[str, Any]:
-    """What one search run says (serving/knee.py Outcome's fields): the share of its requests meeting every SLO (a
-    failed request meets none), goodput, and for a rate the achieved over the requested arrival rate, with the
-    definitions of serving/bench_runs.py (TPOT = (e2e - TTFT)/(N - 1); achieved = (n - 1)/(last send - first))."""
-    import knee  # type: ignore[import-not-found]  # serving/knee.py, copied beside this file
-
-    n = max(len(result.get(k) or []) for k in ("ttfts", "latencies", "errors"))
-    requests = []
-    for i in range(n):
-
-        def at(key: str, i: int = i) -> Any:
-            seq = result.get(key) or []
-            return seq[i] if i < len(seq) else None
-
-        ttft, e2e, out = _ms(at("ttfts")), _ms(at("latencies")), at("output_lens")
-        ok = not at("errors") and ttft is not None and e2e is not None
-        tpot = None
-        if ok and ttft is not None and e2e is not None and isinstance(out, int) and out > 1 and e2e > ttft:
-            tpot = (e2e - ttft) / (out - 1)
-        requests.append({"success": ok, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "output_tokens": out})
-    met = sum(1 for r in requests if knee.meets_slo(r, slo_ms))
-    duration = result.get("duration")
-    starts = sorted(s for s in result.get("start_times") or [] if isinstance(s, int | float))
-    ratio = None
-    if request_rate and len(starts) > 1 and starts[-1] > starts[0]:
-        ratio = (len(starts) - 1) / (starts[-1] - starts[0]) / request_rate
-    return {
-        "share_met": met / n if n else None,
-        "achieved_over_requested": ratio,
-        "goodput_req_s": met / duration if isinstance(duration, int | float) and duration > 0 else None,
-        "valid": n > 0,
-    }
-
-
 def prefix_hits(run_dir: Path) -> float | None:
     """vllm:prefix_cache_hits_total over the run (tokens), from its two /metrics snapshots; None without them."""
 
@@ -789,12 +751,15 @@ def prefix_hits(run_dir: Path) -> float | None:
     return None if before is None or after is None else after - before
 
 
-def search_knee(search: dict[str, Any], runner: Runner, out: Path) -> None:
-    """The knee search (serving/knee.py decides): each step's runs at its load, each run's outcome recorded; the
-    runs made go into client.json ("search_runs", with the ids, points and seeds the report reads), the
+def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple[float, float] | None = None) -> None:
+    """The knee search (serving/knee.py decides the loads; serving/knee_runs.py sizes each run to hold its load for
+    the search's duration and says what a run shows after its ramp-up): each step's runs at its load, each run's
+    outcome recorded, then the steady runs that check the answer (the knee must hold, the load above it must
+    fail). The runs made go into client.json ("search_runs", with the ids, points and seeds the report reads), the
     search's result into out/search.json."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import knee
+    import knee  # type: ignore[import-not-found]  # serving/knee.py, copied beside this file
+    import knee_runs  # type: ignore[import-not-found]  # serving/knee_runs.py, copied beside this file
 
     rate = search["kind"] == "rate"
     s = knee.Search(
@@ -804,44 +769,91 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path) -> None:
     )  # fmt: skip
     made: list[dict[str, Any]] = []
     per_point: dict[str, int] = {}
+    # (load, req/s) of the last run that measured a throughput: the first is the warm-up's, at the start load, so
+    # that a concurrency search's first run is sized from it.
+    last: list[tuple[float, float]] = [warmed] if warmed else []
+
+    def measure(load: float, phase: str, duration_s: float) -> dict[str, Any]:
+        point = f"r{load:g}" if rate else f"c{int(load)}"
+        per_point[point] = per_point.get(point, 0) + 1
+        run_id = f"{point}-m{per_point[point]}"
+        seed = int(search["seed"]) + len(made)
+        prompts = knee_runs.prompts_for(search["kind"], load, duration_s, search["min_prompts"],
+                                        last[-1] if last else None)  # fmt: skip
+        argv = [*search["argv"], "--num-prompts", str(prompts), "--seed", str(seed),
+                "--result-dir", f"{out}/runs/{run_id}"]  # fmt: skip
+        argv += ["--request-rate", repr(float(load))] if rate else ["--request-rate", "inf"]
+        argv += [] if rate else ["--max-concurrency", str(int(load))]
+        salt = f"{search['cache_salt']}-{run_id}" if search.get("cache_salt") else None
+        if salt:
+            argv += ["--extra-body", json.dumps({"cache_salt": salt})]
+        run = {
+            "id": run_id, "point": point, "phase": "measured", "seed": seed, "cache_salt": salt,
+            "max_concurrency": None if rate else int(load), "request_rate": float(load) if rate else None,
+            "timeout_s": search["timeout_s"], "argv": argv, "search_phase": phase, "prompts": prompts,
+            "duration_s": duration_s,
+        }  # fmt: skip
+        say(f"search {phase}: {run_id}, {prompts} prompts for {duration_s:g} s ({len(made) + 1} of at most "
+            f"{search['max_runs'] + 2})")  # fmt: skip
+        state = runner.run(run, tolerate_failed_requests=True)
+        made.append({k: v for k, v in run.items() if k != "argv"})
+        result_path = out / "runs" / run_id / "result.json"
+        got: dict[str, Any] = {"share_met": None, "achieved_over_requested": None, "goodput_req_s": None,
+                               "valid": False, "note": state}  # fmt: skip
+        if state == "ok" and result_path.is_file():
+            result = json.loads(result_path.read_text())
+            got = knee_runs.run_outcome(result, search["slo_ms"], run["request_rate"], duration_s,
+                                        search["ramp_up_s"], search["min_completed"])  # fmt: skip
+            throughput = result.get("request_throughput")
+            if isinstance(throughput, int | float) and throughput > 0:
+                last.append((load, float(throughput)))
+            # As the report judges it (serving/bench_runs.py): the cache served more of the prefill than chance.
+            hits = None if search.get("hits_intended") else prefix_hits(out / "runs" / run_id)
+            prompt_tokens = result.get("total_input_tokens")
+            flag = knee_runs.hits_flag(hits, prompt_tokens, knee_runs.SEARCH_HITS_MAX_SHARE)
+            if flag:
+                got.update(valid=False, note=flag)
+            elif hits and prompt_tokens:
+                said = f"prefix-cache hits {hits / prompt_tokens:.1%} of prompt tokens (random prompts that coincide)"
+                got["note"] = f"{got['note']}; {said}" if got.get("note") else said
+        got["run"] = run_id
+        return got
+
     while (step := s.next_step()) is not None:
-        point = f"r{step.load:g}" if rate else f"c{int(step.load)}"
         for _ in range(step.runs):
-            per_point[point] = per_point.get(point, 0) + 1
-            run_id = f"{point}-m{per_point[point]}"
-            seed = int(search["seed"]) + len(made)
-            argv = [*search["argv"], "--seed", str(seed), "--result-dir", f"{out}/runs/{run_id}"]
-            argv += ["--request-rate", repr(float(step.load))] if rate else ["--request-rate", "inf"]
-            argv += [] if rate else ["--max-concurrency", str(int(step.load))]
-            salt = f"{search['cache_salt']}-{run_id}" if search.get("cache_salt") else None
-            if salt:
-                argv += ["--extra-body", json.dumps({"cache_salt": salt})]
-            run = {
-                "id": run_id, "point": point, "phase": "measured", "seed": seed, "cache_salt": salt,
-                "max_concurrency": None if rate else int(step.load),
-                "request_rate": float(step.load) if rate else None,
-                "timeout_s": search["timeout_s"], "argv": argv, "search_phase": step.phase,
-            }  # fmt: skip
-            say(f"search {step.phase}: {run_id} ({len(made) + 1} of at most {search['max_runs']})")
-            state = runner.run(run, tolerate_failed_requests=True)
-            made.append({k: v for k, v in run.items() if k != "argv"})
-            result_path = out / "runs" / run_id / "result.json"
-            if state == "ok" and result_path.is_file():
-                got = run_outcome(json.loads(result_path.read_text()), search["slo_ms"], run["request_rate"])
-                hits = prefix_hits(out / "runs" / run_id)
-                if hits and not search.get("hits_intended"):
-                    # As the report judges it (serving/bench_runs.py): the cache served part of the prefill.
-                    got["valid"] = False
-                    state = f"prefix-cache hits where none may be: {hits:g} tokens"
-            else:
-                got = {"share_met": None, "achieved_over_requested": None, "goodput_req_s": None, "valid": False}
-            s.record(step.load, knee.Outcome(note=f"{run_id} {state}", **got))
+            got = measure(step.load, step.phase, search["duration_s"])
+            s.record(step.load, knee.Outcome(
+                share_met=got["share_met"], achieved_over_requested=got["achieved_over_requested"],
+                valid=got["valid"], goodput_req_s=got["goodput_req_s"], held_s=got.get("held_s"),
+                note=" ".join(x for x in (got["run"], got.get("note") or "ok") if x),
+            ))  # fmt: skip
             if runner.server_lost:
                 break
         if runner.server_lost:
             break
+    result = s.result()
+    checks = []
+    for load, expect in [] if runner.server_lost else knee_runs.checks_for(result):
+        checks.append({"load": load, "expect": expect, **measure(load, "check", search["check_duration_s"])})
+        if runner.server_lost:
+            break
     runner.client["search_runs"] = made
-    write_json(out / "search.json", s.result())
+    write_json(out / "search.json", knee_runs.conclude(result, checks, search["check_duration_s"]))
+
+
+def warm_throughput(plan: dict[str, Any], out: Path) -> tuple[float, float] | None:
+    """The last warm-up's load and request throughput (req/s), from its result.json; None without one."""
+    warm = [r for r in plan["runs"] if r["phase"] == "warmup"]
+    if not warm:
+        return None
+    try:
+        result = json.loads((out / "runs" / warm[-1]["id"] / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    load = warm[-1].get("request_rate") or warm[-1].get("max_concurrency")
+    throughput = result.get("request_throughput")
+    ok = isinstance(load, int | float) and isinstance(throughput, int | float) and throughput > 0
+    return (float(load), float(throughput)) if ok else None
 
 
 def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int:
@@ -865,7 +877,7 @@ def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int
         say(f"run {i} of {len(plan['runs'])}: {run['id']} ({run['phase']})")
         runner.run(run)
     if plan.get("search"):
-        search_knee(plan["search"], runner, out)
+        search_knee(plan["search"], runner, out, warm_throughput(plan, out))
     failed, server_lost = runner.failed, runner.server_lost
     gauges.stop.set()
     gauges.join(5.0)

@@ -3,9 +3,9 @@ rate at which the workload's SLO holds and the client sustains the rate, measure
 states the spread; the figure is looked at in headless Chromium (tests/integration/test_report_screenshot.py's
 screenshot): its latency and goodput series, the bracket band and the knee line are drawn.
 
-The shipped `knee` workload with fewer prompts per run, longer answers and fewer runs in all, so that the search fits
-CI and its knee lies well inside the limit; the note of issue 15 holds the full search on this machine and how long
-it took.
+The shipped `knee` workload with its loads held for seconds instead of 15 s, and fewer runs in all, so that the search
+fits CI; the note of issue 29 holds the full search on this machine, how long it took, and where a plain `vllm bench
+serve` puts the knee.
 """
 
 from __future__ import annotations
@@ -32,17 +32,20 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     r = make("deploy")
     assert r.rc == 0, r.output[-3000:]
     w = yaml.safe_load((REPO / "serving" / "workloads" / "knee.yaml").read_text())
-    # From 8 req/s with a coarser bisection and 2 runs per bracketing load; 24 runs at most leaves room for the
-    # border's contradictions. 12 prompts a run (with 48, the random prompts' token runs collided on the tiny
-    # model's vocabulary and the prefix cache hit), and 96-token answers: past the server's rate the 9th request
-    # waits for the first wave of 8 sequences, ~0.5 s, beyond the SLO's 300 ms TTFT, so 4 of 12 miss it (a run
-    # here: knee 16 req/s, 22.6 failing at a share of 0.667). With 32-token answers that wait was ~250 ms, and
-    # whether 128 req/s "held" depended on the machine's minute (knees of 45.3 and 90.5 req/s here, and a CI-like
-    # run that held to the limit).
-    w["num_prompts"] = 12
-    w["output_len"] = 96
-    w["search"] = {**w["search"], "rate": {"start": 8.0, "limit": 128.0}, "resolution": 0.5, "confirm_runs": 2,
-                   "max_runs": 24}  # fmt: skip
+    # The shipped workload's requests (64 in, 32 out) with its loads held 8 s (2 s of ramp-up) instead of 15 s (3 s),
+    # checked by 12 s steady runs instead of 30 s, 2 runs per bracketing load, loads 12, 24, 48, 96 with no
+    # bisection, and a first-token SLO of 1.5 s instead of 300 ms. Why, from this machine: the engine serves about
+    # 31-34 req/s, and loads near that go either way by the minute (held 4 s, 32 req/s held in three runs and failed
+    # its 8 s check; held 8 s, 33.9 held, and a 40 req/s run once held at 1.000); and the client shares the server's
+    # 2 CPUs, so above ~20 req/s it stalls for up to 1.2 s and sends its backlog at once, which alone put runs at 20
+    # and 28.3 req/s at shares of 0.558 and 0.376 under a 300 ms TTFT. So the test's loads keep clear of the
+    # capacity, and its TTFT bound outlasts a stall; what it shows is the mechanism (loads held, runs judged after
+    # their ramp-up, the answer checked). The shipped SLO's knee on this machine, beside a plain `vllm bench serve
+    # --goodput`, is in the note of issue 29.
+    w["slo"] = {**w["slo"], "ttft": "1500ms"}
+    w["search"] = {**w["search"], "rate": {"start": 12.0, "limit": 96.0}, "resolution": 1.0, "confirm_runs": 2,
+                   "max_runs": 12, "duration_s": 8, "ramp_up_s": 2, "min_completed": 20,
+                   "check_duration_s": 12}  # fmt: skip
     path = tmp_path_factory.mktemp("knee") / "knee.yaml"
     path.write_text(yaml.safe_dump(w))
     b = make("bench", f"WORKLOAD={path}", "SEARCH=rate", timeout=1500)
@@ -55,6 +58,9 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_search_reports_a_rate_the_runs_around_it_and_their_spread(searched: Path) -> None:
     result: dict[str, Any] = json.loads((searched / "search.json").read_text())
     assert result["status"] == "found", result["summary"]
+    # Each load held for its duration, and the answer checked by the two steady runs, as the report says.
+    assert all(m["held_s"] is not None and m["held_s"] >= 1.5 for m in result["measurements"] if m["valid"])
+    assert [(c["expect"], c["state"]) for c in result["checks"]] == [("holds", "holds"), ("fails", "fails")]
     lo, hi = result["bracket"]
     assert result["knee"] == lo and lo < hi
     sides = {b["load"]: b for b in result["bracket_loads"]}
@@ -63,11 +69,13 @@ def test_the_search_reports_a_rate_the_runs_around_it_and_their_spread(searched:
         assert sides[load]["share_met"]["n"] >= 2 and sides[load]["share_met"]["min"] is not None
     text = (searched / "report.txt").read_text()
     assert f"knee search (SEARCH=rate): {result['summary']}" in text
+    assert "  each load held for 8 s, its first 2 s left out as ramp-up (the valid runs held it " in text, text
+    assert f"  steady check of 12 s: {lo:g} req/s holds (share met " in text
     assert re.search(rf"bracket {lo:g} req/s: holds .* over \d+ valid run\(s\)", text), text
     # Every run the search made is a run of the bench, with its own directory, seed and figures.
     s = json.loads((searched / "summary.json").read_text())
     measured = [r for r in s["runs"] if r["phase"] == "measured"]
-    assert len(measured) == len(result["measurements"])
+    assert len(measured) == len(result["measurements"]) + len(result["checks"])
     assert len({r["seed"] for r in measured}) == len(measured)
     assert {p["request_rate"] for p in s["points"]} >= {lo, hi}
 

@@ -9,6 +9,7 @@ simulated server whose TTFT grows past the SLO above 6 req/s; the real run is te
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,20 +64,13 @@ def test_a_search_that_cannot_run_is_one_line(tmp_path: Path, kind: str, extra: 
     assert str(err.value).startswith(said)
 
 
-def test_a_rate_search_whose_runs_the_engine_admits_whole_is_one_line(tmp_path: Path) -> None:
-    """cpu-tiny runs 8 sequences: 8 prompts a run are all admitted at once at any rate, so none can queue and the
-    search would call its limit the knee. 9 can queue, and a concurrency search caps what is in flight itself."""
-    assert bench.plan_bench(knee_workload(tmp_path, num_prompts=9), serving_plan(), "/o", "0-1", "0-1",
-                            search="rate")["client_plan"]["search"]  # fmt: skip
-    w = knee_workload(tmp_path, num_prompts=8)
-    assert bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]["search"]
-    with pytest.raises(InputError) as err:
-        bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
-    assert str(err.value) == (
-        "SEARCH=rate: workload t sends 8 prompts a run and the profile runs max_num_seqs 8, so the engine admits "
-        "every run whole and no rate can fail for load; give num_prompts above 8 (or a `sizes` entry for this "
-        "profile)"
-    )
+def test_a_searched_run_is_sized_by_time_and_fills_the_batch_many_times(tmp_path: Path) -> None:
+    """cpu-tiny runs 8 sequences: a searched run sends at least 4 x 8 prompts whatever the workload's num_prompts,
+    and the client sets --num-prompts per run from the rate and search.duration_s (the template has none)."""
+    w = knee_workload(tmp_path, num_prompts=8, search={"duration_s": 6, "ramp_up_s": 1})
+    s = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")["client_plan"]["search"]
+    assert s["min_prompts"] == 4 * 8 and "--num-prompts" not in s["argv"]
+    assert (s["duration_s"], s["ramp_up_s"], s["min_completed"], s["check_duration_s"]) == (6, 1, 20, 30)
 
 
 def simulated_server(knee_rate: float) -> Any:
@@ -115,12 +109,22 @@ def test_the_client_searches_with_knee_py_and_records_every_run(tmp_path: Path, 
     lo, hi = result["bracket"]
     assert lo <= 6.0 < hi and hi / lo <= 1.25 + 1e-9 and result["knee"] == lo
     made = record["search_runs"]
-    assert len(made) == len(result["measurements"]) == len(record["runs"])
+    # The search's runs, then one steady check at the knee (holds) and one at the load above it (fails).
+    assert len(made) == len(result["measurements"]) + 2 == len(record["runs"])
+    assert [(c["load"], c["expect"], c["state"]) for c in result["checks"]] == [
+        (lo, "holds", "holds"),
+        (hi, "fails", "fails"),
+    ]
+    assert "confirmed by steady runs of 30 s: " in result["summary"], result["summary"]
+    # Sized by time: a run at r req/s sends r x 15 s prompts (at least 4 x max_num_seqs 8), a check r x 30 s.
+    for r in made:
+        want = max(math.ceil(r["request_rate"] * r["duration_s"]), 32)
+        assert r["prompts"] == want and r["duration_s"] == (30 if r["search_phase"] == "check" else 15), r
     # Each run has its own seed and directory; each bracketing load was measured confirm_runs times.
     assert len({r["seed"] for r in made}) == len(made)
     assert all((out / "runs" / r["id"] / "result.json").is_file() for r in made)
     for load in (lo, hi):
-        assert sum(1 for r in made if r["request_rate"] == load) >= 3
+        assert sum(1 for r in made if r["request_rate"] == load and r["search_phase"] != "check") >= 3
     argv = json.loads((out / "runs" / made[0]["id"] / "argv.json").read_text())
     assert argv[argv.index("--request-rate") + 1] == "1.0" and "--max-concurrency" not in argv
     assert "knee" not in sys.modules or sys.modules["knee"].__file__ == str(SERVING / "knee.py")
@@ -192,3 +196,53 @@ def test_a_search_run_the_cache_served_is_not_counted(tmp_path: Path, monkeypatc
     first = result["measurements"][0]
     assert first["valid"] is False and "prefix-cache hits where none may be: 64 tokens" in first["note"]
     assert result["measurements"][1]["load"] == first["load"] and result["measurements"][1]["valid"] is True
+
+
+def closed_loop_server(capacity_req_s: float, knee_concurrency: int) -> Any:
+    """A stand-in for `vllm bench serve --max-concurrency C`: its --num-prompts requests in waves of C, each wave
+    C / capacity s long (at least 0.2 s), TTFT 50 ms up to `knee_concurrency`, 900 ms above (past a 200 ms SLO)."""
+
+    def run_bench(argv: list[str], run_dir: Path, timeout_s: float) -> tuple[int | None, bool]:
+        c = int(argv[argv.index("--max-concurrency") + 1])
+        n = int(argv[argv.index("--num-prompts") + 1])
+        wave = max(0.2, c / capacity_req_s)
+        ttft = 0.05 if c <= knee_concurrency else 0.9
+        waves = math.ceil(n / c)
+        result = {
+            "duration": waves * wave, "completed": n, "failed": 0, "request_goodput": None,
+            "request_throughput": n / (waves * wave), "ttfts": [ttft] * n, "latencies": [wave] * n,
+            "output_lens": [4] * n, "input_lens": [8] * n, "itls": [[0.033] * 3] * n, "errors": [""] * n,
+            "start_times": [100 + (i // c) * wave for i in range(n)],
+        }  # fmt: skip
+        (Path(run_dir) / "result.json").write_text(json.dumps(result))
+        return 0, False
+
+    return run_bench
+
+
+def test_a_concurrency_search_sizes_each_run_from_the_last_throughput(tmp_path: Path, monkeypatch: Any) -> None:
+    """The first run from the warm-up's throughput, each next from the last run's: every run holds its concurrency
+    for the duration (10 s here), so none is too short, and the knee is found and checked."""
+    w = knee_workload(tmp_path, search={"concurrency": {"start": 1, "limit": 16}, "duration_s": 10, "ramp_up_s": 2})
+    plan = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="concurrency")["client_plan"]
+    out = tmp_path / "out"
+    warm = plan["runs"][-1]
+    (out / "runs" / warm["id"]).mkdir(parents=True)
+    (out / "runs" / warm["id"] / "result.json").write_text(json.dumps({"request_throughput": 5.0}))
+    monkeypatch.setattr(client, "run_bench", closed_loop_server(capacity_req_s=20.0, knee_concurrency=4))
+    monkeypatch.setattr(client, "http", lambda method, url, timeout=10.0: (200, ""))
+    monkeypatch.setattr(client, "engine_io", lambda pid=1: {"pids": {}, "unreadable": {}})
+    monkeypatch.syspath_prepend(str(SERVING))
+    record: dict[str, Any] = {"runs": []}
+    runner = client.Runner({**plan, "out": str(out)}, out, "http://x", None, record)
+    assert client.warm_throughput(plan, out) == (1.0, 5.0)
+    client.search_knee(plan["search"], runner, out, client.warm_throughput(plan, out))
+    result = json.loads((out / "search.json").read_text())
+    assert result["status"] == "found" and result["bracket"] == [4, 5], result["summary"]
+    made = record["search_runs"]
+    # Concurrency 1 after a warm-up of 5 req/s: 5 x 10 s = 50 prompts (above 4 waves and 4 x max_num_seqs 8).
+    assert (made[0]["max_concurrency"], made[0]["prompts"]) == (1, 50)
+    # Concurrency 2 from concurrency 1's 5 req/s, doubled: 100 prompts.
+    assert (made[1]["max_concurrency"], made[1]["prompts"]) == (2, 100)
+    assert all(m["valid"] for m in result["measurements"]), [m["note"] for m in result["measurements"]]
+    assert [(c["load"], c["state"]) for c in result["checks"]] == [(4, "holds"), (5, "fails")]
