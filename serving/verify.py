@@ -100,6 +100,10 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("effective_config.server_started_log_ts", INFORMATIONAL, "a log time"),
     ("placement.lines", INFORMATIONAL, "the lines carry pids; each rank's CPUs and nodes are compared"),
     ("placement.ranks.*.pid", INFORMATIONAL, "a worker's pid"),
+    # Where a rank's anonymous memory sits is measured (numa_maps) and moves by pages as it runs; the nodes it may
+    # use (memory_nodes.allowed) and whether its binding held (ok, problems) are compared.
+    ("placement.ranks.*.memory_nodes.anon_bytes*", INFORMATIONAL, "a rank's memory by node, measured as it runs"),
+    ("placement.ranks.*.memory_nodes.outside_share", INFORMATIONAL, "a measured share; the verdict (ok) is compared"),
     ("plan.host", INFORMATIONAL, "the inventory name of the host compared"),
     # A first deploy plans before it generates the model: its manifest says "generate" and no probe target, a
     # later read "generated" and the largest served file. The model itself is compared, file by file (model.*).

@@ -92,6 +92,28 @@ def test_two_deploys_of_one_environment_differ_only_informationally(vllm_cpu_fix
     assert not [p for p in found if p.startswith("memory_by_phase.")]
 
 
+def _with_memory_nodes(raw: dict[str, Any], anon_n0: int, allowed: list[int]) -> dict[str, Any]:
+    """Rank 0's memory by node as serving/numa.py records it: the bytes from CI's failing run (stop 36), read
+    twice one page apart in one container."""
+    raw = copy.deepcopy(raw)
+    rank0 = raw["placement"]["ranks"][0]
+    rank0["memory_nodes"] = {"anon_bytes": {"N0": anon_n0}, "allowed": allowed, "outside_share": 0.0}
+    return raw
+
+
+def test_a_ranks_memory_measured_a_page_apart_is_not_a_difference_but_its_allowed_nodes_are(
+    vllm_cpu_fixtures: Path,
+) -> None:
+    raw = _deploy_raw(vllm_cpu_fixtures)
+    ref = build_manifest(_with_memory_nodes(raw, 1_511_772_160, [0]))
+    now = build_manifest(_with_memory_nodes(raw, 1_511_776_256, [0]))
+    found = _by_path(compare(ref, now))
+    assert [d.line() for d in found.values() if d.kind == MUST_MATCH] == []
+    assert found["placement.ranks.0.memory_nodes.anon_bytes.N0"].kind == INFORMATIONAL
+    moved = _by_path(compare(ref, build_manifest(_with_memory_nodes(raw, 1_511_772_160, [1]))))
+    assert moved["placement.ranks.0.memory_nodes.allowed"].kind == MUST_MATCH
+
+
 def test_a_first_deploys_manifest_which_planned_the_models_generation_matches_a_later_read(
     vllm_cpu_fixtures: Path,
 ) -> None:
