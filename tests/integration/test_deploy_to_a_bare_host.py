@@ -278,3 +278,40 @@ def test_the_stop_command_stops_it_and_a_run_that_may_change_the_host_starts_it_
     assert again != pid
     assert _on_host("readlink", f"/proc/{again}/exe").stdout.strip() == "/usr/sbin/dockerd"
     assert _on_host("docker", "version", "--format", "{{.Server.Version}}").stdout.startswith("20.10")
+
+
+def test_a_dockerd_that_does_not_come_back_gets_its_previous_settings_back_and_runs_again(bare: Path) -> None:
+    """The runtime role's restart and its rescue (ansible/roles/runtime/tasks/restart.yml) against a real dockerd
+    that does not come back: the settings ask for a storage driver this host's filesystem cannot carry, which
+    dockerd 20.10 (no --validate) accepts as a file and refuses at start. systemctl is the stand-in
+    tests/replay/systemctl (PID 1 is not systemd here): its restart stops and starts the host's own dockerd."""
+    docker("cp", str(REPO / "tests" / "replay" / "systemctl"), f"{HOST}:/usr/local/sbin/systemctl")
+    _on_host("rm", "-f", "/var/log/refdeploy-systemctl.log")
+    before = _on_host("cat", "/etc/docker/daemon.json", check=False)
+    pid, _ = _dockerd()
+    settings = {"runtime_daemon_settings": {"storage-driver": "btrfs"}, "runtime_restart_stops_containers": True}
+    play = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(bare / "hosts.yml"), "--limit", HOST,
+         "-e", json.dumps(settings), str(REPO / "tests" / "integration" / "runtime_restart.yml")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    out = " ".join((play.stdout + play.stderr).split())
+    assert play.returncode != 0, out[-3000:]
+    assert (
+        f"Docker Engine did not come back on {HOST} after its settings changed (/etc/docker/daemon.json): Job for "
+        "docker.service failed because the control process exited with error code (stand-in: dockerd " in out
+    ), out[-3000:]
+    assert f"see {LOG}). The previous files are back, and dockerd answers again on them" in out, out[-3000:]
+    # dockerd really stopped, really refused the new file, and really runs again on the previous one.
+    log = _on_host("cat", LOG).stdout
+    assert "error initializing graphdriver" in log or "prerequisites for driver not satisfied" in log, log[-2000:]
+    again, _ = _dockerd()
+    assert again != pid
+    assert _on_host("readlink", f"/proc/{again}/exe").stdout.strip() == "/usr/sbin/dockerd"
+    assert _on_host("docker", "info", "--format", "{{.Driver}}").stdout.strip() != "btrfs"
+    after = _on_host("cat", "/etc/docker/daemon.json", check=False)
+    assert (after.returncode, after.stdout) == (before.returncode, before.stdout)
+    calls = _on_host("cat", "/var/log/refdeploy-systemctl.log").stdout.splitlines()
+    assert calls == ["restart docker.service", "daemon-reload", "restart docker.service"]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,6 +81,23 @@ def test_a_bare_host_without_systemd_gets_docker_io_and_the_supervisor() -> None
     for key in ("start_error", "socket_timeout_error", "answer_timeout_error"):
         assert "`start-stop-daemon --start" in plan[key] and plan[key].endswith("see /var/log/refdeploy-dockerd.log")
     assert plan["socket_timeout_error"].startswith("dockerd did not create /var/run/docker.sock on h1 within 60 s")
+
+
+def test_the_systemctl_stand_in_restarts_a_bare_hosts_dockerd_as_the_role_started_it() -> None:
+    """tests/replay/systemctl restarts the bare test host's real dockerd (test_deploy_to_a_bare_host.py): its
+    start is the role's start_argv, its stop the role's stop_argv with --oknodo (the dockerd may have exited)."""
+    plan = engine_plan(_bare(), SETTINGS)
+    script = (Path(__file__).parents[1] / "replay" / "systemctl").read_text()
+    names = {"$pidfile": SETTINGS["pidfile"], "$log": SETTINGS["log"], "$dockerd": "/usr/sbin/dockerd"}
+    lines = []
+    for line in script.splitlines():
+        words = [names.get(w.strip('"'), w.strip('"')) for w in line.split()]
+        if words[:1] == ["start-stop-daemon"]:
+            lines.append(words)
+    stop = [w for w in plan["stop_argv"]]
+    stop.insert(stop.index("--stop") + 1, "--oknodo")
+    assert lines == [stop, plan["start_argv"]]
+    assert f"pidfile={SETTINGS['pidfile']} log={SETTINGS['log']} dockerd=/usr/sbin/dockerd" in script
 
 
 def test_an_installed_dockerd_that_is_not_running_is_started_the_same_way() -> None:

@@ -16,7 +16,8 @@ ENGINE_STARTS = 0
 def test_a_dockerd_that_does_not_come_back_gets_its_previous_settings_back(hosts: tuple[Path, Path]) -> None:
     """The restart fails (the stand-in fails `restart docker.service` once, as a unit that does not start does):
     daemon.json and the memlock drop-ins are as before the deploy, the engine is restarted on them, and the
-    deploy says so and starts no container."""
+    deploy says so and starts no container. This host shares this machine's engine, so nothing stops here; a
+    real dockerd that stops and does not come back is test_deploy_to_a_bare_host.py's last test."""
     inv, _ = hosts
     host = "rdtest-gpu3090"
     docker("exec", host, "rm", "-f", "/var/log/refdeploy-systemctl.log")
