@@ -14,4 +14,13 @@ def perf_refused_here() -> str:
     if shutil.which("perf") is None:
         return ""
     proc = subprocess.run(["perf", "stat", "-e", "task-clock", "true"], capture_output=True, text=True, timeout=60)
-    return "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["perf stat failed"])[0]
+    if proc.returncode == 0:
+        return ""
+    # Only the kernel's refusal (perf_event_paranoid, a seccomp or capability denial) is a reason: any other
+    # failure answers "" too, so that a test expecting a recording fails on the broken perf instead of skipping.
+    said = " ".join(proc.stderr.split())
+    return said if any(m in said for m in PERF_REFUSALS) else ""
+
+
+# What perf prints when the kernel refuses it (tools/perf/util/evsel.c, evsel__open_strerror: EACCES/EPERM).
+PERF_REFUSALS = ("perf_event_paranoid", "Access to performance monitoring", "No permission", "not permitted")

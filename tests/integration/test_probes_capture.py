@@ -33,8 +33,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.test_report_screenshot import MIN_PIXELS, pixels_of, read_png, screenshot
 from tests.machine import perf_refused_here
-from tests.perfetto import TraceProcessor
-from tests.perfetto import node as perfetto_node
+from tests.perfetto import TraceProcessor, require_node
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0
@@ -293,10 +292,7 @@ def test_a_workload_capture_keeps_the_workers_memory_while_decoding(workload_cap
 def test_each_request_is_a_span_in_the_trace_as_perfetto_reads_it(
     workload_capture: tuple[Path, Any], tmp_path: Path
 ) -> None:
-    if perfetto_node() is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and node is not installed (apt-get install -y nodejs)")
-        pytest.skip("node is not installed: apt-get install -y nodejs")
+    require_node()
     bundle, _ = workload_capture
     rows = [json.loads(line) for line in (bundle / "requests" / "requests.jsonl").read_text().splitlines()]
     with TraceProcessor.start(tmp_path / "trace-processor.stderr") as tp:

@@ -40,6 +40,16 @@ def node() -> str | None:
     return shutil.which("node")
 
 
+def require_node() -> None:
+    """Skip where node is not installed, but fail under CI (`.ci/run` exports CI=true, and installs nodejs)."""
+    if node() is None:
+        import pytest
+
+        if os.environ.get("CI"):
+            pytest.fail("CI is set and node is not installed (apt-get install -y nodejs)")
+        pytest.skip("node is not installed: apt-get install -y nodejs")
+
+
 class _Pipe:
     """The transport the perfetto package's RPC client takes: send(bytes), read(n) exactly, close()."""
 

@@ -10,7 +10,6 @@ capture's). Perfetto runs in Node.js: without node the tests skip, except under 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,14 @@ from typing import Any
 import pytest
 
 from serving.capture_trace import PID_CLIENT, build_trace, write_trace
-from tests.perfetto import TraceProcessor, node
+from tests.perfetto import TraceProcessor, require_node
 
 T0 = 5000.0  # the window's start on CLOCK_MONOTONIC, in seconds
 
 
 @pytest.fixture(scope="module")
 def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceProcessor]:
-    if node() is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and node is not installed (apt-get install -y nodejs)")
-        pytest.skip("node is not installed: apt-get install -y nodejs")
+    require_node()
     yield from _processor(tmp_path_factory.mktemp("tp"))
 
 
@@ -160,8 +156,7 @@ def test_the_window_and_perf_span_are_on_the_captures_track(loaded: TraceProcess
 def test_the_check_can_fail_overlapping_slices_are_reported(tmp_path: Path) -> None:
     # What the importer flags: two slices of one thread that overlap without nesting (it drops the second). The
     # exporter writes whole microseconds so a request's phases never do this by a rounding.
-    if node() is None:
-        pytest.skip("node is not installed")
+    require_node()
     trace: dict[str, Any] = {"traceEvents": [
         {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
         {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10},

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 
 from serving.errors import InputError
 from serving.profile_trace import build_trace, write_trace
-from tests.perfetto import TraceProcessor, node
+from tests.perfetto import TraceProcessor, require_node
 
 MONO0 = 20000.0  # CLOCK_MONOTONIC at /start_profile, s
 WALL0 = 1796227000.0  # wall-clock time at the same moment, s
@@ -103,10 +102,7 @@ def test_without_the_clients_clock_readings_the_traces_are_not_merged(tmp_path: 
 
 
 def test_perfetto_reads_the_merged_trace_without_error(tmp_path: Path) -> None:
-    if node() is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and node is not installed (apt-get install -y nodejs)")
-        pytest.skip("node is not installed: apt-get install -y nodejs")
+    require_node()
     path = write_trace(_profile(tmp_path / "profile"))
     with TraceProcessor.start(tmp_path / "stderr.txt") as tp:
         tp.load(path.read_bytes())
