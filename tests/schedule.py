@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / ".venv" / "bin"
@@ -151,16 +152,24 @@ def _start_step(r: Running, live: bool) -> None:
         out.close()
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT (pytest then tears its fixtures down), then SIGTERM, then SIGKILL, to the step's whole session."""
-    for sig, grace in ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5)):
+def stop_session(proc: subprocess.Popen[Any], steps: Sequence[tuple[int, float]]) -> str:
+    """Each (signal, grace) in turn to proc's whole session (it was started with start_new_session) until proc
+    ends: what it still had to say on a piped stdout, "" otherwise. tests/integration/conftest.py's make() uses
+    it too."""
+    for sig, grace in steps:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         try:
-            proc.wait(timeout=grace)
-            return
+            out, _ = proc.communicate(timeout=grace)
+            return out or ""
         except subprocess.TimeoutExpired:
             continue
+    return ""
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (pytest then tears its fixtures down), then SIGTERM, then SIGKILL, to the step's whole session."""
+    stop_session(proc, ((signal.SIGINT, STOP_GRACE_S[0]), (signal.SIGTERM, STOP_GRACE_S[1]), (signal.SIGKILL, 5)))
 
 
 def _passed(r: Running, pytest_args: Sequence[str]) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -54,15 +53,7 @@ MAKE_LIMIT_S = {
 
 def _stop(proc: subprocess.Popen[str]) -> str:
     """End `proc` and everything it started (its own session: make, ansible-playbook, ssh, docker clients)."""
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            out, _ = proc.communicate(timeout=wait_s)
-            return out or ""
-        except subprocess.TimeoutExpired:
-            continue
-    return ""
+    return schedule.stop_session(proc, ((signal.SIGTERM, 15), (signal.SIGKILL, 15)))
 
 
 def make(*args: str, timeout: int | None = None, env: dict[str, str] | None = None) -> MakeResult:

@@ -70,6 +70,12 @@ def _unchanged_after(result_rc: int, before: dict[str, str]) -> None:
 
 
 @pytest.fixture(scope="module")
+def seqs4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """cpu-tiny with max_num_seqs 4: the one-field change the render-only, check-mode and replacing deploys use."""
+    return _profile_copy(tmp_path_factory.mktemp("seqs4"), "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+
+
+@pytest.fixture(scope="module")
 def first_deploy() -> MakeResult:
     r = make("deploy")
     assert r.rc == 0, r.output[-4000:]
@@ -160,11 +166,11 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
 
 
-def test_a_render_only_deploy_writes_the_spec_and_starts_nothing(tmp_path: Path) -> None:
+def test_a_render_only_deploy_writes_the_spec_and_starts_nothing(seqs4: Path) -> None:
     """Against a spec that differs from the running one (max_num_seqs 4), so that a deploy would replace it: the
     render-only deploy writes that spec to the host and leaves the running container alone."""
     before = inspect(CONTAINER)
-    path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+    path = seqs4
     try:
         r = make("deploy", f"PROFILE={path}", "ANSIBLE_ARGS=-e serve_launch=false")
         assert r.rc == 0, r.output[-4000:]
@@ -220,12 +226,12 @@ def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
     assert complete("def main(", 4)["usage"]["completion_tokens"] == 4
 
 
-def test_check_mode_says_what_it_would_change_and_changes_nothing(tmp_path: Path) -> None:
+def test_check_mode_says_what_it_would_change_and_changes_nothing(seqs4: Path) -> None:
     """--check against a spec that differs from the running one: it runs clean, reports the replacement it
     would make, and neither replaces the container nor rewrites the spec on the host."""
     before = inspect(CONTAINER)
     rendered = RENDERED.read_bytes()
-    path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+    path = seqs4
     r = make("deploy", f"PROFILE={path}", "ANSIBLE_ARGS=--check")
     assert r.rc == 0, r.output[-4000:]
     assert r.recap_changed > 0, "a differing spec in check mode must show the change it would make"
@@ -358,8 +364,8 @@ def test_an_interrupted_replacement_is_reported_not_discarded() -> None:
         docker("rm", f"{CONTAINER}-previous")
 
 
-def test_one_field_change_replaces_exactly_the_serving_container(tmp_path: Path) -> None:
-    path = _profile_copy(tmp_path, "seqs4", lambda d: d["vllm"].update(max_num_seqs=4))
+def test_one_field_change_replaces_exactly_the_serving_container(seqs4: Path) -> None:
+    path = seqs4
     old = inspect(CONTAINER)
     sums = Path("/var/lib/refdeploy/models/tiny-llama/SHA256SUMS").stat().st_mtime_ns
     images_before = host_state()["images"]
