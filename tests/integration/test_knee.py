@@ -58,6 +58,12 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(m.group(1))
 
 
+@pytest.mark.timing(
+    margin=(
+        "48 req/s met 1.000 in 3 runs and in its 16 s check against 0.9; 96 req/s 0.024-0.192 and 0.103 (this"
+        " module alone, 2026-12-05; the CI-like run of 2026-12-04, held 8 s under 1.5 s, had 1.09)"
+    )
+)
 def test_the_search_reports_a_rate_the_runs_around_it_and_their_spread(searched: Path) -> None:
     result: dict[str, Any] = json.loads((searched / "search.json").read_text())
     assert result["status"] == "found", result["summary"]

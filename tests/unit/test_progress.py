@@ -11,12 +11,20 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from serving.progress import MARK
 from tests.ansible_run import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timing(
+    margin=(
+        "a 3.5 s task and a line a second: 3 numbered lines, 2 needed (its count bounded at 4 had 1.3 in the "
+        "CI-like run of 2026-12-04)"
+    )
+)
 def test_a_long_task_says_it_is_still_running_and_a_quick_one_says_nothing(tmp_path: Path) -> None:
     play = tmp_path / "play.yml"
     play.write_text(
@@ -35,8 +43,11 @@ def test_a_long_task_says_it_is_still_running_and_a_quick_one_says_nothing(tmp_p
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     lines = re.findall(r"^\s+\.\.\. (.*)$", cp.stdout, re.M)
     assert lines and all(ln.startswith("Wait a while: ") for ln in lines), cp.stdout
-    assert 2 <= len(lines) <= 4, lines
+    # One line a second, numbered by the seconds: how many depends on how long the task took on a loaded machine
+    # (a count bounded at 4 had a margin of 1.3 in CI), their numbering does not.
+    assert len(lines) >= 2, lines
     assert lines[0] == "Wait a while: 1 s so far (at most 29 s more)", lines
+    assert [ln.split(" s so far")[0] for ln in lines] == [f"Wait a while: {i}" for i in range(1, len(lines) + 1)]
 
 
 def _play(tmp_path: Path, tasks: str) -> subprocess.CompletedProcess[str]:
@@ -55,6 +66,7 @@ def _play(tmp_path: Path, tasks: str) -> subprocess.CompletedProcess[str]:
     return run_playbook(play, env)
 
 
+@pytest.mark.timing(margin="a tick a second in a 2.5 s phase: 2.5, by design (line counts not recorded)")
 def test_a_watched_command_says_what_it_is_doing_and_returns_what_the_command_module_would(tmp_path: Path) -> None:
     script = (
         f"echo '{MARK}run 1 of 2' >&2; sleep 2.5; echo '{MARK}run 2 of 2' >&2; sleep 2.5; "
@@ -79,6 +91,7 @@ def test_a_watched_command_says_what_it_is_doing_and_returns_what_the_command_mo
     assert not list((tmp_path / "scratch").glob("refdeploy-watch.*")), "the scratch directory was left on the host"
 
 
+@pytest.mark.timing(margin="a tick at 1 s before the 2 s bound: 2, by design")
 def test_a_watched_command_past_its_bound_exits_124_and_an_interrupted_one_is_stopped(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     cp = _play(

@@ -148,6 +148,7 @@ def test_sidecar_log_rotates_once(tmp_path: Path) -> None:
     assert all(a.mono_s <= b.mono_s for a, b in itertools.pairwise(lines))
 
 
+@pytest.mark.timing(margin="4 vmstat rows needed in 2.5 s at 0.5 s, 5 expected: 1.25, by design (counts not recorded)")
 def test_a_real_sampler_set_stamps_lines_on_the_monotonic_clock(tmp_path: Path) -> None:
     specs = samplers.build_specs(["vmstat"], [1])
     if specs[0].skip_reason:
