@@ -131,6 +131,11 @@ def share_met(requests: Sequence[Mapping[str, Any]], slo: Mapping[str, float]) -
     return sum(meets_slo(r, slo) for r in requests) / len(requests)
 
 
+# The share of the requested rate a client must send for the load to count as tested (a client that sent less
+# did not test it); serving/knee_runs.py's "arrivals bunched" note uses it too.
+MIN_RATE_RATIO = 0.98
+
+
 def holds(share: float, rate_ratio: float | None, min_share: float, min_rate_ratio: float | None) -> bool:
     """The SLO test of one load's figures: share met >= min_share and, when a rate is judged (min_rate_ratio not
     None), achieved/requested >= min_rate_ratio."""
@@ -160,7 +165,7 @@ class Search:
         start: float,
         limit: float,
         min_share: float,
-        min_rate_ratio: float = 0.98,
+        min_rate_ratio: float = MIN_RATE_RATIO,
         probe_runs: int = 1,
         confirm_runs: int = 3,
         resolution: float = 0.25,

@@ -151,15 +151,12 @@ def run_outcome(
         note = ""
     out["send_lag_s"] = None if lag is None else lag[0]
     valid = not note and out["share_met"] is not None
-    if valid and lag is not None and lag[0] > MAX_SEND_LAG_S and (out["achieved_over_requested"] or 0) >= KEPT_UP:
+    kept_up = (out["achieved_over_requested"] or 0) >= knee.MIN_RATE_RATIO
+    if valid and lag is not None and lag[0] > MAX_SEND_LAG_S and kept_up:
         note = (f"arrivals bunched: the client fell {lag[0]:.2f} s behind its schedule at {lag[1]:.1f} s and caught "
                 "up (a stall on its CPUs)")  # fmt: skip
     valid = valid and (request_rate is None or out["achieved_over_requested"] is not None)
     return {**out, "valid": bool(valid), "note": note}
-
-
-# A client that sent at least this share of the rate kept up (serving/knee.py's min_rate_ratio default).
-KEPT_UP = 0.98
 
 
 def send_lag(starts: Sequence[float], rate: float) -> tuple[float, float] | None:
