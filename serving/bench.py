@@ -534,7 +534,9 @@ def search_plan(
         "probe_runs": w.search.probe_runs,
         # At least the workload's measured runs per bracketing load, as a plain bench has per point.
         "confirm_runs": max(w.search.confirm_runs, w.runs, 2),
-        "resolution": w.search.resolution,
+        "resolution": rng.resolution
+        if rng.resolution is not None
+        else (w.search.resolution if kind == "rate" else None),
         "max_runs": w.search.max_runs,
         "duration_s": w.search.duration_s,
         "ramp_up_s": w.search.ramp_up_s,

@@ -168,7 +168,7 @@ class Search:
         min_rate_ratio: float = MIN_RATE_RATIO,
         probe_runs: int = 1,
         confirm_runs: int = 3,
-        resolution: float = 0.25,
+        resolution: float | None = None,
         max_runs: int = 30,
         max_invalid: int = 2,
     ) -> None:
@@ -176,7 +176,9 @@ class Search:
         the share of requests that must meet the SLOs; min_rate_ratio: the achieved/requested rate a rate load
         needs (unused for concurrency); probe_runs: runs per load while bracketing and bisecting; confirm_runs:
         valid runs each bracketing load needs at the end; resolution: bisect a rate bracket until hi/lo <= 1 +
-        resolution (a concurrency bracket bisects to adjacent integers); max_runs: runs in all, invalid ones
+        resolution (0.25 when None); a concurrency bracket until its loads are adjacent integers or, where a
+        resolution is given for it, hi/lo <= 1 + resolution (adjacent integers near a noisy knee are a
+        difference no check can confirm); max_runs: runs in all, invalid ones
         too; max_invalid: invalid runs at one load after which that load is judged on what it has."""
         if kind not in ("rate", "concurrency"):
             raise ValueError(f"kind must be 'rate' or 'concurrency', not {kind!r}")
@@ -192,7 +194,7 @@ class Search:
             raise ValueError(f"probe_runs and max_invalid must be >= 1; {probe_runs}, {max_invalid}")
         if confirm_runs < MIN_VALID_TO_CONFIRM:
             raise ValueError(f"confirm_runs must be >= {MIN_VALID_TO_CONFIRM}: one run is a probe, not a confirmation")
-        if kind == "rate" and not resolution > 0:
+        if resolution is not None and not resolution > 0:
             raise ValueError(f"resolution must be > 0, not {resolution}")
         if max_runs < 1:
             raise ValueError(f"max_runs must be >= 1, not {max_runs}")
@@ -203,7 +205,8 @@ class Search:
         self.min_rate_ratio = float(min_rate_ratio) if kind == "rate" else None
         self.probe_runs = probe_runs
         self.confirm_runs = confirm_runs
-        self.resolution = float(resolution) if kind == "rate" else None
+        # None: 0.25 for a rate search, adjacent integers alone for a concurrency search.
+        self.resolution = float(resolution) if resolution is not None else (0.25 if kind == "rate" else None)
         self.max_runs = max_runs
         self.max_invalid = max_invalid
 
@@ -435,11 +438,11 @@ class Search:
         return min(load * 2, self.limit)
 
     def _narrow(self, lo: float, hi: float) -> bool:
-        """Whether the bracket is within the resolution: adjacent integers, or hi/lo <= 1 + resolution."""
-        if self.kind == "concurrency":
-            return hi - lo <= 1
-        assert self.resolution is not None
-        return hi / lo <= 1 + self.resolution + 1e-12
+        """Whether the bracket is within the resolution: adjacent integers (concurrency), or hi/lo <= 1 +
+        resolution (rate; concurrency where one is given)."""
+        if self.kind == "concurrency" and hi - lo <= 1:
+            return True
+        return self.resolution is not None and hi / lo <= 1 + self.resolution + 1e-12
 
     def _midpoint(self, lo: float, hi: float) -> float:
         """The next load inside (lo, hi): the integer midpoint for concurrency; for rate the geometric one (rate

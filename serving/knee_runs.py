@@ -44,23 +44,29 @@ MAX_SEND_LAG_S = 0.25
 
 
 def prompts_for(
-    kind: str, load: float, duration_s: float, min_prompts: int, last: tuple[float, float] | None = None
+    kind: str, load: float, duration_s: float, min_prompts: int, measured: Sequence[tuple[float, float]] = ()
 ) -> int:
     """The prompts a run at `load` sends to hold it for `duration_s`: a rate sends rate x duration; a concurrency
-    sends what the last run's request throughput (`last`: its load and req/s) says fills the duration, scaled for
-    the new load: down in proportion (at least half), up by the square root of the ratio (at most twice), since a
-    closed loop's throughput grows at most in proportion to its concurrency and not at all once the engine is
-    full: a run then lasts between 0.7 and 1.4 times the duration where proportional scaling made a saturated
-    engine's run at twice the concurrency last twice it (1,207 prompts for a 15 s load at concurrency 16 here). At
-    least MIN_WAVES waves, and never fewer than `min_prompts`."""
+    sends what a measured request throughput (`measured`: (load, req/s) of the runs so far, oldest first) says
+    fills the duration. The newest run at this load says it best. Otherwise the newest run's throughput is scaled
+    by the square root of the load ratio, at most twice and at least half: a closed loop's throughput grows at most
+    in proportion to its concurrency and not at all once the engine is full, so the run lasts between 0.7 and 1.4
+    times the duration. Proportional scaling up made a saturated engine's run at twice the concurrency last twice
+    it (1,207 prompts for a 15 s load at concurrency 16 here); proportional scaling down made the 30 s check at
+    concurrency 16, sized from a saturated concurrency 32 (about 50 req/s at both), end after 12 s, too short to
+    count. At least MIN_WAVES waves, and never fewer than `min_prompts`."""
     if kind == "rate":
         return max(math.ceil(load * duration_s), min_prompts)
     waves = int(load) * MIN_WAVES
-    if last is None or last[1] <= 0:
+    known = [(lo, r) for lo, r in measured if r > 0]
+    if not known:
         return max(waves, min_prompts)
-    last_load, last_req_s = last
-    ratio = load / last_load
-    est = last_req_s * (min(2.0, math.sqrt(ratio)) if ratio > 1 else max(0.5, ratio))
+    same = [r for lo, r in known if lo == load]
+    if same:
+        est = same[-1]
+    else:
+        last_load, last_req_s = known[-1]
+        est = last_req_s * min(2.0, max(0.5, math.sqrt(load / last_load)))
     return max(math.ceil(est * duration_s), waves, min_prompts)
 
 

@@ -95,10 +95,12 @@ class Size(StrictModel):
 
 
 class SearchRange(StrictModel):
-    """The loads a knee search may measure: from `start`, doubling, to at most `limit`."""
+    """The loads a knee search may measure: from `start`, doubling, to at most `limit`; `resolution`, where given,
+    is this kind's bisection resolution (the search's own otherwise for rate; adjacent integers for concurrency)."""
 
     start: float = Field(gt=0)
     limit: float = Field(gt=0)
+    resolution: float | None = Field(default=None, gt=0)
 
 
 class SearchSettings(StrictModel):

@@ -769,8 +769,8 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple
     )  # fmt: skip
     made: list[dict[str, Any]] = []
     per_point: dict[str, int] = {}
-    # (load, req/s) of the last run that measured a throughput: the first is the warm-up's, at the start load, so
-    # that a concurrency search's first run is sized from it.
+    # (load, req/s) of each run that measured a throughput, oldest first: the first is the warm-up's, at the start
+    # load, so that a concurrency search's first run is sized from it.
     last: list[tuple[float, float]] = [warmed] if warmed else []
 
     def measure(load: float, phase: str, duration_s: float) -> dict[str, Any]:
@@ -778,8 +778,7 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple
         per_point[point] = per_point.get(point, 0) + 1
         run_id = f"{point}-m{per_point[point]}"
         seed = int(search["seed"]) + len(made)
-        prompts = knee_runs.prompts_for(search["kind"], load, duration_s, search["min_prompts"],
-                                        last[-1] if last else None)  # fmt: skip
+        prompts = knee_runs.prompts_for(search["kind"], load, duration_s, search["min_prompts"], last)
         argv = [*search["argv"], "--num-prompts", str(prompts), "--seed", str(seed),
                 "--result-dir", f"{out}/runs/{run_id}"]  # fmt: skip
         argv += ["--request-rate", repr(float(load))] if rate else ["--request-rate", "inf"]

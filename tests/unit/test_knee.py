@@ -273,6 +273,18 @@ def test_a_concurrency_search_from_a_start_that_is_not_a_power_of_two() -> None:
     assert result["bracket"] == [19, 20]
 
 
+def test_a_concurrency_search_given_a_resolution_stops_at_that_ratio_not_at_adjacent_integers() -> None:
+    """With resolution 1.0 (hi/lo <= 2), the knee at 13 is bracketed [8, 16] and not bisected further: the steady
+    checks then compare loads a factor 2 apart, not 13 and 14."""
+    result = drive(Search("concurrency", 1, 64, 0.95, resolution=1.0), concurrency_server(13))
+    assert result["status"] == "found"
+    assert result["knee"] == 8 and result["bracket"] == [8, 16]
+    assert loads_in(result, "bisect") == []
+    assert result["criteria"]["resolution"] == 1.0
+    coarse = drive(Search("concurrency", 1, 64, 0.95, resolution=0.5), concurrency_server(13))
+    assert coarse["bracket"] == [12, 16] and loads_in(coarse, "bisect") == [12]  # 16/12 <= 1.5
+
+
 # --- the result ---------------------------------------------------------------------------------------------------
 
 

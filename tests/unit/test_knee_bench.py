@@ -64,6 +64,19 @@ def test_a_search_that_cannot_run_is_one_line(tmp_path: Path, kind: str, extra: 
     assert str(err.value).startswith(said)
 
 
+def test_each_kind_takes_its_ranges_resolution_and_concurrency_none_without_one(tmp_path: Path) -> None:
+    """The search's resolution is a rate's; a concurrency range's own resolution (serving/workloads/knee.yaml
+    gives 1.0) reaches knee.Search, and without one the client bisects to adjacent integers (None)."""
+    ranges = {"rate": {"start": 2.0, "limit": 32.0}, "resolution": 0.3}
+    for conc, want in (({"start": 1, "limit": 16}, None), ({"start": 1, "limit": 16, "resolution": 1.0}, 1.0)):
+        w = knee_workload(tmp_path, search={**ranges, "concurrency": conc})
+        plans = {k: bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search=k)["client_plan"]["search"]
+                 for k in ("rate", "concurrency")}  # fmt: skip
+        assert (plans["rate"]["resolution"], plans["concurrency"]["resolution"]) == (0.3, want)
+    shipped = workload.load_workload("knee")
+    assert shipped.search is not None and shipped.search.concurrency.resolution == 1.0
+
+
 def test_a_searched_run_is_sized_by_time_and_fills_the_batch_many_times(tmp_path: Path) -> None:
     """cpu-tiny runs 8 sequences: a searched run sends at least 4 x 8 prompts whatever the workload's num_prompts,
     and the client sets --num-prompts per run from the rate and search.duration_s (the template has none)."""

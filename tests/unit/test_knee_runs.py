@@ -31,9 +31,14 @@ def test_a_rate_run_sends_rate_times_duration_and_a_concurrency_run_what_fills_i
     assert knee_runs.prompts_for("concurrency", 4, 15.0, 8) == 16  # nothing measured yet: 4 waves
     # The last run, concurrency 2, completed 10 req/s: concurrency 4 completes between that (a full engine) and
     # twice that (an idle one); sized for sqrt(2) times, the run lasts between 0.7 and 1.4 times the duration.
-    assert knee_runs.prompts_for("concurrency", 4, 15.0, 8, last=(2, 10.0)) == 213
-    assert knee_runs.prompts_for("concurrency", 16, 15.0, 8, last=(2, 10.0)) == 300  # at most twice the last
-    assert knee_runs.prompts_for("concurrency", 1, 15.0, 8, last=(4, 10.0)) == 75  # at least half
+    assert knee_runs.prompts_for("concurrency", 4, 15.0, 8, [(2, 10.0)]) == 213
+    assert knee_runs.prompts_for("concurrency", 16, 15.0, 8, [(2, 10.0)]) == 300  # at most twice the last
+    assert knee_runs.prompts_for("concurrency", 1, 15.0, 8, [(16, 10.0)]) == 75  # at least half
+    # Down by the square root too: a saturated concurrency 32 (50 req/s) sizes a 30 s run at 16 for 35 req/s,
+    # where proportional scaling (25 req/s) ended the real check after 12 s of 27 (2026-12-05).
+    assert knee_runs.prompts_for("concurrency", 16, 30.0, 8, [(32, 50.0)]) == 1061
+    # A load measured before is sized from its own newest run, whatever ran since.
+    assert knee_runs.prompts_for("concurrency", 16, 30.0, 8, [(16, 48.0), (32, 50.0), (16, 51.0), (8, 30.0)]) == 1530
 
 
 def test_the_ramp_up_is_kept_out_and_goodput_is_over_the_measured_interval() -> None:
