@@ -22,7 +22,8 @@ imported by the controller.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 try:  # in the client container, knee.py sits beside this file; on the controller it is serving.knee
@@ -41,6 +42,9 @@ MIN_HELD_SHARE = 0.5
 # of two runs at 20 req/s (0.26 s and 0.96 s; shares met 0.950 and 0.558), and in one of three at 33.9 req/s
 # (1.17 s; 0.029, where the other two had 0.97 and 1.0).
 MAX_SEND_LAG_S = 0.25
+# The engine's running count (vllm:num_requests_running, read twice a second into gauges.log by the client) over a
+# run's measured interval: with fewer readings than this the run is too short to tell a steady state (plateau_note).
+PLATEAU_MIN_READINGS = 4
 
 
 def prompts_for(
@@ -106,6 +110,7 @@ def run_outcome(
     duration_s: float,
     ramp_up_s: float,
     min_completed: int,
+    running: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Any]:
     """What one searched run says (serving/knee.py Outcome's fields, and the figures the report shows).
 
@@ -116,7 +121,9 @@ def run_outcome(
     recomputed over the whole run (met / the result's duration); vllm_goodput_req_s: what vLLM printed.
     held_s: how long the measured sends spanned. Invalid, with a note naming why: no request, fewer than
     `min_completed` completed after the ramp-up, or sends after the ramp-up spanning under MIN_HELD_SHARE of
-    duration_s - ramp_up_s (the run ended before the load was held). A valid rate run whose client fell more than
+    duration_s - ramp_up_s (the run ended before the load was held), or an engine whose running count (`running`:
+    (CLOCK_MONOTONIC s, count), the clock of vLLM's send times) had no plateau over the measured interval
+    (plateau_note; not judged without readings). A valid rate run whose client fell more than
     MAX_SEND_LAG_S behind its schedule and caught up says so in its note (send_lag_s: the most it fell behind)."""
     reqs = _requests(result)
     starts = [r["start"] for r in reqs if r["start"] is not None]
@@ -128,7 +135,7 @@ def run_outcome(
     out["vllm_goodput_req_s"] = float(vllm) if isinstance(vllm, int | float) else None
     out["goodput_flag"] = goodput_disagreement(out["goodput_run_req_s"], out["vllm_goodput_req_s"])
     blank = {"share_met": None, "achieved_over_requested": None, "goodput_req_s": None, "held_s": None,
-             "measured": 0, "completed_after_ramp_up": 0}  # fmt: skip
+             "measured": 0, "completed_after_ramp_up": 0, "running_level": None}  # fmt: skip
     if not reqs or not starts:
         return {**out, **blank, "valid": False, "note": "no request with a send time: nothing measured"}
     t0 = min(starts)
@@ -154,7 +161,8 @@ def run_outcome(
         note = (f"too short for a steady state: the load was held {held:.1f} s after the {ramp_up_s:g} s ramp-up, "
                 f"under half the stated {duration_s - ramp_up_s:g} s")  # fmt: skip
     else:
-        note = ""
+        ends = [r["start"] + r["e2e_ms"] / 1000.0 for r in completed]
+        note, out["running_level"] = plateau_note(running, t0, t0 + ramp_up_s, max(ends) if ends else sends[-1])
     out["send_lag_s"] = None if lag is None else lag[0]
     valid = not note and out["share_met"] is not None
     kept_up = (out["achieved_over_requested"] or 0) >= knee.MIN_RATE_RATIO
@@ -163,6 +171,47 @@ def run_outcome(
                 "up (a stall on its CPUs)")  # fmt: skip
     valid = valid and (request_rate is None or out["achieved_over_requested"] is not None)
     return {**out, "valid": bool(valid), "note": note}
+
+
+def plateau_note(
+    running: Sequence[tuple[float, float]], t0: float, start: float, end: float
+) -> tuple[str, float | None]:
+    """Whether the engine's running count reached its plateau in time: its level is the median of the readings in
+    the second half of the measured interval (start to end); the run reached it when a reading from the run's first
+    send (t0) on was at that level by the interval's midpoint. ("", the level) when it did; a note naming why not
+    otherwise; ("", None) without any reading. A count that reached its level and then dipped (a client or API
+    server starved of CPU, here) has reached it: this judges a load still building when the run ended."""
+    if not running:
+        return "", None
+    window = [v for t, v in running if start <= t <= end]
+    if len(window) < PLATEAU_MIN_READINGS:
+        return (f"too short for a steady state: {len(window)} reading(s) of the engine's running count after the "
+                f"ramp-up, {PLATEAU_MIN_READINGS} needed"), None  # fmt: skip
+    middle = (start + end) / 2
+    level = float(statistics.median(v for t, v in running if middle <= t <= end))
+    reached = next((t for t, v in running if t >= t0 and v >= level), None)
+    if reached is None or reached > middle:
+        when = "never" if reached is None else f"{reached - t0:.1f} s into the run, after"
+        return (f"no steady state: the engine's running count reached its level ({level:g}, the median of the "
+                f"measured interval's second half) {when} the interval's midpoint ({middle - t0:.1f} s): the load "
+                "was still building"), level  # fmt: skip
+    return "", level
+
+
+def running_counts(lines: Iterable[str]) -> list[tuple[float, float]]:
+    """gauges.log's vllm:num_requests_running readings ("mono\twall\tname{labels} value"), engines summed, by
+    time."""
+    by_time: dict[float, float] = {}
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) != 3 or not parts[2].startswith("vllm:num_requests_running{"):
+            continue
+        try:
+            mono, value = float(parts[0]), float(parts[2].rsplit(" ", 1)[1])
+        except (ValueError, IndexError):
+            continue
+        by_time[mono] = by_time.get(mono, 0.0) + value
+    return sorted(by_time.items())
 
 
 def send_lag(starts: Sequence[float], rate: float) -> tuple[float, float] | None:

@@ -801,8 +801,10 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple
                                "valid": False, "note": state}  # fmt: skip
         if state == "ok" and result_path.is_file():
             result = json.loads(result_path.read_text())
+            gauges = out / "gauges.log"  # the GaugeSampler's, written while the run ran
+            running = knee_runs.running_counts(gauges.read_text().splitlines()) if gauges.is_file() else []
             got = knee_runs.run_outcome(result, search["slo_ms"], run["request_rate"], duration_s,
-                                        search["ramp_up_s"], search["min_completed"])  # fmt: skip
+                                        search["ramp_up_s"], search["min_completed"], running)  # fmt: skip
             throughput = result.get("request_throughput")
             if isinstance(throughput, int | float) and throughput > 0:
                 last.append((load, float(throughput)))

@@ -172,3 +172,56 @@ def test_the_report_says_how_long_each_load_was_held_and_how_the_answer_was_chec
         "  steady check of 8 s: 32 req/s fails (share met 0.815), expected to hold (run r32-m4)",
     ]
     assert knee_runs.report_lines(result, {"kind": "rate"}) == []  # a search from before runs were sized by time
+
+
+# --- the engine's running count: a plateau reached in time ----------------------------------------------------------
+
+# The c4-m1 readings of a real concurrency search here (2026-12-05, gauges.log, seconds from the run's first send):
+# the count reached 4 at once, then read 0 for 5 s while the client still had 4 requests out (the API server and the
+# client starved of CPU on 2 cores), then came back. It reached its level: a plateau, not a load still building.
+C4_DIPPED = [(0.2, 4.0), (0.7, 4.0), (1.2, 4.0), (1.9, 0.0), (2.5, 0.0), (3.7, 0.0), (4.5, 0.0), (5.2, 0.0),
+             (5.7, 4.0), (6.5, 0.0), (7.2, 0.0), (7.8, 1.0), (8.3, 4.0), (8.8, 4.0), (9.3, 1.0), (9.8, 3.0),
+             (10.3, 1.0), (10.8, 4.0), (11.3, 4.0), (11.9, 1.0), (12.4, 4.0), (12.9, 4.0), (13.4, 4.0),
+             (13.9, 4.0)]  # fmt: skip
+
+
+def _closed_loop(n: int = 240, every: float = 0.05) -> dict[str, Any]:
+    return result([i * every for i in range(n)], [0.05] * n, e2e=0.2)
+
+
+def test_a_count_that_reached_its_level_and_dipped_has_a_plateau() -> None:
+    got = knee_runs.run_outcome(_closed_loop(), SLO, None, 15.0, 3.0, 20, C4_DIPPED)
+    # Level 3: the median of the readings from the measured interval's midpoint (7.6 s) to its end (12.15 s).
+    assert got["valid"] and got["note"] == "" and got["running_level"] == 3.0
+
+
+def test_a_count_still_climbing_through_the_measured_interval_is_no_steady_state() -> None:
+    # 12 s of sends: the count climbs 1 a second from 0 and sits at 8 only from 9 s, past the midpoint (7.6 s).
+    climbing = [(t / 2, float(min(8, int(t / 2) - 1))) for t in range(2, 28)]
+    got = knee_runs.run_outcome(_closed_loop(), SLO, None, 15.0, 3.0, 20, climbing)
+    assert not got["valid"] and got["running_level"] == 8.0
+    assert got["note"] == (
+        "no steady state: the engine's running count reached its level (8, the median of the measured interval's "
+        "second half) 9.0 s into the run, after the interval's midpoint (7.6 s): the load was still building"
+    )
+
+
+def test_too_few_readings_after_the_ramp_up_is_too_short_and_none_is_not_judged() -> None:
+    got = knee_runs.run_outcome(_closed_loop(), SLO, None, 15.0, 3.0, 20, [(3.5, 4.0), (6.0, 4.0), (9.0, 4.0)])
+    assert not got["valid"]
+    assert got["note"] == (
+        "too short for a steady state: 3 reading(s) of the engine's running count after the ramp-up, 4 needed"
+    )
+    unread = knee_runs.run_outcome(_closed_loop(), SLO, None, 15.0, 3.0, 20)
+    assert unread["valid"] and unread["running_level"] is None
+
+
+def test_the_running_count_is_read_from_the_clients_gauges_log_engines_summed() -> None:
+    lines = [
+        '100.5\t2026-12-05T01:34:06+00:00\tvllm:num_requests_running{engine="0",model_name="m"} 3.0',
+        '100.5\t2026-12-05T01:34:06+00:00\tvllm:num_requests_running{engine="1",model_name="m"} 2.0',
+        '100.5\t2026-12-05T01:34:06+00:00\tvllm:num_requests_waiting{engine="0",model_name="m"} 9.0',
+        "101.0\t2026-12-05T01:34:07+00:00\t# no metrics: 0 URLError: refused",
+        '101.5\t2026-12-05T01:34:07+00:00\tvllm:num_requests_running{engine="0",model_name="m"} 4.0',
+    ]
+    assert knee_runs.running_counts(lines) == [(100.5, 5.0), (101.5, 4.0)]
