@@ -3,7 +3,7 @@ rate at which the workload's SLO holds and the client sustains the rate, measure
 states the spread; the figure is looked at in headless Chromium (tests/integration/test_report_screenshot.py's
 screenshot): its latency and goodput series, the bracket band and the knee line are drawn.
 
-The shipped `knee` workload with its loads held 12 s instead of 15 s, and fewer runs in all, so that the search
+The shipped `knee` workload with its loads held 8 s instead of 15 s, and fewer runs in all, so that the search
 fits CI; the note of issue 29 holds the full search on this machine, how long it took, and where a plain `vllm bench
 serve` puts the knee.
 """
@@ -32,8 +32,8 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     r = make("deploy")
     assert r.rc == 0, r.output[-3000:]
     w = yaml.safe_load((REPO / "serving" / "workloads" / "knee.yaml").read_text())
-    # The shipped workload's requests (64 in, 32 out) with its loads held 12 s (2 s of ramp-up) instead of 15 s (3 s),
-    # checked by 16 s steady runs instead of 30 s, 2 runs per bracketing load, loads 12, 24, 48, 96 with no
+    # The shipped workload's requests (64 in, 32 out) with its loads held 8 s (2 s of ramp-up) instead of 15 s (3 s),
+    # checked by 12 s steady runs instead of 30 s, 2 runs per bracketing load, loads 12, 24, 48, 96 with no
     # bisection, and a first-token SLO of 4 s instead of 300 ms. What it shows is the mechanism (loads held, runs
     # judged after their ramp-up, the answer checked by longer steady runs), so its loads must keep clear of the
     # edge, and on this machine they did not with a tighter bound:
@@ -43,12 +43,14 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     #   (median 0.826 against the 0.9 needed, a margin of 1.09) and a 24 req/s run at 0.833; held 12 s on
     #   2026-12-05, 48 req/s held in all three runs (1.000) and failed its 16 s check (0.648): not settled.
     # The engine serves a little under 48 req/s here: at 48 a queue grows slowly, and 4 s covers what it adds over a
-    # 16 s check and a stall; at 96 it grows by about 50 requests a second and passes 4 s within a few seconds (at
-    # 1.5 s its runs met 0.000 to 0.043).
+    # check and a stall; at 96 it grows by about 50 requests a second and passes 4 s within a few seconds (at 1.5 s
+    # its runs met 0.000 to 0.043). Held 12 s and checked for 16 s under 4 s (2026-12-05): 48 met 1.000 in all runs
+    # and its check, 96 met 0.024 to 0.267, and the module took 246 s in a CI-like run, putting make test at 2,427 s;
+    # the holds are back to 8 s and 12 s, the bound kept.
     w["slo"] = {**w["slo"], "ttft": "4000ms"}
     w["search"] = {**w["search"], "rate": {"start": 12.0, "limit": 96.0}, "resolution": 1.0, "confirm_runs": 2,
-                   "max_runs": 12, "duration_s": 12, "ramp_up_s": 2, "min_completed": 20,
-                   "check_duration_s": 16}  # fmt: skip
+                   "max_runs": 12, "duration_s": 8, "ramp_up_s": 2, "min_completed": 20,
+                   "check_duration_s": 12}  # fmt: skip
     path = tmp_path_factory.mktemp("knee") / "knee.yaml"
     path.write_text(yaml.safe_dump(w))
     b = make("bench", f"WORKLOAD={path}", "SEARCH=rate", timeout=1500)
@@ -60,8 +62,8 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.timing(
     margin=(
-        "48 req/s met 1.000 in 3 runs and in its 16 s check against 0.9; 96 req/s 0.024-0.192 and 0.103 (this"
-        " module alone, 2026-12-05; the CI-like run of 2026-12-04, held 8 s under 1.5 s, had 1.09)"
+        "48 req/s met 1.000 in 3 runs and in its 12 s check against 0.9; 96 req/s 0.000-0.228 and 0.068 (this"
+        " module alone, 2026-12-05; the CI-like run of 2026-12-04, under a 1.5 s bound, had 1.09)"
     )
 )
 def test_the_search_reports_a_rate_the_runs_around_it_and_their_spread(searched: Path) -> None:
@@ -78,8 +80,8 @@ def test_the_search_reports_a_rate_the_runs_around_it_and_their_spread(searched:
         assert sides[load]["share_met"]["n"] >= 2 and sides[load]["share_met"]["min"] is not None
     text = (searched / "report.txt").read_text()
     assert f"knee search (SEARCH=rate): {result['summary']}" in text
-    assert "  each load held for 12 s, its first 2 s left out as ramp-up (the valid runs held it " in text, text
-    assert f"  steady check of 16 s: {lo:g} req/s holds (share met " in text
+    assert "  each load held for 8 s, its first 2 s left out as ramp-up (the valid runs held it " in text, text
+    assert f"  steady check of 12 s: {lo:g} req/s holds (share met " in text
     assert re.search(rf"bracket {lo:g} req/s: holds .* over \d+ valid run\(s\)", text), text
     # Every run the search made is a run of the bench, with its own directory, seed and figures.
     s = json.loads((searched / "summary.json").read_text())
