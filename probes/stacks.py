@@ -135,8 +135,12 @@ def dump_once(p: procs.VllmProcess, index: int, out_dir: Path) -> tuple[DumpResu
     if shutil.which("py-spy") is None:
         return DumpResult(p.pid, p.role, index, mono, "skipped", PY_SPY_NOT_INSTALLED, argv, None), []
     rc, out, err = _run(argv, DUMP_TIMEOUT_S)
-    if rc not in (0, None) and not _denied(err):  # a torn read without pausing: once more
+    # A torn read without pausing: once more. So too an exit 0 that printed nothing (seen once in a CI-like run
+    # under load, 2026-12-05: an empty dump recorded as successful).
+    if (rc not in (0, None) and not _denied(err)) or (rc == 0 and not out.strip()):
         rc, out, err = _run(argv, DUMP_TIMEOUT_S)
+    if rc == 0 and not out.strip():
+        rc, err = 1, f"{err}py-spy dump --pid {p.pid} exited 0 and printed nothing, twice\n"
     if rc is None:
         err = f"py-spy dump --pid {p.pid} did not finish within {DUMP_TIMEOUT_S:g} s and was killed\n{err}"
     name = f"dump-{index:02d}-{p.name}-{p.pid}"
