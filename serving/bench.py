@@ -1,4 +1,4 @@
-"""The benchmark protocol: the client's plan and the conditions two compared benches must share.
+"""The benchmark protocol: the client's plan, and the bench manifest whose conditions two compared benches must share.
 
 `make bench` runs `vllm bench serve` from the runtime image in a client container on the serving host
 (images/vllm/bench_client.py drives it there); the modules around it:
@@ -6,10 +6,12 @@
 - serving/workload.py: a workload (serving/workloads/<name>.yaml) fixes the conditions.
 - here: `plan_bench` turns a workload and the deployment's plan into the client's run list (each run's exact
   `vllm bench serve` argv, or for conversations the client's own spec; its own seed), the client container's
-  `docker run` argv, where the client runs (`place_client`) and the bench manifest whose `conditions` `make
-  compare` checks; the class's reference figures beside the measured ones.
+  `docker run` argv and the bench manifest.
+- serving/bench_placement.py: where the client runs (`place_client`).
+- serving/bench_conditions.py: the manifest's `conditions`, which `make compare` checks.
 - serving/bench_runs.py: each run read back (its requests with the source's definitions, seed 000 §1, the
   server's side, the flags that make a run untrustworthy), and a point's valid runs pooled.
+- serving/bench_reference.py: the class's reference figures beside the measured ones.
 - serving/stats.py: `describe`, the bootstrap of the difference of medians, Welch's interval over benches.
 """
 
@@ -23,8 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from serving.bench_placement import Placement, place_client
 from serving.errors import InputError
-from serving.numa import format_cpulist, parse_cpulist
 from serving.redact import redact
 from serving.render import PROFILER_LABEL
 from serving.workload import Workload, canonical_trace, intends_prefix_hits, read_prompts, read_trace, sized_for
@@ -39,56 +41,6 @@ CLIENT_DIR = "/bench"
 CLIENT_SAMPLERS_DIR = "/samplers"
 RESULT_FILE = "result.json"
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
-
-
-# --- where the client runs -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Placement:
-    client_cpus: str
-    server_cpus: str
-    host_cpus: str
-    shares_server_cpus: bool
-    note: str
-
-
-def place_client(host_online: str, server_cpuset: str, override: str = "", reserved: str = "") -> Placement:
-    """The client's CPUs: `override` if given, else those the NUMA plan keeps for it (`reserved`), else the
-    host's CPUs outside the server's set.
-
-    A host with no CPU outside the server's set (this 2-core machine, cpuset 0-1) runs the client on the
-    server's CPUs: the bench still runs, and the placement, in the manifest and the report, says it shares.
-    """
-    host = parse_cpulist(host_online)
-    if not host:
-        raise InputError(f"cannot read the host's online CPUs from {host_online!r}")
-    server = parse_cpulist(server_cpuset) if server_cpuset.strip() else host
-    if override.strip():
-        try:
-            client = parse_cpulist(override)
-        except ValueError:
-            raise InputError(f"client CPUs {override!r}: expected a cpulist like 30-31") from None
-        missing = sorted(set(client) - set(host))
-        if missing:
-            raise InputError(f"client CPUs {override!r}: CPUs {format_cpulist(missing)} are not online on the host")
-        note = "client CPUs set by bench_client_cpus"
-    elif reserved.strip():
-        client = parse_cpulist(reserved)
-        note = "client on the CPUs the NUMA plan keeps for it"
-    else:
-        client = sorted(set(host) - set(server))
-        note = "client on the host's CPUs outside the server's set"
-        if not client:
-            client = host
-            note = (
-                f"the host has no CPU outside the server's set ({format_cpulist(server)}): the client shares "
-                "the server's CPUs, so client overhead is inside the figures"
-            )
-    shares = bool(set(client) & set(server))
-    if shares and override.strip():
-        note += "; it overlaps the server's set"
-    return Placement(format_cpulist(client), format_cpulist(server), format_cpulist(host), shares, note)
 
 
 # --- the plan ------------------------------------------------------------------------------------------------
@@ -633,132 +585,3 @@ def cgroup_argv(probes_image: str, container: str) -> list[str]:
             "--security-opt", "no-new-privileges", "--memory", "128m",
             "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", probes_image,
             "python3", "-m", "probes.cgroups", "--pid", "1", "--cgroup-root", CGROUP_MOUNT]  # fmt: skip
-
-
-# --- conditions: what must match between two runs that are compared --------------------------------------------
-
-# Fields that name or describe a run without changing its conditions.
-# Not conditions: names and descriptions, and the number of measured runs (the sample's size, which the
-# comparison's intervals account for; five runs against three compare the same workload).
-_NOT_CONDITIONS = (
-    "profile.name",
-    "profile.description",
-    "workload.description",
-    "workload.name",
-    "workload.runs",
-    # The data file's place on the controller: its content (workload_data.sha256) is the condition.
-    "workload.prompts",
-    "workload.trace",
-    # Sizes other profiles would run: the sizes this bench ran are in the workload's own fields.
-    "workload.sizes",
-    # The SLO judges the figures; it does not change what was sent (two benches with other SLOs compare).
-    "workload.slo",
-    # How a knee search would search: a plain bench sends nothing by it (a search's loads are in its runs).
-    "workload.search",
-    "gpu_class",
-)
-
-
-def workload_defaults() -> dict[str, Any]:
-    """Every optional workload field's default, as a manifest records it (JSON)."""
-    return {
-        name: (f.get_default(call_default_factory=True) if not f.is_required() else None)
-        for name, f in Workload.model_fields.items()
-        if not f.is_required()
-    }
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(data, Mapping):
-        for k, v in data.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    else:
-        out[prefix] = data
-    return out
-
-
-def conditions(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The fixed conditions of a bench: the workload and its prompts' seeds, the profile, the image, where the client
-    ran, the host.
-
-    The server's argv and cpuset are rendered from the profile, so they are not compared twice.
-    """
-    wanted = {
-        "host": manifest.get("host"),
-        "runtime_image": manifest.get("runtime_image"),
-        "stand_in": bool(manifest.get("stand_in")),
-        "profiler": manifest.get("profiler"),
-        "workload": manifest.get("workload"),
-        "profile": manifest.get("profile"),
-        "client": {k: (manifest.get("client") or {}).get(k) for k in ("client_cpus", "shares_server_cpus")},
-        # The prompts: each run's seed is the workload's + this offset + its position, so another offset sends
-        # other prompts (a manifest from before it was recorded had 0).
-        "seed_offset": manifest.get("seed_offset", 0),
-        # The client sent through a proxy (bench_via) or to the server itself (None; before it was recorded).
-        "via": manifest.get("via"),
-    }
-    # Fields the workload gained after benches were recorded take their defaults, which is what those benches
-    # ran (page_cache "as-found", api "completions", ...).
-    if isinstance(wanted["workload"], Mapping):
-        wanted["workload"] = {**workload_defaults(), **wanted["workload"]}
-    # The data file by content: another file at the same path sends other requests.
-    wanted["workload_data"] = {"sha256": (manifest.get("workload_data") or {}).get("sha256")}
-    flat = flatten(wanted)
-    return {k: v for k, v in flat.items() if not any(k == n or k.startswith(n + ".") for n in _NOT_CONDITIONS)}
-
-
-# Reference figures that name an operating point, <definition>_concurrency_<n> (inventory gpu_class.reference),
-# and the measured figure with the same definition: (pooled field, what it is).
-REFERENCE_DEFINITIONS = {
-    "decode_tok_s": ("decode_tok_s", "per-request decode rate (N-1)/(tN-t1), tok/s (median)"),
-    "e2e_tok_s": ("e2e_tok_s", "per-request tokens over wall time N/(tN-t0), prefill included, tok/s (median)"),
-    "aggregate_tok_s": ("output_tok_s", "aggregate output tokens / run duration, tok/s (median over runs)"),
-    "scaling": ("scaling", "aggregate output at this concurrency over that at concurrency 1 (medians)"),
-}
-
-
-def _scaling(pooled: Sequence[Mapping[str, Any]], n: int) -> float | None:
-    """Aggregate output at concurrency n over concurrency 1 (seed 004: 97.4/57.6 = 1.7x at 2, 2.5x at 4)."""
-
-    def agg(c: int) -> float | None:
-        p = next((p for p in pooled if p.get("max_concurrency") == c and p.get("request_rate") is None), None)
-        return p["output_tok_s"]["median"] if p else None
-
-    one, at = agg(1), agg(n)
-    return at / one if one and at is not None else None
-
-
-def reference_beside_measured(
-    reference: Mapping[str, Any] | None, pooled: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """The class's reference figures that name a concurrency, each beside the measured figure of the same
-    definition at that point (a figure of another definition is not compared: the source's 57.6 tok/s is
-    tokens over wall time, prefill included, not (N-1)/(tN-t1)). The seed 004 scaling ratios are
-    references too: scaling_concurrency_<n>, set beside the measured aggregate(n)/aggregate(1)."""
-    out: list[dict[str, Any]] = []
-    for key, value in sorted((reference or {}).items()):
-        head, sep, n = key.rpartition("_concurrency_")
-        if not sep or head not in REFERENCE_DEFINITIONS or not n.isdigit():
-            continue
-        figure, what = REFERENCE_DEFINITIONS[head]
-        c = int(n)
-        if figure == "scaling":
-            measured = _scaling(pooled, c)
-        else:
-            point = next((p for p in pooled if p.get("max_concurrency") == c and p.get("request_rate") is None), None)
-            measured = point[figure]["median"] if point else None
-        out.append({"key": key, "what": what, "concurrency": c, "reference": value, "measured": measured})
-    return out
-
-
-def weight_read_bound(gpu_class: Mapping[str, Any] | None) -> dict[str, float] | None:
-    """The class's weight-read bound on decode: bytes read per token / memory bandwidth (seed 000, §9)."""
-    ref = (gpu_class or {}).get("reference") or {}
-    gb = ref.get("weight_bytes_per_token_gb")
-    bw = ref.get("memory_bandwidth_gb_s")
-    if not isinstance(gb, int | float) or not isinstance(bw, int | float) or bw <= 0:
-        return None
-    ms = gb / bw * 1000.0
-    return {"weight_bytes_per_token_gb": float(gb), "memory_bandwidth_gb_s": float(bw), "ms_per_token": ms,
-            "tok_s": 1000.0 / ms}  # fmt: skip

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from serving.knee import meets_slo
 from serving.knee_runs import SEARCH_HITS_MAX_SHARE, goodput_disagreement, hits_flag
 from serving.stats import describe
 
@@ -232,35 +233,43 @@ def _request_flags(
     return flags
 
 
+def slo_request(o: RequestObs) -> dict[str, Any]:
+    """A request as the one per-request SLO rule takes it (serving/knee.py meets_slo, by which the client's knee
+    search judges its runs too), in ms. With one output token (or none counted) it has no TPOT to judge: None, which
+    meets the TPOT threshold. With more but no TPOT (e2e not after TTFT, so parse_requests gives none): inf, which
+    meets none. parse_requests' success implies a TTFT and an e2e."""
+    if (o.output_tokens or 0) > 1:
+        tpot = _ms(o.tpot_s) if o.tpot_s is not None else math.inf
+    else:
+        tpot = None
+    return {"success": o.success, "ttft_ms": _ms(o.ttft_s), "tpot_ms": tpot, "e2e_ms": _ms(o.e2el_s),
+            "output_tokens": o.output_tokens}  # fmt: skip
+
+
 def slo_figures(
     obs: Sequence[RequestObs], duration_s: float | None, slo: Mapping[str, Any], vllm_goodput: Any = None
 ) -> dict[str, Any]:
     """The run against its per-request SLOs: the share of its requests meeting each, and all (a failed request
     meets none), and goodput, the requests meeting all per second of the run (vLLM's definition; a request with
     one output token meets the TPOT objective), beside what `vllm bench serve --goodput` printed for the run
-    (`vllm_goodput`, its request_goodput) and a flag when the two differ (serving/knee_runs.py)."""
+    (`vllm_goodput`, its request_goodput) and a flag when the two differ (serving/knee_runs.py). Each request is
+    judged by serving/knee.py meets_slo (slo_request)."""
     from serving.workload import Slo
 
     limits = Slo.model_validate(dict(slo)).thresholds_ms()
-    got = {
-        "ttft_ms": lambda o: _ms(o.ttft_s),
-        "tpot_ms": lambda o: _ms(o.tpot_s) if (o.output_tokens or 0) > 1 else 0.0,
-        "e2e_ms": lambda o: _ms(o.e2el_s),
-    }
-
-    def meets(o: RequestObs, key: str) -> bool:
-        value = got[key](o)
-        return o.success and value is not None and value <= limits[key]
-
+    reqs = [slo_request(o) for o in obs]
     n = len(obs)
-    met_all = sum(1 for o in obs if all(meets(o, k) for k in limits))
+    # An SLO that sets no threshold has nothing to miss: every request counts as meeting it.
+    met_all = sum(1 for r in reqs if meets_slo(r, limits)) if limits else n
     return {
         "thresholds_ms": limits,
         "min_share": float(slo.get("min_share", 0.9)),
         "requests": n,
         "met_all": met_all,
         "share_met": met_all / n if n else None,
-        "share_met_each": {k: (sum(1 for o in obs if meets(o, k)) / n if n else None) for k in limits},
+        "share_met_each": {
+            k: (sum(1 for r in reqs if meets_slo(r, {k: v})) / n if n else None) for k, v in limits.items()
+        },
         "goodput_req_s": met_all / duration_s if duration_s else None,
         "vllm_goodput_req_s": _float(vllm_goodput),
         "goodput_flag": goodput_disagreement(met_all / duration_s if duration_s else None, _float(vllm_goodput)),

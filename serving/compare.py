@@ -1,9 +1,9 @@
 """`make compare`: did one change make a measurable difference? (seed 000, §13)
 
 Two sides, A and B, each one or more benches (`make bench` run directories). A comparison changes one thing:
-the benches' conditions (serving.bench.conditions: the workload, the profile, the image, where the client ran,
-the host) must be equal within each side, and equal between the sides except for the declared variables;
-otherwise it refuses and lists the fields that differ. Several benches per side let an operator run
+the benches' conditions (serving.bench_conditions.conditions: the workload, the profile, the image, where the
+client ran, the host) must be equal within each side, and equal between the sides except for the declared
+variables; otherwise it refuses and lists the fields that differ. Several benches per side let an operator run
 A/B/B/A, or B before A, so that drift in temperature, caches or background load does not line up with the
 change; the report says in which order the benches ran.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serving import bench, bench_runs, stats
+from serving import bench, bench_conditions, bench_runs, stats
 from serving.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -203,15 +203,15 @@ def differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any
 def check_conditions(a: Side, b: Side, variables: Sequence[str]) -> dict[str, Any]:
     """The declared differences, or CompareRefused listing every field that differs besides them."""
     for side in (a, b):
-        base = bench.conditions(side.manifests[0])
+        base = bench_conditions.conditions(side.manifests[0])
         for d, m in zip(side.dirs[1:], side.manifests[1:], strict=True):
-            diff = differing(base, bench.conditions(m))
+            diff = differing(base, bench_conditions.conditions(m))
             if diff:
                 raise CompareRefused(
                     f"side {side.name}: {side.dirs[0]} and {d} were not run under the same conditions: "
                     + "; ".join(f"{k}: {x!r} vs {y!r}" for k, x, y in diff)
                 )
-    diff = differing(bench.conditions(a.manifests[0]), bench.conditions(b.manifests[0]))
+    diff = differing(bench_conditions.conditions(a.manifests[0]), bench_conditions.conditions(b.manifests[0]))
     profiled = [(k, x, y) for k, x, y in diff if k == "profiler"]
     if profiled:
         _, x, y = profiled[0]

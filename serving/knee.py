@@ -4,7 +4,9 @@
 logic and nothing else: which load to measure next, how many runs of it, and what the runs say. It runs inside
 the benchmark client container (copied next to images/vllm/bench_client.py and run by the image's Python), and
 the controller imports it to write the report, so it is standard library only and imports nothing of the serving
-package. It never measures anything itself, which is what lets the tests drive it with simulated servers.
+package. It never measures anything itself, which is what lets the tests drive it with simulated servers. Being on
+both sides, it holds the one per-request SLO rule (`meets_slo`, the report's serving/bench_runs.py slo_figures
+judges by it too) and the one percentile (`percentile`) of the project's figures.
 
 Two kinds of load:
   rate         requests/s sent open-loop (no concurrency cap), a float. A load HOLDS when the median share of
@@ -150,6 +152,18 @@ def spread(values: Iterable[float | None]) -> dict[str, Any]:
     if not xs:
         return {"n": 0, "median": None, "min": None, "max": None}
     return {"n": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def percentile(xs: Iterable[float], p: float) -> float:
+    """The p-th percentile (0 <= p <= 100) of xs, at least one value: linear interpolation between the two order
+    statistics around it, numpy's default, as vLLM reports its p50, p90 and p99. The one percentile of the project's
+    figures: the bench client's conversations results (images/vllm/bench_conversations.py, on the host) and the
+    Benchmark Report's statistics (serving/br_results.py, on the controller)."""
+    ordered = sorted(xs)
+    h = (len(ordered) - 1) * p / 100.0
+    lo = int(h)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (h - lo) * (ordered[hi] - ordered[lo])
 
 
 # --- the search --------------------------------------------------------------------------------------------------

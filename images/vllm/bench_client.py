@@ -12,36 +12,37 @@ to out/samplers/, all stamped `mono_s<TAB>wall<TAB>line` (CLOCK_MONOTONIC, share
 `vllm bench serve` runs in a forked child of this process, which imported vLLM's benchmark module once (~12 s
 saved per run); a child that outlives its run's timeout is terminated, then killed, and the run is failed.
 A conversations run (multi-turn chats, which vLLM 0.32's bench has no dataset for) runs here instead, in this
-process (`run_conversations`), with vLLM's own chat request function and random dataset, between the same
-snapshots, and writes the same files (result.json in vLLM's format, with each request's conversation and turn).
-A run whose server stops answering fails, and the runs after it are not started: nothing waits on a dead
-server. Exit status: 0 every run ok, 1 a run failed (out/client.json says which), 2 bad plan.
+process (`run_conversations`; the conversations themselves: bench_conversations.py), with vLLM's own chat request
+function and random dataset, between the same snapshots, and writes the same files (result.json in vLLM's format,
+with each request's conversation and turn). Around each run the served files' page cache is made and read, and
+the engine's read volume too (bench_page_cache.py). A run whose server stops answering fails, and the runs after
+it are not started: nothing waits on a dead server. Exit status: 0 every run ok, 1 a run failed (out/client.json
+says which), 2 bad plan.
 
-Standard library only (and vLLM, imported lazily): this file is copied to the host and run with the image's Python.
+Standard library only (and vLLM, imported lazily): this file is copied to the host with the modules it imports
+from beside it (bench_conversations.py, bench_page_cache.py, and serving/knee.py and serving/knee_runs.py:
+ansible/roles/bench/tasks/main.yml) and run with the image's Python.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import math
 import multiprocessing
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import threading
 import time
 import traceback
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench_conversations import ConversationSeam, Turn, conversation_result, converse, endings, vllm_seam
+from bench_page_cache import ResidencyReader, engine_io, make_page_cache_state, served_files
 
 HTTP_TIMEOUT_S = 10.0
 GAUGE_PERIOD_S = 0.5
@@ -142,228 +143,6 @@ def run_bench(argv: list[str], run_dir: Path, timeout_s: float) -> tuple[int | N
     return proc.exitcode, False
 
 
-# --- conversations: multi-turn chats (vLLM 0.32's `vllm bench serve` has no multi-turn dataset) -------------------
-#
-# A conversation sends turn 1, waits for its whole streamed answer, appends the answer to the history, waits the
-# think time, then sends turn 2 with the whole history (user and assistant turns alternating), and so on. Every
-# request goes through vLLM's own chat request function, so TTFT, the chunk intervals and the latency are measured
-# by the code `vllm bench serve` measures with; the user turns are drawn from the run's seed by vLLM's random
-# dataset, so the same seed sends the same user turns.
-
-
-class ConversationSeam:
-    """THE TEST SEAM of run_conversations: everything that talks to vLLM. `vllm_seam` builds the real one; the
-    unit tests pass their own (tests/unit/test_conversation_client.py), so the loop runs there without vLLM.
-
-    request(input, session): vLLM's async_request_openai_chat_completions (-> its RequestFuncOutput);
-    make_input(**fields): vLLM's RequestFuncInput; session(): an async context manager giving the HTTP session;
-    user_turns[c][t]: conversation c's user turn t+1, (text, its tokens); count_tokens(text): the tokenizer's count
-    of an answer, which vLLM uses where the server's usage gave none."""
-
-    def __init__(
-        self,
-        request: Callable[[Any, Any], Awaitable[Any]],
-        make_input: Callable[..., Any],
-        session: Callable[[], Any],
-        user_turns: list[list[tuple[str, int]]],
-        count_tokens: Callable[[str], int],
-    ) -> None:
-        self.request, self.make_input, self.session = request, make_input, session
-        self.user_turns, self.count_tokens = user_turns, count_tokens
-
-
-def vllm_seam(spec: dict[str, Any]) -> ConversationSeam:
-    """The real seam: vLLM's chat request function and input, an aiohttp session opened as `vllm bench serve` opens
-    it (a connection per conversation in flight, its 6-hour total timeout), and the user turns drawn by vLLM's
-    random dataset from the run's seed with the served model's tokenizer (`--random-range-ratio 0`: every turn
-    input_len tokens as vLLM counts them, the tokenizer's special tokens left to the server's template)."""
-    import aiohttp  # type: ignore[import-not-found]
-    from vllm.benchmarks.datasets.datasets import RandomDataset  # type: ignore[import-not-found]
-    from vllm.benchmarks.lib.endpoint_request_func import (  # type: ignore[import-not-found]
-        RequestFuncInput,
-        async_request_openai_chat_completions,
-    )
-    from vllm.tokenizers import get_tokenizer  # type: ignore[import-not-found]
-
-    tokenizer = get_tokenizer(spec["tokenizer"], tokenizer_mode="auto", trust_remote_code=False)
-    n, turns = int(spec["num_conversations"]), int(spec["turns"])
-    drawn = RandomDataset(random_seed=int(spec["seed"]), dataset_path=None).sample(
-        tokenizer=tokenizer, num_requests=n * turns, prefix_len=0, input_len=int(spec["input_len"]),
-        output_len=int(spec["output_len"]), range_ratio=0.0, request_id_prefix="",
-    )  # fmt: skip
-    pairs = [(str(r.prompt), int(r.prompt_len)) for r in drawn]
-    cap = int(spec.get("max_concurrency") or 0)
-
-    def session() -> Any:
-        connector = aiohttp.TCPConnector(
-            limit=cap, limit_per_host=cap, ttl_dns_cache=300, use_dns_cache=True, keepalive_timeout=60,
-            enable_cleanup_closed=True, force_close=False,
-        )  # fmt: skip
-        return aiohttp.ClientSession(
-            connector=connector, trust_env=True, timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)
-        )
-
-    def count_tokens(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False).input_ids)
-
-    return ConversationSeam(
-        async_request_openai_chat_completions,
-        RequestFuncInput,
-        session,
-        [pairs[c * turns : (c + 1) * turns] for c in range(n)],
-        count_tokens,
-    )
-
-
-class Turn:
-    """One request of a conversation as it went: vLLM's RequestFuncOutput, and the time it waited in the client
-    (turn 1 for a conversation slot; later turns not at all: each is sent when its think time ends)."""
-
-    def __init__(self, conversation: int, turn: int, output: Any, queue_s: float) -> None:
-        self.conversation, self.turn, self.output, self.queue_s = conversation, turn, output, queue_s
-
-
-async def _conversation(
-    c: int, spec: dict[str, Any], seam: ConversationSeam, session: Any, slots: Any, turns: list[Turn], prefix: str
-) -> None:
-    """Conversation c, turn after turn, inside one of the run's conversation slots; a failed turn ends it. Its
-    requests' ids are prefix<c>-<turn> (vllm bench serve's are bench-<8 hex>-<i>)."""
-    api_url = str(spec["base_url"]).rstrip("/") + str(spec["endpoint"])
-    extra_body: dict[str, Any] = {"temperature": spec.get("temperature", 0.0)}
-    if spec.get("cache_salt"):
-        extra_body["cache_salt"] = spec["cache_salt"]
-    think = float(spec.get("think_time_s") or 0.0)
-    ready = time.perf_counter()
-    async with slots:
-        history: list[dict[str, str]] = []
-        history_tokens = 0
-        for t, (text, tokens) in enumerate(seam.user_turns[c], 1):
-            if t > 1 and think > 0:
-                await asyncio.sleep(think)
-                ready = time.perf_counter()
-            history.append({"role": "user", "content": text})
-            request = seam.make_input(
-                prompt=text, api_url=api_url, prompt_len=history_tokens + tokens, output_len=int(spec["output_len"]),
-                model=spec["model"], extra_body=dict(extra_body), ignore_eos=bool(spec.get("ignore_eos", True)),
-                request_id=f"{prefix}{c}-{t}", chat_messages=list(history),
-            )  # fmt: skip
-            output = await seam.request(request, session)
-            turns.append(Turn(c, t, output, output.start_time - ready))
-            if not output.success:
-                return
-            history.append({"role": "assistant", "content": output.generated_text})
-            history_tokens += tokens + int(output.output_tokens or 0)
-            ready = time.perf_counter()
-
-
-async def _converse(spec: dict[str, Any], seam: ConversationSeam, turns: list[Turn], clock: dict[str, float]) -> None:
-    """Every conversation of the run, at most max_concurrency in flight (none: all of them at once)."""
-    cap = spec.get("max_concurrency")
-    slots = asyncio.Semaphore(int(cap)) if cap else contextlib.nullcontext()
-    prefix = f"conv-{uuid.uuid4().hex[:8]}-"
-    async with seam.session() as session:
-        clock["start"] = time.perf_counter()
-        await asyncio.gather(
-            *(_conversation(c, spec, seam, session, slots, turns, prefix) for c in range(len(seam.user_turns)))
-        )
-
-
-def _percentile(xs: list[float], p: float) -> float:
-    """numpy's default percentile (linear between order statistics), as vLLM reports its p50, p90 and p99."""
-    xs = sorted(xs)
-    h = (len(xs) - 1) * p / 100.0
-    lo = int(h)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
-
-
-def _metric(result: dict[str, Any], name: str, values: list[float]) -> None:
-    """mean, median, std, p50, p90, p99 of values (s) in ms, under vLLM's keys (0 for none, as numpy gives it)."""
-    xs = values or [0.0]
-    result[f"mean_{name}_ms"] = statistics.fmean(xs) * 1000
-    result[f"median_{name}_ms"] = statistics.median(xs) * 1000
-    result[f"std_{name}_ms"] = statistics.pstdev(xs) * 1000
-    for p in (50, 90, 99):
-        result[f"p{p}_{name}_ms"] = _percentile(xs, p) * 1000
-
-
-def _peaks(turns: list[Turn]) -> tuple[float, int]:
-    """vLLM's peak figures: the most output tokens in one second of the run, and the requests active in the
-    busiest second (per-second buckets from the first successful request's send)."""
-    ok = [t.output for t in turns if t.output.success]
-    if not ok:
-        return 0.0, 0
-    t0 = min(o.start_time for o in ok)
-    seconds = math.ceil(max(o.start_time + o.latency for o in ok) - t0) + 1
-    tokens, active = [0] * seconds, [0] * seconds
-    for o in ok:
-        at = o.start_time + o.ttft
-        for dt in [0.0, *o.itl]:
-            at += dt
-            if 0 <= int(at - t0) < seconds:
-                tokens[int(at - t0)] += 1
-        for s in range(int(o.start_time - t0), int(o.start_time + o.latency - t0) + 1):
-            active[s] += 1
-    return float(max(tokens)), max(active)
-
-
-def conversation_result(
-    spec: dict[str, Any], seam: ConversationSeam, turns: list[Turn], duration: float, not_sent: int
-) -> dict[str, Any]:
-    """The run's result.json in the format `vllm bench serve --save-detailed` writes (its run-level and
-    per-request fields, failed requests recorded as vLLM records them: output length 0, the error text), in
-    conversation order, with each request's `conversation` (from 0) and `turn` (from 1), and the turns not sent."""
-    turns = sorted(turns, key=lambda t: (t.conversation, t.turn))
-    outs = [t.output for t in turns]
-    lens = [int(o.output_tokens or seam.count_tokens(o.generated_text)) if o.success else 0 for o in outs]
-    ok = [(o, n) for o, n in zip(outs, lens, strict=True) if o.success]
-    total_in = sum(o.prompt_len for o, _ in ok)
-    per_s = 1.0 / duration if duration > 0 else 0.0
-    peak_tokens, peak_active = _peaks(turns)
-    result: dict[str, Any] = {
-        "date": datetime.now().strftime("%Y%m%d-%H%M%S"), "endpoint_type": "openai-chat", "backend": "openai-chat",
-        "label": None, "model_id": spec["model"], "tokenizer_id": spec["tokenizer"], "dataset": "conversations",
-        "num_conversations": spec["num_conversations"], "turns": spec["turns"], "think_time_s": spec["think_time_s"],
-        "num_prompts": int(spec["num_conversations"]) * int(spec["turns"]), "request_rate": "inf",
-        "burstiness": 1.0, "max_concurrency": spec.get("max_concurrency"), "duration": duration,
-        "completed": len(ok), "failed": len(outs) - len(ok), "not_sent": not_sent,
-        "total_input_tokens": total_in, "total_output_tokens": sum(lens),
-        "request_throughput": len(ok) * per_s, "request_goodput": None,
-        "output_throughput": sum(lens) * per_s, "total_token_throughput": (total_in + sum(lens)) * per_s,
-        "input_lens": [o.prompt_len for o in outs], "output_lens": lens, "ttfts": [o.ttft for o in outs],
-        "itls": [list(o.itl) for o in outs], "latencies": [o.latency for o in outs],
-        "start_times": [o.start_time for o in outs], "queue_times": [t.queue_s for t in turns],
-        "generated_texts": [o.generated_text for o in outs], "errors": [o.error for o in outs],
-        "conversation": [t.conversation for t in turns], "turn": [t.turn for t in turns],
-        "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_active, "rtfx": 0.0,
-    }  # fmt: skip
-    _metric(result, "ttft", [o.ttft for o, _ in ok])
-    _metric(result, "tpot", [(o.latency - o.ttft) / (n - 1) for o, n in ok if n > 1])
-    _metric(result, "itl", [x for o, _ in ok for x in o.itl])
-    _metric(result, "e2el", [o.latency for o, _ in ok])
-    _metric(result, "client_queue_time", [t.queue_s for t in turns if t.output.success])
-    return result
-
-
-def _endings(spec: dict[str, Any], turns: list[Turn], timed_out: bool) -> tuple[int, list[str]]:
-    """The turns not sent, and a line per conversation that did not send all of its turns, saying why."""
-    total = int(spec["turns"])
-    not_sent, lines = 0, []
-    for c in range(int(spec["num_conversations"])):
-        mine = sorted((t for t in turns if t.conversation == c), key=lambda t: t.turn)
-        missing = total - len(mine)
-        if not missing:
-            continue
-        not_sent += missing
-        if mine and not mine[-1].output.success:
-            error = (str(mine[-1].output.error).strip().splitlines() or ["no error text"])[-1]
-            why = f"its turn {mine[-1].turn} failed ({error[:200]}), which ends a conversation"
-        else:
-            why = "the run's timeout stopped it" if timed_out else "it was not run"
-        lines.append(f"conversation {c}: {missing} of {total} turns not sent: {why}")
-    return not_sent, lines
-
-
 def run_conversations(
     spec: dict[str, Any], run_dir: Path, timeout_s: float, seam: ConversationSeam | None = None
 ) -> tuple[int | None, bool]:
@@ -379,11 +158,11 @@ def run_conversations(
             clock: dict[str, float] = {}
             timed_out = False
             try:
-                asyncio.run(asyncio.wait_for(_converse(spec, seam, turns, clock), timeout_s))
+                asyncio.run(asyncio.wait_for(converse(spec, seam, turns, clock), timeout_s))
             except TimeoutError:
                 timed_out = True
             duration = time.perf_counter() - clock.get("start", time.perf_counter())
-            not_sent, lines = _endings(spec, turns, timed_out)
+            not_sent, lines = endings(spec, turns, timed_out)
             result = conversation_result(spec, seam, turns, duration, not_sent)
             write_json(run_dir / "result.json", result)
             for line in lines + [f"error: {e}" for e in result["errors"] if e][:10]:
@@ -426,141 +205,6 @@ def copy_sampler_window(samplers_dir: Path, out: Path, start_mono: float, end_mo
     return copied
 
 
-def served_files(paths: list[str]) -> list[str]:
-    """Every regular file under the served paths (the model, a GPU profile's data), sorted; links not followed."""
-    files: list[str] = []
-    for top in paths:
-        for root, _dirs, names in os.walk(top):
-            files += [
-                str(Path(root) / n) for n in names if (Path(root) / n).is_file() and not (Path(root) / n).is_symlink()
-            ]
-    return sorted(files)
-
-
-def make_page_cache_state(state: str, files: list[str]) -> dict[str, Any]:
-    """Before a run: "cold" evicts each served file's clean, unmapped pages (posix_fadvise DONTNEED: this file's
-    pages only, nothing else on the host); "warm" reads each file through; "as-found" touches nothing.
-    What was done, and what could not be (a file that would not open)."""
-    t0 = time.monotonic()
-    done: dict[str, Any] = {"state": state, "files": len(files), "bytes_read": 0, "errors": []}
-    if state not in ("cold", "warm"):
-        return done
-    for f in files:
-        try:
-            fd = os.open(f, os.O_RDONLY)
-        except OSError as exc:
-            done["errors"].append(f"{f}: {exc.strerror}")
-            continue
-        try:
-            if state == "cold":
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            else:
-                while chunk := os.read(fd, 1 << 20):
-                    done["bytes_read"] += len(chunk)
-        except OSError as exc:
-            done["errors"].append(f"{f}: {exc.strerror}")
-        finally:
-            os.close(fd)
-    done["seconds"] = round(time.monotonic() - t0, 3)
-    return done
-
-
-CAP_FOWNER = 3
-
-
-def has_fowner() -> bool:
-    """Whether this process holds CAP_FOWNER (its effective set in /proc/self/status)."""
-    try:
-        eff = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("CapEff:"))
-        return bool(int(eff.split()[1], 16) & (1 << CAP_FOWNER))
-    except (OSError, StopIteration, ValueError):
-        return False
-
-
-def _owner(path: str) -> int | None:
-    try:
-        return Path(path).stat().st_uid
-    except OSError:
-        return None
-
-
-def residency(files: list[str]) -> dict[str, Any]:
-    """The served files' pages in the page cache now, from util-linux fincore (mincore(2) per file): totals in
-    pages and bytes, and per file; {"error": why} when fincore could not say.
-
-    mincore(2) tells the truth only to a caller that owns the file, may write it, or holds CAP_FOWNER: for anyone
-    else the kernel reports every page resident (a side-channel guard). Measured here: 100% resident in a
-    container without FOWNER while the host's fincore read 0 after an eviction. So no figure is better than
-    that one."""
-    if not files:
-        return {"error": "no served files found"}
-    if not has_fowner():
-        foreign = [f for f in files if _owner(f) != os.geteuid()]
-        if foreign:
-            return {
-                "error": f"not read: uid {os.geteuid()} without CAP_FOWNER neither owns nor may write {foreign[0]}, "
-                "and mincore(2) reports every page of such a file resident"
-            }
-    page = os.sysconf("SC_PAGE_SIZE")
-    try:
-        proc = subprocess.run(
-            ["fincore", "--json", "--bytes", "--output", "RES,PAGES,SIZE,FILE", *files],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        rows = json.loads(proc.stdout or "{}").get("fincore") or []
-    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"fincore: {type(exc).__name__}: {exc}"}
-    if not rows:
-        return {"error": f"fincore exited {proc.returncode}: {proc.stderr.strip()[:300]}"}
-    total = sum(-(-int(r["size"]) // page) for r in rows)
-    resident = sum(int(r["pages"]) for r in rows)
-    return {
-        "files": len(rows),
-        "pages": total,
-        "resident_pages": resident,
-        "size_bytes": sum(int(r["size"]) for r in rows),
-        "resident_bytes": resident * page,
-        "fraction": resident / total if total else None,
-        "per_file": {r["file"]: int(r["pages"]) for r in rows},
-    }
-
-
-class ResidencyReader:
-    """Reads residency in a helper process that keeps root's CAP_FOWNER (started before the client drops to the
-    runtime user, which runs everything else): one JSON line of files in, one JSON line of residency out."""
-
-    def __init__(self, proc: subprocess.Popen[str] | None = None) -> None:
-        self.proc = proc
-
-    @classmethod
-    def start(cls) -> ResidencyReader:
-        helper = [sys.executable, "-I", str(Path(__file__).resolve()), "--residency-helper"]
-        return cls(subprocess.Popen(helper, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-
-    def read(self, files: list[str]) -> dict[str, Any]:
-        if self.proc is None or self.proc.stdin is None or self.proc.stdout is None:
-            return residency(files)
-        try:
-            self.proc.stdin.write(json.dumps(files) + "\n")
-            self.proc.stdin.flush()
-            got: dict[str, Any] = json.loads(self.proc.stdout.readline() or "{}")
-            return got or {"error": f"the residency helper exited ({self.proc.poll()})"}
-        except (OSError, ValueError) as exc:
-            return {"error": f"the residency helper: {type(exc).__name__}: {exc}"}
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.stdin is not None:
-            self.proc.stdin.close()
-            self.proc.wait(10)
-
-
-def residency_helper() -> int:
-    """--residency-helper: residency() of each JSON list of files read from stdin, as a JSON line on stdout."""
-    for line in sys.stdin:
-        print(json.dumps(residency(list(json.loads(line)))), flush=True)
-    return 0
-
-
 def drop_to(uid: int) -> None:
     """Become the runtime user (no capabilities left), with its home: what `vllm bench serve` runs as."""
     import pwd
@@ -572,42 +216,6 @@ def drop_to(uid: int) -> None:
         os.environ["HOME"] = pwd.getpwuid(uid).pw_dir
     except KeyError:
         os.environ["HOME"] = "/tmp"
-
-
-def engine_io(engine_pid: int = 1) -> dict[str, Any]:
-    """Read volume so far of every process of the serving container: `engine_pid` (its init, in this container's
-    view of PIDs: the host's, serving/bench.py) and its descendants. /proc/<pid>/io's rchar (read syscalls,
-    page-cache hits included) and read_bytes (what the block layer was asked to read); pids that could not be
-    read are named with the reason."""
-    parents: dict[int, int] = {}
-    comms: dict[int, str] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        comms[int(d.name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
-        parents[int(d.name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
-
-    def under(pid: int) -> bool:
-        seen = 0
-        while pid != engine_pid and parents.get(pid, 0) not in (0, pid) and seen < 4096:
-            pid, seen = parents[pid], seen + 1
-        return pid == engine_pid
-
-    out: dict[str, Any] = {"pids": {}, "unreadable": {}}
-    for pid in sorted(p for p in parents if under(p)):
-        try:
-            text = (Path("/proc") / str(pid) / "io").read_text()
-            fields: dict[str, str] = dict(line.split(": ", 1) for line in text.splitlines())
-            reading: dict[str, Any] = {"comm": comms[pid]}
-            reading.update({k: int(v) for k, v in fields.items() if k in ("rchar", "read_bytes", "syscr")})
-            out["pids"][str(pid)] = reading
-        except (OSError, ValueError) as exc:
-            out["unreadable"][str(pid)] = f"{comms.get(pid, '?')}: {getattr(exc, 'strerror', None) or exc}"
-    return out
 
 
 def _bench_between_snapshots(
@@ -900,8 +508,6 @@ def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["--residency-helper"]:
-        return residency_helper()
     if len(argv) != 1:
         print("usage: bench_client.py PLAN_JSON", file=sys.stderr)
         return 2

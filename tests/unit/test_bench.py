@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from serving import bench, bench_runs, stats, workload
+from serving import bench, bench_conditions, bench_placement, bench_reference, bench_runs, stats, workload
 from serving.errors import InputError
 from serving.plan import Plan, plan_from_profile
 from serving.profile import load_profile
@@ -97,21 +97,21 @@ def test_workload_needs_a_point_and_two_output_tokens() -> None:
 
 
 def test_client_goes_outside_the_servers_cpus() -> None:
-    p = bench.place_client("0-7", "0-5")
+    p = bench_placement.place_client("0-7", "0-5")
     assert (p.client_cpus, p.shares_server_cpus) == ("6-7", False)
 
 
 def test_client_shares_when_the_host_has_no_other_cpu_and_says_so() -> None:
-    p = bench.place_client("0-1", "0-1")
+    p = bench_placement.place_client("0-1", "0-1")
     assert p.client_cpus == "0-1"
     assert p.shares_server_cpus
     assert "shares the server's CPUs" in p.note
 
 
 def test_client_cpus_override_must_be_online() -> None:
-    assert bench.place_client("0-7", "0-5", "7").client_cpus == "7"
+    assert bench_placement.place_client("0-7", "0-5", "7").client_cpus == "7"
     with pytest.raises(InputError, match="CPUs 9 are not online"):
-        bench.place_client("0-7", "0-5", "7,9")
+        bench_placement.place_client("0-7", "0-5", "7,9")
 
 
 # --- the plan ----------------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def test_conditions_see_a_profile_setting_and_ignore_names() -> None:
     b = bench.plan_bench(SMOKE, serving_plan(max_num_seqs=1), "/o", "0-1", "0-1")["manifest"]
     b["profile"]["name"] = "renamed"
     b["workload"]["runs"] = a["workload"]["runs"] + 2  # a bigger sample of the same workload
-    ca, cb = bench.conditions(a), bench.conditions(b)
+    ca, cb = bench_conditions.conditions(a), bench_conditions.conditions(b)
     assert [k for k in ca if ca[k] != cb.get(k)] == ["profile.vllm.max_num_seqs"]
 
 
@@ -325,10 +325,12 @@ def test_bootstrap_carries_run_to_run_spread() -> None:
 
 
 def test_weight_read_bound_of_the_rtx3090_class() -> None:
-    bound = bench.weight_read_bound({"reference": {"weight_bytes_per_token_gb": 5.83, "memory_bandwidth_gb_s": 936}})
+    bound = bench_reference.weight_read_bound(
+        {"reference": {"weight_bytes_per_token_gb": 5.83, "memory_bandwidth_gb_s": 936}}
+    )
     assert bound is not None
     assert bound["ms_per_token"] == pytest.approx(6.23, abs=0.01)
-    assert bench.weight_read_bound(None) is None
+    assert bench_reference.weight_read_bound(None) is None
 
 
 def test_several_benches_per_side_resample_benches() -> None:
@@ -372,7 +374,7 @@ def test_a_bench_through_a_proxy_sends_there_and_the_proxy_is_a_condition() -> N
     proxied = bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="127.0.0.1:18080")
     argv = proxied["client_plan"]["runs"][0]["argv"]
     assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:18080" == proxied["client_plan"]["base_url"]
-    ca, cb = bench.conditions(direct["manifest"]), bench.conditions(proxied["manifest"])
+    ca, cb = bench_conditions.conditions(direct["manifest"]), bench_conditions.conditions(proxied["manifest"])
     assert [k for k in ca if ca[k] != cb.get(k)] == ["via"]
     with pytest.raises(InputError, match="bench_via='http://x': give host:port"):
         bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="http://x")

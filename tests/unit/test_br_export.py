@@ -20,7 +20,7 @@ from llmd_benchmark_report import load_benchmark_report
 from llmd_benchmark_report.base import Units
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving import bench, bench_report, br_export, workload
+from serving import bench, bench_report, bench_summary, br_export, br_results, br_stack, workload
 from tests.unit.test_bench import serving_plan
 from tests.unit.test_compare import SMOKE, make_bench
 
@@ -126,7 +126,7 @@ def test_a_document_the_validator_refuses_is_an_error_naming_the_point_and_nothi
     # (write_report exported already: what it wrote stays as it was.)
     before = {f.name: f.read_bytes() for f in (d / br_export.BR_DIR).iterdir()}
     assert before
-    monkeypatch.setattr(br_export, "_accelerator", lambda m, a: {"model": "CPU", "count": -1, "parallelism": {}})
+    monkeypatch.setattr(br_stack, "_accelerator", lambda m, a: {"model": "CPU", "count": -1, "parallelism": {}})
     with pytest.raises(br_export.ReportInvalid, match="point c1"):
         br_export.export_bench(d, s)
     assert {f.name: f.read_bytes() for f in (d / br_export.BR_DIR).iterdir()} == before
@@ -290,13 +290,13 @@ def test_the_report_files_it_names_are_the_bench_reports() -> None:
     assert br_export.SUMMARY_JSON == bench_report.SUMMARY_JSON
     assert br_export.REPORT_TXT == bench_report.REPORT_TXT
     assert br_export.REPORT_HTML == bench_report.REPORT_HTML
-    assert br_export.CGROUP_FILES == bench_report.CGROUP_FILES
+    assert br_export.CGROUP_FILES == bench_summary.CGROUP_FILES
 
 
 def test_argv_mapping() -> None:
     argv = ["vllm", "serve", "/m", "--seed", "0", "--x=1", "--enforce-eager", "--offset", "-1", "--tag", "a", "--tag",
             "b", "--last"]  # fmt: skip
-    assert br_export.argv_mapping(argv) == {
+    assert br_stack.argv_mapping(argv) == {
         "command": ["vllm", "serve", "/m"],
         "--seed": "0",
         "--x": "1",
@@ -311,21 +311,21 @@ def test_the_accelerator_is_the_gpus_of_a_gpu_profile_and_none_on_cpu() -> None:
     argv = {"--tensor-parallel-size": "8"}
     gpu_manifest = {"profile": {"gpu": {"hardware_class": "rtxpro6000-tp8", "devices": list(range(8))}},
                     "gpu_class": {"name": "rtxpro6000-tp8", "model_substring": "RTX PRO 6000"}}  # fmt: skip
-    acc = br_export._accelerator(gpu_manifest, argv)
+    acc = br_stack._accelerator(gpu_manifest, argv)
     assert (acc["model"], acc["count"], acc["parallelism"]) == ("RTX PRO 6000", 8, {"tp": 8, "pp": 1})
     # A stand-in ran the CPU engine in place of the GPUs, with the ranks its argv says.
-    stand_in = br_export._accelerator({**gpu_manifest, "stand_in": {"what": "..."}}, {"--tensor-parallel-size": "2"})
+    stand_in = br_stack._accelerator({**gpu_manifest, "stand_in": {"what": "..."}}, {"--tensor-parallel-size": "2"})
     assert (stand_in["model"], stand_in["count"], stand_in["parallelism"]["tp"]) == ("CPU", 0, 2)
-    assert br_export._accelerator({"profile": {"gpu": None}}, {})["count"] == 0
+    assert br_stack._accelerator({"profile": {"gpu": None}}, {})["count"] == 0
 
 
 def test_statistics_median_is_the_summarys_and_percentiles_interpolate() -> None:
-    st = br_export.statistics_of([4.0, 1.0, 3.0, 2.0, None], Units.MS)
+    st = br_results.statistics_of([4.0, 1.0, 3.0, 2.0, None], Units.MS)
     assert st is not None
     assert (st["min"], st["p50"], st["max"], st["mean"]) == (1.0, 2.5, 4.0, 2.5)
     assert st["p25"] == pytest.approx(1.75) and st["p90"] == pytest.approx(3.7)
-    assert br_export.statistics_of([None], Units.MS) is None
-    per_run = br_export.statistics_of([1.0, 2.0], Units.TOKEN_PER_S, percentiles=False)
+    assert br_results.statistics_of([None], Units.MS) is None
+    per_run = br_results.statistics_of([1.0, 2.0], Units.TOKEN_PER_S, percentiles=False)
     assert per_run is not None and "p90" not in per_run and per_run["p50"] == 1.5
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from serving import bench, bench_report, compare, stats, workload
+from serving import bench, bench_conditions, bench_report, compare, stats, workload
 from serving.plots import PANEL_COLOURS
 from tests.unit.test_bench import FIXTURES, serving_plan
 
@@ -187,7 +187,7 @@ def test_other_prompts_are_another_condition(tmp_path: Path) -> None:
     # A manifest written before the offset was recorded ran with 0.
     m = json.loads((a / "manifest.json").read_text())
     del m["seed_offset"]
-    assert bench.conditions(m)["seed_offset"] == 0
+    assert bench_conditions.conditions(m)["seed_offset"] == 0
 
 
 def test_a_side_with_mixed_conditions_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving import bench, bench_report, bench_runs, br_export, workload
+from serving import bench, bench_report, bench_runs, bench_text, br_export, workload
 from serving.errors import InputError
 from tests.unit.test_bench import RUN, fixture
 from tests.unit.test_conversation_client import SimulatedChat, client
@@ -274,8 +274,8 @@ def test_the_report_states_the_workload_and_gives_ttft_by_turn(tmp_path: Path, m
 
 def test_a_random_workloads_report_has_no_turn_table() -> None:
     points = [{"point": "c1", "max_concurrency": 1, "ttft_ms_by_turn": {}}]
-    assert bench_report._turn_lines({"points": points}) == []
-    line = bench_report.workload_line(workload.load_workload("chat").model_dump(mode="json"), None)
+    assert bench_text._turn_lines({"points": points}) == []
+    line = bench_text.workload_line(workload.load_workload("chat").model_dump(mode="json"), None)
     assert "turns" not in line and "16 prompts per run" in line
 
 

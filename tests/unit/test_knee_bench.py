@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from serving import bench, bench_report, workload
+from serving import bench, bench_report, bench_text, workload
 from serving.errors import InputError
 from tests.image_scripts import image_script
 from tests.unit.test_workloads_production import serving_plan, write_workload
 
 client = image_script("bench_client")
-SERVING = Path(__file__).resolve().parents[2] / "serving"
+REPO = Path(__file__).resolve().parents[2]
+SERVING = REPO / "serving"
 
 
 def knee_workload(tmp_path: Path, **extra: Any) -> workload.Workload:
@@ -143,6 +147,21 @@ def test_the_client_searches_with_knee_py_and_records_every_run(tmp_path: Path, 
     assert "knee" not in sys.modules or sys.modules["knee"].__file__ == str(SERVING / "knee.py")
 
 
+def test_the_bench_role_gives_the_client_every_module_it_imports(tmp_path: Path) -> None:
+    """The files the role copies into the client's directory (ansible/roles/bench/tasks/main.yml), alone there:
+    the client and the modules it imports beside itself, eagerly and for a search, import and read the plan."""
+    tasks = yaml.safe_load((REPO / "ansible" / "roles" / "bench" / "tasks" / "main.yml").read_text())
+    copy = next(t for t in tasks if t["name"].startswith("Bench | Give the client its driver"))
+    for f in copy["vars"]["_bench_base_files"]:
+        if "src" in f:
+            shutil.copy(REPO / f["src"].removeprefix("{{ playbook_dir }}/../"), tmp_path / f["name"])
+    assert {p.name for p in tmp_path.glob("*.py")} >= {"bench_client.py", "knee.py", "knee_runs.py"}
+    run = "import sys, bench_client, knee_runs; sys.exit(bench_client.main(['missing.json']))"
+    out = subprocess.run([sys.executable, "-E", "-s", "-c", run], cwd=tmp_path, capture_output=True, text=True)
+    said = "bench client: bad plan missing.json: [Errno 2] No such file or directory: 'missing.json'"
+    assert (out.returncode, out.stderr.splitlines()[-1:]) == (2, [said]), out.stderr
+
+
 def test_the_report_states_the_knee_and_draws_it(tmp_path: Path, monkeypatch: Any) -> None:
     w = knee_workload(tmp_path, search={"rate": {"start": 2.0, "limit": 16.0}})
     p = bench.plan_bench(w, serving_plan(), "/o", "0-1", "0-1", search="rate")
@@ -175,7 +194,7 @@ def test_a_bracketing_load_is_named_as_its_point_is() -> None:
              for x, v in ((64.0, "holds"), (90.5, "fails"))]  # fmt: skip
     knee = {"kind": "rate", "unit": "req/s", "left_out_here": [],
             "result": {"summary": "knee 64 req/s", "bracket_loads": loads}}  # fmt: skip
-    text = "\n".join(bench_report._knee_lines({"knee": knee}))
+    text = "\n".join(bench_text._knee_lines({"knee": knee}))
     assert "bracket 64 req/s: holds (r)" in text and "bracket 90.5 req/s: fails (r)" in text, text
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from serving import bench, bench_report, bench_runs
+from serving import bench, bench_conditions, bench_runs, bench_summary, bench_text
 from tests.image_scripts import image_script
 from tests.unit.test_bench import RUN, SMOKE, fixture, serving_plan
 
-client = image_script("bench_client")
+page_cache = image_script("bench_page_cache")
 
 
 @pytest.fixture
@@ -30,33 +30,33 @@ def served(tmp_path: Path) -> list[str]:
             f.flush()
             os.fsync(f.fileno())  # dirty pages cannot be evicted; served files were written long before
     (d / "link").symlink_to(d / "weights.bin")
-    files = client.served_files([str(d)])
+    files = page_cache.served_files([str(d)])
     assert [Path(f).name for f in files] == ["config.json", "weights.bin"]  # the link is not read twice
     return list(files)
 
 
 def test_cold_evicts_and_warm_reads_in_the_served_files(served: list[str]) -> None:
-    made = client.make_page_cache_state("cold", served)
+    made = page_cache.make_page_cache_state("cold", served)
     assert made["errors"] == [] and made["files"] == 2
-    cold = client.residency(served)
+    cold = page_cache.residency(served)
     assert cold["fraction"] <= 0.05, cold
-    made = client.make_page_cache_state("warm", served)
+    made = page_cache.make_page_cache_state("warm", served)
     assert made["bytes_read"] == (4 << 20) + 2
-    warm = client.residency(served)
+    warm = page_cache.residency(served)
     assert warm["fraction"] == 1.0 and warm["resident_bytes"] >= 4 << 20, warm
     assert warm["pages"] == 1024 + 1 and warm["per_file"][served[1]] == 1024
     # as-found touches nothing
-    assert client.make_page_cache_state("as-found", served)["bytes_read"] == 0
-    assert client.residency(served)["fraction"] == 1.0
+    assert page_cache.make_page_cache_state("as-found", served)["bytes_read"] == 0
+    assert page_cache.residency(served)["fraction"] == 1.0
 
 
 def test_residency_says_why_it_has_no_figure() -> None:
-    assert client.residency([]) == {"error": "no served files found"}
-    assert "fincore exited" in client.residency(["/no/such/file"])["error"]
+    assert page_cache.residency([]) == {"error": "no served files found"}
+    assert "fincore exited" in page_cache.residency(["/no/such/file"])["error"]
 
 
 def test_a_file_that_will_not_open_is_named(tmp_path: Path) -> None:
-    made = client.make_page_cache_state("cold", [str(tmp_path / "gone")])
+    made = page_cache.make_page_cache_state("cold", [str(tmp_path / "gone")])
     assert made["errors"] == [f"{tmp_path / 'gone'}: No such file or directory"]
 
 
@@ -65,18 +65,18 @@ def test_residency_is_refused_where_the_kernel_would_report_every_page_resident(
 ) -> None:
     """Without FOWNER, mincore(2) says "resident" for every page of a file the caller neither owns nor may write;
     the reader says it cannot tell instead."""
-    monkeypatch.setattr(client, "has_fowner", lambda: False)
-    monkeypatch.setattr(client.os, "geteuid", lambda: 4242)
-    got = client.residency(served)
+    monkeypatch.setattr(page_cache, "has_fowner", lambda: False)
+    monkeypatch.setattr(page_cache.os, "geteuid", lambda: 4242)
+    got = page_cache.residency(served)
     assert got["error"].startswith("not read: uid 4242 without CAP_FOWNER neither owns nor may write")
 
 
 def test_the_residency_reader_answers_through_its_helper_process(served: list[str]) -> None:
-    reader = client.ResidencyReader.start()
+    reader = page_cache.ResidencyReader.start()
     try:
-        client.make_page_cache_state("warm", served)
+        page_cache.make_page_cache_state("warm", served)
         assert reader.read(served)["fraction"] == 1.0
-        client.make_page_cache_state("cold", served)
+        page_cache.make_page_cache_state("cold", served)
         assert reader.read(served)["fraction"] <= 0.05
         assert reader.proc.poll() is None  # one helper for every run
     finally:
@@ -90,7 +90,7 @@ def test_engine_io_reads_the_processes_under_the_engines_init() -> None:
 
     child = subprocess.Popen(["sleep", "30"])
     try:
-        io = client.engine_io(os.getpid())
+        io = page_cache.engine_io(os.getpid())
     finally:
         child.kill()
         child.wait()
@@ -168,8 +168,8 @@ def test_a_run_from_before_the_state_was_recorded_has_none() -> None:
 
 def test_the_report_states_the_page_cache_state_and_its_readings() -> None:
     runs = [summarize(status_with("cold", 0.0)) for _ in range(2)]
-    pc = bench_report.page_cache_summary({"page_cache": "cold"}, runs)
-    line = bench_report._page_cache_line(pc)
+    pc = bench_summary.page_cache_summary({"page_cache": "cold"}, runs)
+    line = bench_text._page_cache_line(pc)
     assert line.startswith("page cache of the served files (7 files, 0.381 MiB): cold, evicted before each run")
     assert "resident at the start of measured runs 0%-0%, at their end 100%-100%" in line
     assert "the engine read 8192 bytes from storage" in line and "154" in line
@@ -206,8 +206,8 @@ def test_the_page_cache_state_is_a_compared_condition_and_old_benches_were_as_fo
     b = bench.plan_bench(SMOKE.model_copy(update={"page_cache": "cold"}), serving_plan(), "/o", "0-1", "0-1")[
         "manifest"
     ]
-    ca, cb = bench.conditions(a), bench.conditions(b)
+    ca, cb = bench_conditions.conditions(a), bench_conditions.conditions(b)
     assert [k for k in ca if ca[k] != cb.get(k)] == ["workload.page_cache"]
     old = copy.deepcopy(a)
     del old["workload"]["page_cache"]
-    assert bench.conditions(old) == ca
+    assert bench_conditions.conditions(old) == ca

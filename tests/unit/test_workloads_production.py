@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from serving import bench, bench_report, bench_runs, workload
+from serving import bench, bench_conditions, bench_runs, bench_text, workload
 from serving.errors import InputError
 from serving.plan import Plan, plan_from_profile
 from serving.profile import load_profile
@@ -164,9 +164,9 @@ def test_poisson_and_bursty_arrivals_differ_only_in_burstiness() -> None:
     assert flag(a, "--request-rate") == "2.0" and "--max-concurrency" not in a
     diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
     assert [a[i - 1] for i in diff] == ["--burstiness"]
-    line = bench_report.workload_line(poisson.model_dump(mode="json"), None)
+    line = bench_text.workload_line(poisson.model_dump(mode="json"), None)
     assert "arrivals Poisson" in line
-    assert "gamma, burstiness 0.25" in bench_report.workload_line(bursty.model_dump(mode="json"), None)
+    assert "gamma, burstiness 0.25" in bench_text.workload_line(bursty.model_dump(mode="json"), None)
 
 
 # --- the seeds' named workloads, sized per profile ----------------------------------------------------------
@@ -318,7 +318,7 @@ def test_a_failed_request_meets_no_slo() -> None:
 
 
 def test_the_report_gives_goodput_and_the_share_that_met_the_slo(tmp_path: Path) -> None:
-    lines = bench_report._point_tables(
+    lines = bench_text._point_tables(
         {
             "manifest": {"workload": {"slo": {"ttft": "1s", "min_share": 0.9}}},
             "grouped_streaming": False,
@@ -351,11 +351,11 @@ def test_a_manifest_from_before_these_fields_compares_with_a_new_one() -> None:
                 "slo", "sizes", "page_cache"):  # fmt: skip
         old["workload"].pop(key)
     old.pop("workload_data")
-    ca, cb = bench.conditions(old), bench.conditions(new)
+    ca, cb = bench_conditions.conditions(old), bench_conditions.conditions(new)
     assert ca == cb
     other = json.loads(json.dumps(new))
     other["workload"]["api"] = "chat"
-    assert [k for k in cb if cb[k] != bench.conditions(other).get(k)] == ["workload.api"]
+    assert [k for k in cb if cb[k] != bench_conditions.conditions(other).get(k)] == ["workload.api"]
 
 
 def test_poisson_arrivals_report_the_achieved_rate_but_only_even_ones_are_judged_by_it() -> None:
