@@ -105,10 +105,6 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("placement.ranks.*.memory_nodes.anon_bytes*", INFORMATIONAL, "a rank's memory by node, measured as it runs"),
     ("placement.ranks.*.memory_nodes.outside_share", INFORMATIONAL, "a measured share; the verdict (ok) is compared"),
     ("plan.host", INFORMATIONAL, "the inventory name of the host compared"),
-    # A first deploy plans before it generates the model: its manifest says "generate" and no probe target, a
-    # later read "generated" and the largest served file. The model itself is compared, file by file (model.*).
-    ("plan.model_action", INFORMATIONAL, "what the deploy found of the model when it planned; its files are compared"),
-    ("plan.probes.data_file*", INFORMATIONAL, "the probes' target as found when planned; the model is compared"),
     ("plan.health_timeout_*", INFORMATIONAL, "how long a start was given, from the model as found when planned"),
     ("plan.gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),

@@ -145,6 +145,10 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         _remove()
 
 
+# The manifest of the first (cold) deploy on the bare host, for the verify test after it.
+_FIRST_MANIFEST: list[Path] = []
+
+
 def _deploy(inv: Path) -> MakeResult:
     return make("deploy", f"INVENTORY={inv}", f"HOST={HOST}", timeout=600)
 
@@ -210,6 +214,7 @@ def test_make_deploy_installs_docker_starts_it_without_systemd_and_serves(bare: 
     assert "TASK [images : Images | Build the runtime image" not in r.output
     run_dir, manifest = manifest_of(r)  # what this deploy wrote and printed
     assert run_dir.parent == REPO / "runs" / HOST
+    _FIRST_MANIFEST.append(run_dir / "manifest.json")
     assert manifest["kind"] == "deploy" and manifest["verified"] is True, manifest.get("verification")
     assert manifest["host_facts"]["hostname"] == HOST
     # The served model answers inside that host.
@@ -227,6 +232,19 @@ def test_a_second_deploy_changes_nothing_and_leaves_dockerd_alone(bare: Path) ->
     assert "included: docker_engine" not in r.output
     assert _dockerd() == (pid, started)
     assert _on_host("docker", "inspect", "--format", "{{.Id}}", "refdeploy-vllm").stdout.strip() == container
+
+
+def test_verify_against_the_cold_deploys_manifest_finds_nothing_changed(bare: Path) -> None:
+    """The first deploy planned before the model existed, then generated it: its manifest records the plan as
+    deployed ("generated", the probes' target), so make verify against it, nothing changed since, matches."""
+    assert _FIRST_MANIFEST, "the first deploy's test did not run or wrote no manifest"
+    ref = json.loads(_FIRST_MANIFEST[0].read_text())
+    assert ref["plan"]["model_action"] == "generated", ref["plan"]["model_action"]
+    assert ref["plan"]["probes"]["data_file"], ref["plan"]["probes"]
+    r = make("verify", f"INVENTORY={bare}", f"HOST={HOST}", f"REF={_FIRST_MANIFEST[0]}", timeout=300)
+    assert r.rc == 0, r.output[-4000:]
+    assert f"{HOST} matches the reference: 0 must-match" in r.output, r.output[-4000:]
+    assert "MUST-MATCH" not in r.output
 
 
 def test_make_sets_up_python3_venv_there_as_root_and_says_what_to_install_otherwise(bare: Path) -> None:

@@ -114,27 +114,26 @@ def test_a_ranks_memory_measured_a_page_apart_is_not_a_difference_but_its_allowe
     assert moved["placement.ranks.0.memory_nodes.allowed"].kind == MUST_MATCH
 
 
-def test_a_first_deploys_manifest_which_planned_the_models_generation_matches_a_later_read(
-    vllm_cpu_fixtures: Path,
-) -> None:
-    """A first deploy plans before it generates the model ("generate", no probe target yet); verify reads the
-    host after it ("generated", the largest served file). That is not a difference in what runs: a CI run's
-    verify against a first deploy's manifest failed on these four fields. The model's files still must match."""
+def test_the_plans_model_and_probe_target_are_compared_as_deployed(vllm_cpu_fixtures: Path) -> None:
+    """A first deploy plans again once it has generated the model (serve's model.yml, preflight's replan.yml), so
+    its manifest records the plan as deployed and verify compares it: a model action or probe target that differs
+    is a difference in what runs. (A CI run's verify against a first deploy's manifest once failed on these
+    fields because the manifest kept the plan made before the model existed, "generate" with no probe target.)"""
     raw = _deploy_raw(vllm_cpu_fixtures)
     ref = build_manifest(raw)
-    assert ref["plan"]["model_action"] == "generate" and ref["plan"]["probes"]["data_file"] is None
-    later = _second_deploy(raw)
-    now = build_manifest(later)
-    now["plan"]["model_action"] = "generated"
-    now["plan"]["probes"].update(
+    ref["plan"]["model_action"] = "generated"
+    ref["plan"]["probes"].update(
         data_file="/var/lib/refdeploy/models/tiny-llama/model.safetensors",
         data_file_bytes=17839216,
         data_file_note="the largest of 8 served file(s)",
     )
+    now = copy.deepcopy(ref)
+    assert [d.line() for d in compare(ref, now) if d.kind == MUST_MATCH] == []
+    now["plan"]["model_action"] = "staged"
+    now["plan"]["probes"].update(data_file="/var/lib/refdeploy/models/tiny-llama/tokenizer.json", data_file_bytes=1)
     found = _by_path(compare(ref, now))
-    assert [d.line() for d in found.values() if d.kind == MUST_MATCH] == []
     for path in ("plan.model_action", "plan.probes.data_file", "plan.probes.data_file_bytes"):
-        assert found[path].kind == INFORMATIONAL, path
+        assert found[path].kind == MUST_MATCH, path
     name = next(iter(now["model"]["files_sha256"]))
     now["model"]["files_sha256"][name] = "0" * 64
     assert _by_path(compare(ref, now))[f"model.files_sha256.{name}"].kind == MUST_MATCH
