@@ -39,6 +39,9 @@ def serving_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
     """Before and after against each other: {"changed", "line", "before", "after"}; `line` is what the operator
     reads (one line, the container's ID, restart count and state before and after)."""
     b, a = identity(before), identity(after)
+    label = name or "the serving container"
+    if not b["present"] and not a["present"]:  # make probe-io on a host that serves nothing
+        return {"changed": False, "line": f"{label} did not run before or after", "before": b, "after": a}
     what: list[str] = []
     if not b["present"] or not a["present"]:
         what.append(f"{'absent' if not b['present'] else 'present'} -> {'absent' if not a['present'] else 'present'}")
@@ -56,7 +59,6 @@ def serving_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
         if a["oom_killed"]:
             what.append("OOM-killed")
     changed = bool(what)
-    label = name or "the serving container"
     line = (
         f"{label} died or was replaced in the window: {'; '.join(what)} (before: {_describe(b)}; after: {_describe(a)})"
         if changed

@@ -64,6 +64,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if fetched.serving_unreadable(after):
             raise AnsibleError(f"could not read {serving} after the window: {after.serving_error}")
         if after.archive_sha1:
+            # Private, as refdeploy_run_dir makes a run directory: it holds the host's readings.
+            archive.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._connection.fetch_file(f"{out}/{top}.tar.gz", str(archive))
             if secure_hash(str(archive)) != after.archive_sha1:
                 archive.unlink()

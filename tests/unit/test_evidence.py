@@ -55,6 +55,15 @@ def test_a_replaced_or_vanished_or_dead_container_is_a_change() -> None:
     assert still_restarting["changed"] is True
 
 
+def test_no_container_before_or_after_is_no_change_and_one_that_came_up_is() -> None:
+    """make probe-io runs where nothing serves: nothing died in its window, and the line says nothing ran."""
+    none = serving_change(None, None, "refdeploy-vllm")
+    assert none["changed"] is False and none["line"] == "refdeploy-vllm did not run before or after"
+    assert serving_change(None, _container())["line"].startswith(
+        "the serving container died or was replaced in the window: absent -> present"
+    )
+
+
 def test_a_capture_cut_short_is_indexed_from_the_files_it_left(tmp_path: Path) -> None:
     b = tmp_path / "capture"
     (b / "samplers").mkdir(parents=True)
