@@ -63,9 +63,9 @@ PLAYBOOK_ANY = $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
 PLAYBOOK = $(PLAYBOOK_ANY) $(if $(PROFILER),-e refdeploy_profiler=$(PROFILER),)
 CHECK_HOST = $(BIN)/refdeploy check-host --inventory $(INVENTORY) $(HOST)
 # make capture / make probe: each step at an observer's CPU weight, so that an engine under load on the same
-# host does not starve the controller's work around the window (serving/observer.py). -S: it needs no
+# host does not starve the controller's work around the window (serving/standalone/observer.py). -S: it needs no
 # site-packages, and starts (at the normal weight) in 0.02 s.
-OBSERVE = $(BIN)/python -S -m serving.observer
+OBSERVE = $(BIN)/python -S -m serving.standalone.observer
 
 ##@ Serving
 
@@ -169,7 +169,7 @@ venv: $(STAMP) ## Create the project virtualenv (.venv) from requirements.lock
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found: apt-get install python3 (Debian 12's is 3.11), or set PYTHON=" >&2; exit 2; }
-	@$(PYTHON) -I serving/prereqs.py venv
+	@$(PYTHON) -I serving/standalone/prereqs.py venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
@@ -186,17 +186,17 @@ lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Fast tests only (no Docker, no vLLM)
-	@$(BIN)/python -I serving/prereqs.py unit
+	@$(BIN)/python -I serving/standalone/prereqs.py unit
 	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
 
 .PHONY: test
 test: $(STAMP) ## Lint and unit tests (the images build meanwhile), then the integration tests: tests/schedule.py
-	@$(BIN)/python -I serving/prereqs.py test
+	@$(BIN)/python -I serving/standalone/prereqs.py test
 	@$(BIN)/python tests/schedule.py test
 
 .PHONY: test-integration
 test-integration: $(STAMP) ## The images, then the integration tests as make test runs them; PYTEST_ARGS=<path> runs just those
-	@$(BIN)/python -I serving/prereqs.py test
+	@$(BIN)/python -I serving/standalone/prereqs.py test
 	@$(if $(strip $(PYTEST_ARGS)),$(MAKE) images && $(BIN)/pytest $(PYTEST_ARGS),$(BIN)/python tests/schedule.py integration)
 
 .PHONY: test-cuda-image

@@ -13,7 +13,7 @@ a capture is asked for, and the input checked first: probes/capture_config.py). 
   bundle.json            what ran, each part's status (successful / failed / skipped: reason), the window
   summary.txt            the plain-text summary (also printed)
   timeline.html          plots of GPU, CPU, I/O, request latency and queue against time (self-contained; drawn on
-                         the controller from timeline.json once fetched: serving/capture_report.py)
+                         the controller from timeline.json once fetched: serving/evidence/capture_report.py)
   timeline.json          the series behind the plots, traceable to the files below
   samplers/              vmstat.log iostat.log pidstat.log nvml.log or nvidia-smi.log (stamped lines), samplers.json
   metrics/               before.prom after.prom scrapes/NNNN.prom delta.json delta.txt gauges.json
@@ -98,8 +98,8 @@ def exit_code(bundle: Mapping[str, Any]) -> int:
 def pack(out: Path, archive: Path) -> None:
     """The bundle as one gzipped tar beside it (top-level directory `bundle`), written under a temporary name and
     renamed, so an archive that exists is whole. In the capture container, which the CPU weight it is given keeps
-    from being starved by a busy engine (serving/probe_plan.py PROBE_CPU_SHARES): as an Ansible task on the host
-    the same tar took 10.4 s under load."""
+    from being starved by a busy engine (serving/evidence/probe_plan.py PROBE_CPU_SHARES): as an Ansible task on the
+    host the same tar took 10.4 s under load."""
     tmp = archive.with_name(f".{archive.name}.tmp")
     with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
         tar.add(out, arcname="bundle")

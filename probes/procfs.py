@@ -1,6 +1,6 @@
 """/proc files, parsed and read: a process's limits, its memory split (smaps_rollup) and where its memory is
 (numa_maps: bytes per NUMA node), and the host's /proc/meminfo. /proc/<pid>/limits has its one parser here
-(probes/hoststate.py and serving/limits.py use it).
+(probes/hoststate.py and serving/host/limits.py use it).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ CLOCK_EVENT_REASONS = {
 # links train down (Gen 1 at idle). Not 50: a PP=3 stage in decode runs kernels for about a third of each 200 ms
 # sample and its link is up, so a threshold of half would leave every stage of the 3090 class unjudged.
 BUSY_UTILIZATION_PCT = 20.0
-# Set in a probe container that was given the GPUs (serving/render.py GPU_ACCESS_ENV): nvidia-smi must run.
+# Set in a probe container that was given the GPUs (serving/plan/render.py GPU_ACCESS_ENV): nvidia-smi must run.
 GPU_ACCESS_ENV = "REFDEPLOY_GPU_ACCESS"
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _TERM_GRACE_S = 3.0

@@ -7,7 +7,7 @@ events such as py-spy dumps, the window's summary figures, notes, and the bundle
 panel's status and per-series min/median/max, the notes, and where the raw artifacts are. It runs in the probe
 image, at the end of the capture, and needs nothing beyond the standard library.
 
-The page, `timeline.html`, is drawn on the controller from the fetched bundle (serving/capture_report.py), with
+The page, `timeline.html`, is drawn on the controller from the fetched bundle (serving/evidence/capture_report.py), with
 matplotlib, which the probe image does not carry. probes/report_input.py reads and checks timeline.json for both.
 """
 

@@ -9,7 +9,7 @@
 Each prints JSON or text on stdout and one clear line on stderr when it refuses; exit status 2 means bad
 input, 1 means a check failed. The playbooks' own decisions run in-process (ansible/action_plugins,
 ansible/filter_plugins) on the same package; the deploy's manifest is written by the action plugin
-refdeploy_manifest (serving/manifest.py record_deploy).
+refdeploy_manifest (serving/record/manifest.py record_deploy).
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from serving.errors import InputError
 
 
 def cmd_check_host(a: argparse.Namespace) -> int:
-    from serving.inventory import check_host
+    from serving.config.inventory import check_host
 
     check_host(a.host, Path(a.inventory))
     return 0
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from serving.plan import plan_from_profile
-    from serving.profile import load_profile
-    from serving.schema import read_yaml
-    from serving.standin import load_config
+    from serving.config.profile import load_profile
+    from serving.config.schema import read_yaml
+    from serving.plan.plan import plan_from_profile
+    from serving.plan.standin import load_config
 
     readings = json.loads(Path(a.readings).read_text()) if a.readings else None
     gpu_class = read_yaml(Path(a.gpu_class)) if a.gpu_class else None
@@ -51,7 +51,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         base_image=a.base_image or None,
         stand_in=load_config(),
     )
-    from serving.redact import redact
+    from serving.config.redact import redact
 
     json.dump(redact(plan.model_dump(mode="json")), sys.stdout, indent=None if a.compact else 2, sort_keys=True)
     sys.stdout.write("\n")
@@ -77,16 +77,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compact", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    # Benchmarks: bench-plan, bench-report, compare (serving/bench_cli.py).
-    from serving.bench_cli import register as register_bench
+    # Benchmarks: bench-plan, bench-report, compare (serving/bench/bench_cli.py).
+    from serving.bench.bench_cli import register as register_bench
 
     register_bench(sub)
-    # Correctness through the server: validate-check, validate-report (serving/validate.py).
-    from serving.validate import register as register_validate
+    # Correctness through the server: validate-check, validate-report (serving/record/validate.py).
+    from serving.record.validate import register as register_validate
 
     register_validate(sub)
-    # make verify's reference, checked before any host is read (serving/verify.py).
-    from serving.verify import register as register_verify
+    # make verify's reference, checked before any host is read (serving/record/verify.py).
+    from serving.record.verify import register as register_verify
 
     register_verify(sub)
     return ap

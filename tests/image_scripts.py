@@ -12,7 +12,10 @@ REPO = Path(__file__).resolve().parents[1]
 IMAGE_DIR = REPO / "images" / "vllm"
 # What the bench role copies beside bench_client.py on the host (ansible/roles/bench/tasks/main.yml), which the
 # client's modules import as top-level modules: serving's standard-library-only knee search.
-BESIDE_THE_CLIENT = {"knee": REPO / "serving" / "knee.py", "knee_runs": REPO / "serving" / "knee_runs.py"}
+BESIDE_THE_CLIENT = {
+    "knee": REPO / "serving" / "standalone" / "knee.py",
+    "knee_runs": REPO / "serving" / "standalone" / "knee_runs.py",
+}
 
 
 def _load(name: str, path: Path) -> ModuleType:

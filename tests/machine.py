@@ -9,7 +9,7 @@ import subprocess
 def perf_refused_here() -> str:
     """Why the kernel refuses perf, read from the machine (`perf stat` of `true`); "" where it allows it.
 
-    Without perf installed this answers "" too: make test installs linux-perf (serving/prereqs.py), so a test
+    Without perf installed this answers "" too: make test installs linux-perf (serving/standalone/prereqs.py), so a test
     that then expects a recording fails on the missing perf instead of skipping."""
     if shutil.which("perf") is None:
         return ""

@@ -1,5 +1,5 @@
 """Action plugin refdeploy_bench_report: a fetched bench's summary, report.txt and report.html, on the controller
-(serving/bench_report.py report_bench), and whether the bench completed.
+(serving/bench/bench_report.py report_bench), and whether the bench completed.
 
   - name: Write the report
     refdeploy_bench_report:
@@ -7,7 +7,7 @@
       host: "{{ inventory_hostname }}"
       client_rc: "{{ client.rc }}"
       timeout_s: 900
-      change: "{{ serving_change }}"     # serving.continuity's, for the window
+      change: "{{ serving_change }}"     # serving.evidence.continuity's, for the window
       memory_log: [lines]                # optional: the engine log's refdeploy-memory-phase lines after it
     register: report                     # report.lines: to show; report.ok; report.line: why not
 
@@ -27,7 +27,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup", "memory_log"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.bench_report import report_bench
+        from serving.bench.bench_report import report_bench
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         args = dict(self._task.args)

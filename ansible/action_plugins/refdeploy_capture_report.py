@@ -1,8 +1,8 @@
 """Action plugin refdeploy_capture_report: a fetched capture bundle's timeline.html, drawn on the controller
-(serving/capture_report.py write_page) from its timeline.json: the probe image carries no plotting library; and
-its trace.json (serving/capture_trace.py), the bundle as one Chrome/Perfetto trace. First, where the play read
+(serving/evidence/capture_report.py write_page) from its timeline.json: the probe image carries no plotting library; and
+its trace.json (serving/evidence/capture_trace.py), the bundle as one Chrome/Perfetto trace. First, where the play read
 the engine log's memory rows (patch 0003), memory-phases.json: those rows and each rank's memory at decode in
-the window (serving/memory_phases.py), which the trace draws too.
+the window (serving/record/memory_phases.py), which the trace draws too.
 
   - name: Draw the timeline page
     refdeploy_capture_report:
@@ -28,9 +28,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from probes.report_input import ReportInputError
-        from serving.capture_report import write_page
-        from serving.capture_trace import write_trace
-        from serving.memory_phases import write_capture_memory
+        from serving.evidence.capture_report import write_page
+        from serving.evidence.capture_trace import write_trace
+        from serving.record.memory_phases import write_capture_memory
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         bundle = Path(str(self._task.args["bundle"]))

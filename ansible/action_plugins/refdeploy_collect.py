@@ -12,9 +12,9 @@ wrote and clean the host, in two shell round trips and a file transfer (no modul
       dest: runs/<host>/<id>                             # unpacked there as dest/name, change recorded beside it
       name: capture
       merge: false                                       # true: dest/name may exist; the archive's files join it
-    register: got   # got.change (serving/continuity.py), got.log, got.fetched, got.path, got.cleaned
+    register: got   # got.change (serving/evidence/continuity.py), got.log, got.fetched, got.path, got.cleaned
 
-1. On the host (serving/fetched.py after_window_script): the probe containers go (one that outlived its client
+1. On the host (serving/evidence/fetched.py after_window_script): the probe containers go (one that outlived its client
    would still be writing what is packed next); the serving container is read; a bundle the probe did not pack
    is packed; its SHA-1; the log lines. 2. The archive comes over the connection (fetch_file: a copy on a local
    host, sftp/scp over SSH) and is checked against that SHA-1, as the fetch module checks. 3. On the host,
@@ -43,7 +43,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("out", "top", "remove", "serving", "before", "log", "dest", "name", "merge"))
 
     def _host(self, script: str) -> Any:
-        from serving import hostshell
+        from serving.bridge import hostshell
 
         got = dict(self._low_level_execute_command(hostshell.wrap(script, self._compute_environment_string())))
         reply = hostshell.parse(str(got.get("stdout", "")))
@@ -56,7 +56,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         self, out: str, top: str, serving: str, remove: list[str], log: dict[str, Any], archive: Path, pid: int
     ) -> Any:
         """Steps 1 and 2: what the host says after the window, and the archive fetched and checked."""
-        from serving import fetched
+        from serving.evidence import fetched
 
         match, tail = str(log.get("match", "")), int(log.get("tail", 0))
         script = fetched.after_window_script(out, top, serving, remove, match, tail, pid)
@@ -82,7 +82,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             return False
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving import continuity, fetched
+        from serving.evidence import continuity, fetched
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         args = self._task.args

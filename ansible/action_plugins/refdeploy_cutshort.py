@@ -5,7 +5,7 @@
       bundle: runs/<host>/<id>/capture
       exit_code: 137
       why: "refdeploy-vllm died or was replaced in the window: ..."
-      serving_change: {...}          # serving.continuity's, written beside the bundle
+      serving_change: {...}          # serving.evidence.continuity's, written beside the bundle
     register: indexed                # indexed.summary_lines: what the bundle's summary.txt says
 
 The bundle's bundle.json (complete: false) and summary.txt list, per part, the files the capture had written.

@@ -1,4 +1,4 @@
-"""Action plugin refdeploy_lock: take or release the managed host's operation lock (serving/hostlock.py).
+"""Action plugin refdeploy_lock: take or release the managed host's operation lock (serving/bridge/hostlock.py).
 
   - name: Take the host's lock
     refdeploy_lock:
@@ -9,7 +9,7 @@
 Acquired: `mkdir` of the lock directory on the host, then its holder.json; a lock held by another run fails the
 task with the one line that names the holder (a dead run of this controller is taken over, and the result says
 so). Released: removes the lock only if this run holds it. In check mode nothing is written; a held lock still
-fails the task. The host side is a shell round trip per step (serving/hostlock.py take_command, read_command,
+fails the task. The host side is a shell round trip per step (serving/bridge/hostlock.py take_command, read_command,
 remove_command; a second only to take over a stale lock or to release): a module run would cost a Python start
 on the host, and the lock is on every operation's path.
 """
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def _host(self, command: str) -> tuple[str, str]:
         """The reply of one of hostlock's shell commands: (word, text)."""
-        from serving import hostlock
+        from serving.bridge import hostlock
 
         got = dict(self._low_level_execute_command(command, sudoable=True))
         word, text = hostlock.parse_reply(str(got.get("stdout", "")))
@@ -41,7 +41,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         return word, text
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving import hostlock
+        from serving.bridge import hostlock
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)

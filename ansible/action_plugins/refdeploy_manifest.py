@@ -1,4 +1,5 @@
-"""Action plugin refdeploy_manifest: write and verify a deploy's manifest on the controller (serving/manifest.py).
+"""Action plugin refdeploy_manifest: write and verify a deploy's manifest on the controller
+(serving/record/manifest.py).
 
   - name: Write and verify the manifest
     refdeploy_manifest:
@@ -25,7 +26,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("runs_dir", "raw"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.manifest import record_deploy, repo_state
+        from serving.record.manifest import record_deploy, repo_state
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)

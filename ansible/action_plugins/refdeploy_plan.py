@@ -1,10 +1,10 @@
-"""Action plugin refdeploy_plan: the run's plan (serving/plan.py), made once per run on the controller.
+"""Action plugin refdeploy_plan: the run's plan (serving/plan/plan.py), made once per run on the controller.
 
 It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
 profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`, with
 the lines an operator reads first as `refdeploy_plan_summary`, and the host's facts read in the same run
 (ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts), and the host's tuning as the manifest
-records it, `refdeploy_host_tuning` (serving/host_tuning.py: kernel command line, CPU governor, THP, swappiness,
+records it, `refdeploy_host_tuning` (serving/host/host_tuning.py: kernel command line, CPU governor, THP, swappiness,
 NUMA balancing and on a GPU host each GPU's settings), kept out of the plan like refdeploy_host. The same read
 says what is on the host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does
 not answer, the containers on the serving port, the project's images, the serving container, one set aside and
@@ -48,11 +48,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving import gpu_facts, host_tuning, standin
-        from serving.images import plan_images
-        from serving.plan import build_plan, describe
-        from serving.profile import load_profile
-        from serving.render import PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
+        from serving.config.profile import load_profile
+        from serving.host import gpu_facts, host_tuning
+        from serving.plan import standin
+        from serving.plan.images import plan_images
+        from serving.plan.plan import build_plan, describe
+        from serving.plan.render import PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
 
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
@@ -81,7 +82,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
                     "settings_fields": list(host_tuning.SETTINGS_FIELDS),
                     "docker_port": profile.ports.host_port,
-                    # By repository: a GPU test host's stand-in runs the CPU images (serving/standin.py).
+                    # By repository: a GPU test host's stand-in runs the CPU images (serving/plan/standin.py).
                     "images": sorted({t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag)}),
                     "paths": [api_key_copy(name), sidecar_host_dir(profile)],
                     # The serving container, one an interrupted replacement set aside, and its samplers sidecar.
@@ -119,13 +120,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         }
         result.update(changed=False, ansible_facts=facts)
         if plan.api.secret_env:
-            # The launch spec carries them to Docker; -v output must not (serving/redact.py).
+            # The launch spec carries them to Docker; -v output must not (serving/config/redact.py).
             result["_ansible_no_log"] = True
         return result
 
 
 def _api_key_path(value: str) -> str:
-    from serving.profile import check_path
+    from serving.config.profile import check_path
 
     try:
         return check_path(value)

@@ -1,6 +1,7 @@
 """Action plugin refdeploy_profile_summary: the fetched torch profiler traces of `make profile`, summarised per
-rank on the controller (serving/torch_profile.py): summary.txt and summary.json beside them; and trace.json,
-every rank's trace and the profiled requests moved onto CLOCK_MONOTONIC in one file (serving/profile_trace.py).
+rank on the controller (serving/evidence/profiler_summary.py): summary.txt and summary.json beside them; and trace.json,
+every rank's trace and the profiled requests moved onto CLOCK_MONOTONIC in one file
+(serving/evidence/profiler_trace.py).
 
   - name: Summarise every rank's trace
     refdeploy_profile_summary:
@@ -24,8 +25,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.errors import InputError
-        from serving.profile_trace import write_trace
-        from serving.torch_profile import write_summary
+        from serving.evidence.profiler_summary import write_summary
+        from serving.evidence.profiler_trace import write_trace
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         directory = Path(str(self._task.args["directory"]))

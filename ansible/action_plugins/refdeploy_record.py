@@ -1,11 +1,11 @@
-"""Action plugin refdeploy_record: add to the run record (fact refdeploy_run; serving/run_record.py), which the
+"""Action plugin refdeploy_record: add to the run record (fact refdeploy_run; serving/record/run_record.py), which the
 manifest role writes.
 
   - name: Serve | Add the effective configuration to the run record
     refdeploy_record:
       effective: "{{ serve_effective }}"
 
-Each key belongs to one role (serving/run_record.py KEYS); an unknown key fails the task. Controller-side only.
+Each key belongs to one role (serving/record/run_record.py KEYS); an unknown key fails the task. Controller-side only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.run_record import RunRecordError, add
+        from serving.record.run_record import RunRecordError, add
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)

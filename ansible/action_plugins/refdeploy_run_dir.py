@@ -1,4 +1,4 @@
-"""Action plugin refdeploy_run_dir: create this run's directory on the controller (serving/manifest.py).
+"""Action plugin refdeploy_run_dir: create this run's directory on the controller (serving/record/manifest.py).
 
   - name: Create the run directory
     refdeploy_run_dir:
@@ -23,7 +23,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("runs_dir",))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.manifest import new_run_dir
+        from serving.record.manifest import new_run_dir
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)

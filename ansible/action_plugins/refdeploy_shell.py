@@ -1,5 +1,5 @@
 """Action plugin refdeploy_shell: a short shell script on the host through the connection, with the task's
-environment, and no module run (serving/hostshell.py says why):
+environment, and no module run (serving/bridge/hostshell.py says why):
 
   - name: Probes | Remove a probe container a stopped capture left behind
     refdeploy_shell:
@@ -22,7 +22,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("cmd",))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving import hostshell
+        from serving.bridge import hostshell
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         script = str(self._task.args.get("cmd") or "")

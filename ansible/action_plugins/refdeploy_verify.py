@@ -1,4 +1,4 @@
-"""Action plugin refdeploy_verify: compare what runs on a host with a reference manifest (serving/verify.py).
+"""Action plugin refdeploy_verify: compare what runs on a host with a reference manifest (serving/record/verify.py).
 
   - name: Compare with the reference
     refdeploy_verify:
@@ -33,8 +33,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.errors import InputError
-        from serving.manifest import repo_state
-        from serving.verify import verify_host
+        from serving.record.manifest import repo_state
+        from serving.record.verify import verify_host
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)

@@ -5,7 +5,7 @@
     refdeploy_watch:
       argv: [docker, build, ...]
       timeout_s: 3600          # timeout(1) --kill-after=10: rc 124 past it
-      progress: docker_build   # or marked (the product's own progress lines), last_line; serving/progress.py
+      progress: docker_build   # or marked (the product's own progress lines), last_line; serving/bridge/progress.py
     environment: {DOCKER_BUILDKIT: "0"}
     register: build            # as the command module's: rc, stdout, stderr, *_lines, start, end, delta
 
@@ -77,8 +77,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def _tail(self, path: str, mode: str) -> str:
         """The end of a file, for the progress line (over SSH with a tty, login noise may come first); for a
-        docker build, the last step's line first (serving/progress.py tail_command)."""
-        from serving import progress
+        docker build, the last step's line first (serving/bridge/progress.py tail_command)."""
+        from serving.bridge import progress
 
         got = self._sh(progress.tail_command(mode, path, TAIL_BYTES))
         return str(got.get("stdout", "")) if got.get("rc") == 0 else ""
@@ -92,14 +92,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     def _collect(self, scratch: str) -> tuple[str, str]:
         """The command's stdout and stderr, exactly (base64, read from the marked lines after any login noise);
         the scratch directory is removed in the same round trip."""
-        from serving.hostshell import decoded
+        from serving.bridge.hostshell import decoded
 
         got = self._sh(" ".join(shlex.quote(a) for a in ("sh", "-c", _COLLECT, "refdeploy-watch", scratch)))
         text = str(got.get("stdout", ""))
         return decoded(text, "refdeploy-watch-out") or "", decoded(text, "refdeploy-watch-err") or ""
 
     def _args(self) -> tuple[list[str], float, str]:
-        from serving import progress
+        from serving.bridge import progress
 
         argv = [str(a) for a in self._task.args.get("argv") or []]
         mode = str(self._task.args.get("progress", "last_line"))
@@ -115,7 +115,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def _wait(self, scratch: str, mode: str, bound_s: float, started: float) -> int:
         """The command's exit code, once it has ended; a progress line every interval until then."""
-        from serving import progress
+        from serving.bridge import progress
 
         name, interval = self._task.get_name().strip(), progress.interval_s()
         shown = started
@@ -134,7 +134,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         return rc
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving import progress
+        from serving.bridge import progress
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)

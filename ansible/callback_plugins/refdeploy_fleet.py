@@ -1,5 +1,5 @@
 """Callback plugin refdeploy_fleet: at the end of a run over several hosts, the roll's summary (make deploy) or the
-table of hosts by must-match differences (make verify), decided in serving/fleet.py.
+table of hosts by must-match differences (make verify), decided in serving/record/fleet.py.
 
 A roll stops at its first failure (deploy.yml: max_fail_percentage 0), and Ansible then runs nothing more, so
 the summary cannot be a task: it is printed here, from what the run saw. A run over one host prints nothing.
@@ -72,7 +72,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
             self._verify[result._host.get_name()] = dict(result._result)
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
-        from serving import fleet
+        from serving.record import fleet
 
         processed = list(stats.processed)
         # A failure a rescue recovered from is not the host's: only hosts Ansible counts as failed are.

@@ -19,7 +19,7 @@ from typing import Any
 from ansible.plugins.callback import CallbackBase
 from ansible.utils.display import Display
 
-from serving import progress
+from serving.bridge import progress
 
 DOCUMENTATION = """
 name: refdeploy_progress

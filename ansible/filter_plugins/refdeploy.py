@@ -1,4 +1,4 @@
-"""The serving package's decisions as filters, so the playbooks ask for them in-process (serving/playbooks.py).
+"""The serving package's decisions as filters, so the playbooks ask for them in-process (serving/bridge/playbooks.py).
 
   container | refdeploy_running(planned_spec[, target_id])   is it the planned container? (the one place)
   readings  | refdeploy_effective(plan)                      the engine's effective config against its launch
@@ -9,7 +9,7 @@
   plan      | refdeploy_profile_argv(settings)               the requests container of make profile
   plan      | refdeploy_correctness_argv(settings)           the fixed requests of make validate
   plan      | refdeploy_bench_plan(settings)                 the bench client's plan and manifest
-  document  | refdeploy_redact                               secret-looking values hidden (serving/redact.py)
+  document  | refdeploy_redact                               secret-looking values hidden (serving/config/redact.py)
   settings  | refdeploy_docker_unreachable                   Docker did not answer: may this run set it up?
   readings  | refdeploy_docker_engine(settings)              what to install, how to start dockerd
   readings  | refdeploy_engine_restart(settings)             restart dockerd on new settings? may it stop containers?
@@ -20,7 +20,7 @@
   run       | refdeploy_torch_fetched(source, saved, bound_s)  its download from PyTorch's index: None or the one line
   run       | refdeploy_engine_start(bound_s)                 the engine's start, phase by phase (engine_wait.py)
 
-serving.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
+serving.bridge.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
 deploy went from 6.4 to 11.2 s). The workers are forked from ansible-playbook, which imports it once before the
 first task (callback_plugins/refdeploy_preload.py), so the first call finds it there.
@@ -56,7 +56,7 @@ NAMES = (
 
 def _lazy(name: str) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        from serving import playbooks
+        from serving.bridge import playbooks
 
         return getattr(playbooks, name)(*args, **kwargs)
 

@@ -12,7 +12,7 @@ at start-up, on the managed host.
       interval_s: 1
       restarts: 0                     # the restart count it has now: one more means it crashed meanwhile
       read: true                      # false: only wait (a rollback's restored container)
-      inside_script: "{{ lookup('ansible.builtin.file', 'serving/inside_readings.py') }}"   # optional
+      inside_script: "{{ lookup('ansible.builtin.file', 'serving/standalone/inside_readings.py') }}"   # optional
       inside_args: [/models/tiny]
     register: readings                # .healthy, .health_state, .healthy_utc; .id, .log, .kept, .metrics;
                                       # with inside_script, .container_readings: see below
@@ -34,7 +34,7 @@ the script's stdout run as `python3 -c` inside it, parsed as JSON (the script is
 shell string). It was a module run of its own (refdeploy_container_readings) on the same container just after
 this one: each module run costs a Python start on the host. Each docker call is an argv with its own timeout;
 a failure is the module's one-line `msg`. It runs on the host (Ansible ships it there), so it imports nothing
-of the project: the decisions stay in serving/effective.py and serving/plan.py.
+of the project: the decisions stay in serving/record/effective.py and serving/plan/plan.py.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 STARTUP = re.compile(r"Initializing a V1 LLM engine|Starting vLLM server on")
-MEMORY_PHASE = "refdeploy-memory-phase"  # serving/memory_phases.py
+MEMORY_PHASE = "refdeploy-memory-phase"  # serving/record/memory_phases.py
 
 
 def _run(argv: list[str], timeout_s: int) -> subprocess.CompletedProcess[str]:

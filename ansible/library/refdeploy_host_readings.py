@@ -7,14 +7,14 @@
       host: gpu3090-a
       served_dirs: [/srv/models/llama]
       api_key_file: /etc/refdeploy/api-key    # its owner, mode, size and type; never its contents
-      query_gpu_fields: [index, name, ...]    # serving.gpu_facts.QUERY_GPU_FIELDS
-      settings_fields: [index, ...]           # serving.host_tuning.SETTINGS_FIELDS (GPU mode: the GPUs' settings)
+      query_gpu_fields: [index, name, ...]    # serving.host.gpu_facts.QUERY_GPU_FIELDS
+      settings_fields: [index, ...]           # serving.host.host_tuning.SETTINGS_FIELDS (GPU mode: the GPUs' settings)
       docker_port: 8000                       # Docker Engine's state (0: not read), see `host_state`
       images: [refdeploy/vllm, refdeploy/probes]   # references (a repository: all its tags)
       paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
       files: [/var/lib/refdeploy/rendered/refdeploy-vllm.json]
-    register: got                             # got.readings: {name: text}, as serving/gpu_plan.py reads them;
+    register: got                             # got.readings: {name: text}, as serving/plan/gpu_plan.py reads them;
                                               # got.host_state: what the roles act on, see below;
                                               # got.tuning: the host's tuning, for the manifest, see below
 
@@ -37,7 +37,7 @@ Id, Name, RestartCount, State, Config.Image and Config.Labels; never their envir
 gid: a role skips writing a file the host has as it would write it). One read for what preflight, images and
 serve would each ask again.
 
-`tuning` is the host's tuning as the manifest records it (serving/host_tuning.py parses it), each reading the
+`tuning` is the host's tuning as the manifest records it (serving/host/host_tuning.py parses it), each reading the
 file's text or null where the file does not exist (no cpufreq on many VMs, no NUMA balancing on some kernels):
 cmdline (/proc/cmdline), cpu_governors ("cpu<N>\t<governor>" per /sys/devices/system/cpu/cpu*/cpufreq/
 scaling_governor), thp_enabled and thp_defrag (/sys/kernel/mm/transparent_hugepage/), swappiness
@@ -174,7 +174,7 @@ def readings(mode: str, host: str, dirs: list[str], key_file: str, fields: list[
 
 
 def tuning(mode: str, settings_fields: list[str], r: Reader) -> dict[str, str | None]:
-    """The host's tuning, for the manifest (serving/host_tuning.py): each file's text, None where it is absent."""
+    """The host's tuning, for the manifest (serving/host/host_tuning.py): each file's text, None where it is absent."""
     sys_root = Path(r.sys_root)
     governors = []
     for f in sorted(sys_root.glob("devices/system/cpu/cpu*/cpufreq/scaling_governor"), key=lambda p: p.parts[-3]):

@@ -2,7 +2,7 @@
 
   python3 bench_client.py PLAN_JSON
 
-The plan (serving/bench.py, `plan_bench`) lists the runs; for each, in order: the server's /health, a /metrics
+The plan (serving/bench/bench.py, `plan_bench`) lists the runs; for each, in order: the server's /health, a /metrics
 snapshot, a prefix-cache reset where the server offers one, `vllm bench serve` with the run's argv, a second
 snapshot. Every run leaves out/runs/<id>/: status.json (what happened, on both clocks), result.json (vLLM's
 `--save-detailed` result), stdout.log and stderr.log, metrics-before.txt and metrics-after.txt. A thread samples
@@ -20,8 +20,8 @@ it are not started: nothing waits on a dead server. Exit status: 0 every run ok,
 says which), 2 bad plan.
 
 Standard library only (and vLLM, imported lazily): this file is copied to the host with the modules it imports
-from beside it (bench_conversations.py, bench_page_cache.py, and serving/knee.py and serving/knee_runs.py:
-ansible/roles/bench/tasks/main.yml) and run with the image's Python.
+from beside it (bench_conversations.py, bench_page_cache.py, and serving/standalone/knee.py and
+serving/standalone/knee_runs.py: ansible/roles/bench/tasks/main.yml) and run with the image's Python.
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ GAUGE_PERIOD_S = 0.5
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 _TERM_GRACE_S = 5.0
 # The server's API key, mounted read-only from the host's root-only key file when the deploy has one
-# (serving/redact.py API_KEY_MOUNT); `vllm bench serve` sends OPENAI_API_KEY as its bearer token.
+# (serving/config/redact.py API_KEY_MOUNT); `vllm bench serve` sends OPENAI_API_KEY as its bearer token.
 API_KEY_MOUNT = Path("/run/refdeploy/api-key")
 # First words of the samplers' header lines (vmstat, iostat, pidstat), kept so the window's lines can be parsed.
 HEADER_WORDS = (["procs"], ["r"], ["Device"], ["Device:"], ["#"], ["Linux"])
 
 
-# The product's progress lines on stderr (serving/progress.py MARK; this file runs inside the runtime image).
+# The product's progress lines on stderr (serving/bridge/progress.py MARK; this file runs inside the runtime image).
 PROGRESS_MARK = "refdeploy-progress: "
 
 
@@ -360,14 +360,14 @@ def prefix_hits(run_dir: Path) -> float | None:
 
 
 def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple[float, float] | None = None) -> None:
-    """The knee search (serving/knee.py decides the loads; serving/knee_runs.py sizes each run to hold its load for
-    the search's duration and says what a run shows after its ramp-up): each step's runs at its load, each run's
-    outcome recorded, then the steady runs that check the answer (the knee must hold, the load above it must
+    """The knee search (serving/standalone/knee.py decides the loads; serving/standalone/knee_runs.py sizes each run to
+    hold its load for the search's duration and says what a run shows after its ramp-up): each step's runs at its load,
+    each run's outcome recorded, then the steady runs that check the answer (the knee must hold, the load above it must
     fail). The runs made go into client.json ("search_runs", with the ids, points and seeds the report reads), the
     search's result into out/search.json."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import knee  # type: ignore[import-not-found]  # serving/knee.py, copied beside this file
-    import knee_runs  # type: ignore[import-not-found]  # serving/knee_runs.py, copied beside this file
+    import knee  # type: ignore[import-not-found]  # serving/standalone/knee.py, copied beside this file
+    import knee_runs  # type: ignore[import-not-found]  # serving/standalone/knee_runs.py, copied beside this file
 
     rate = search["kind"] == "rate"
     s = knee.Search(
@@ -416,7 +416,7 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple
             throughput = result.get("request_throughput")
             if isinstance(throughput, int | float) and throughput > 0:
                 last.append((load, float(throughput)))
-            # As the report judges it (serving/bench_runs.py): the cache served more of the prefill than chance.
+            # As the report judges it (serving/bench/bench_runs.py): the cache served more of the prefill than chance.
             hits = None if search.get("hits_intended") else prefix_hits(out / "runs" / run_id)
             prompt_tokens = result.get("total_input_tokens")
             flag = knee_runs.hits_flag(hits, prompt_tokens, knee_runs.SEARCH_HITS_MAX_SHARE)
@@ -518,7 +518,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"bench client: bad plan {argv[0]}: {exc}", file=sys.stderr)
         return 2
-    # Started as root with FOWNER, SETUID and SETGID only (serving/bench.py): the residency reader keeps root's
+    # Started as root with FOWNER, SETUID and SETGID only (serving/bench/bench.py): the residency reader keeps root's
     # FOWNER, everything else runs as the runtime user, with no capability. The reader starts before the key is
     # read, so the one process left with a capability never holds the key in its environment.
     reader = ResidencyReader.start() if os.geteuid() == 0 else None

@@ -9,7 +9,8 @@ by the code `vllm bench serve` measures with; the user turns are drawn from the 
 dataset, so the same seed sends the same user turns.
 
 Standard library only (and vLLM, imported lazily): copied to the host beside bench_client.py
-(ansible/roles/bench/tasks/main.yml) with serving/knee.py, whose percentile it uses, and run with the image's Python.
+(ansible/roles/bench/tasks/main.yml) with serving/standalone/knee.py, whose percentile it uses, and run with the image's
+Python.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-import knee  # type: ignore[import-not-found]  # serving/knee.py, copied beside this file
+import knee  # type: ignore[import-not-found]  # serving/standalone/knee.py, copied beside this file
 
 
 class ConversationSeam:

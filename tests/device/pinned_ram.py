@@ -1,4 +1,4 @@
-"""Host RAM of one 4.239 GiB pinned buffer (REFERENCE §5, serving/pinned_ram.py), read on a real GPU host.
+"""Host RAM of one 4.239 GiB pinned buffer (REFERENCE §5, serving/host/pinned_ram.py), read on a real GPU host.
 
   python3 pinned_ram.py torch       # torch.empty(pin_memory=True): the caching host allocator
   python3 pinned_ram.py registered  # pageable memory, then cudaHostRegister (vLLM's native offload path)

@@ -11,8 +11,8 @@ exec > >(tee "$OUT/log.txt") 2>&1
 step() { echo "== $(date -u +%T) $*"; }
 # shellcheck source=tests/device/lib.sh
 . tests/device/lib.sh
-Q=$(fields serving/gpu_facts.py QUERY_GPU_FIELDS)
-S=$(fields serving/host_tuning.py SETTINGS_FIELDS)
+Q=$(fields serving/host/gpu_facts.py QUERY_GPU_FIELDS)
+S=$(fields serving/host/host_tuning.py SETTINGS_FIELDS)
 F=$(fields probes/samplers.py NVIDIA_SMI_FIELDS)
 
 step host

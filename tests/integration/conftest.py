@@ -201,7 +201,7 @@ def docker_engine() -> None:
 # Engine starts are most of make test's time (about 40 s each here), so each integration module declares how many
 # vLLM engines it may start, ENGINE_STARTS, and a new one is added knowingly: a module without the declaration
 # fails collection, and one that starts more fails at its end. Counted from Docker's own events on this machine's
-# engine (a nested dockerd's, the bare host's, are not seen): starts of serving containers (serving/render.py's
+# engine (a nested dockerd's, the bare host's, are not seen): starts of serving containers (serving/plan/render.py's
 # profile label; not their sidecars), a `docker restart` included, of the module's own lane (local or test hosts).
 ENGINE_LABEL = "org.refdeploy.profile"
 TEST_HOSTS_LANE = schedule.TEST_HOSTS

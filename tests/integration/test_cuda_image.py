@@ -118,7 +118,7 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     assert labels["org.refdeploy.vllm.distribution"] == "vllm"
     assert labels["org.refdeploy.vllm.wheelhouse"] == "off"
     assert any(k.startswith("org.refdeploy.vllm.patch.0001-") for k in labels)
-    assert labels["org.refdeploy.cuda-runtime"] == "13.0"  # the host's driver floor (serving/cuda_driver.py)
+    assert labels["org.refdeploy.cuda-runtime"] == "13.0"  # the host's driver floor (serving/host/cuda_driver.py)
     smoke = _smoke_without_gpu(tag)
     alloc_conf = _alloc_conf_accepted(tag)
     gguf = _gguf_plugin(tag)

@@ -391,7 +391,7 @@ def test_one_field_change_replaces_exactly_the_serving_container(seqs4: Path) ->
     assert m["verified"] is True
     # The image answers vLLM's model-class inspection (images/vllm/Dockerfile): the new container wrote none.
     assert "modelinfos" not in docker("diff", CONTAINER)
-    # The new engine's start, phase by phase from its own log (serving/engine_wait.py), and the bound it had.
+    # The new engine's start, phase by phase from its own log (serving/standalone/engine_wait.py), and the bound it had.
     out = " ".join(r.output.split())
     assert "the engine has 300 s to answer /health (0.02 GiB of weights" in out
     said = re.search(r"the engine answered /health after [\d.]+ s: (.*?)'", out)

@@ -248,8 +248,8 @@ def test_verify_against_the_cold_deploys_manifest_finds_nothing_changed(bare: Pa
 
 
 def test_make_sets_up_python3_venv_there_as_root_and_says_what_to_install_otherwise(bare: Path) -> None:
-    """make's first step (serving/prereqs.py, before `python3.11 -m venv`) on the bare host's own Python."""
-    docker("cp", str(REPO / "serving" / "prereqs.py"), f"{HOST}:/usr/local/lib/prereqs.py")
+    """make's first step (serving/standalone/prereqs.py, before `python3.11 -m venv`) on the bare host's own Python."""
+    docker("cp", str(REPO / "serving" / "standalone" / "prereqs.py"), f"{HOST}:/usr/local/lib/prereqs.py")
     venv = ["python3", "-m", "venv", "/tmp/venv-check"]
     assert _on_host(*venv, check=False).returncode != 0  # ensurepip is not there
     user = _on_host("python3", "-I", "/usr/local/lib/prereqs.py", "venv", user="nobody", check=False)

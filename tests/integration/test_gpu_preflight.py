@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.pinned_ram import format_size
+from serving.host.pinned_ram import format_size
 from tests.integration.conftest import REPO, host_state, make
 
 pytestmark = pytest.mark.integration

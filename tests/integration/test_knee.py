@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.knee_plot import BRACKET, GOODPUT, KNEE, LATENCY
+from serving.bench.knee_plot import BRACKET, GOODPUT, KNEE, LATENCY
 from tests.integration.conftest import REPO, make
 from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
 

@@ -1,6 +1,6 @@
 """The placement role against real running workers: the CPU deployment's one VLLM::Worker, checked against
 plans of this machine's CPUs. Each worker's binding is read inside the serving container
-(serving/inside_readings.py) by the same module run the serve role makes once the engine answers
+(serving/standalone/inside_readings.py) by the same module run the serve role makes once the engine answers
 (refdeploy_engine_readings, its container_readings), and the role compares it with the plan's ranks on the
 controller; a rank the worker does not follow is refused with its line. (The multi-rank case, a rank per CPU,
 is tests/integration/test_tp2.py.)
@@ -40,7 +40,7 @@ def _plan(cpus: str | None) -> dict[str, Any]:
 
 def _run_role(tmp_path: Path, plan: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     vars_file = tmp_path / "vars.json"
-    inside = str(REPO / "serving" / "inside_readings.py")
+    inside = str(REPO / "serving" / "standalone" / "inside_readings.py")
     vars_file.write_text(
         json.dumps({"refdeploy_plan": plan, "kept_dir": str(tmp_path / "effective"), "inside": inside})
     )

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from probes import samplers
-from serving.plots import PANEL_COLOURS
+from serving.evidence.plots import PANEL_COLOURS
 from tests.integration.conftest import (
     CONTAINER,
     PROBE_RUNS,

@@ -1,8 +1,8 @@
 """The timeline page as a browser draws it: headless Chromium screenshots timeline.html; each panel's colour is there.
 
-Each panel draws its series in colours no other panel uses (serving.plots.PANEL_COLOURS), and everything else on the
-page is grey, black or white; so a panel's first colour found in enough pixels proves that panel's lines were drawn.
-A second page, the same but with the latency series emptied, proves the check can fail. Pillow reads the PNG.
+Each panel draws its series in colours no other panel uses (serving.evidence.plots.PANEL_COLOURS), and everything else
+on the page is grey, black or white; so a panel's first colour found in enough pixels proves that panel's lines were
+drawn. A second page, the same but with the latency series emptied, proves the check can fail. Pillow reads the PNG.
 
 Chromium: `apt-get install -y --no-install-recommends chromium`. Without it the tests skip, except under CI (the CI
 environment variable set), where Chromium is installed and its absence is a failure.
@@ -26,8 +26,8 @@ import pytest
 from PIL import Image
 
 from probes.report_input import PANEL_KEYS
-from serving.capture_report import render_html
-from serving.plots import PANEL_COLOURS
+from serving.evidence.capture_report import render_html
+from serving.evidence.plots import PANEL_COLOURS
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0

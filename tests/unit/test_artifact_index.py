@@ -1,12 +1,12 @@
 """docs/artifacts.md against the code: every artifact file name the code spells is in the index, and every file
-the index lists is one the code still writes (serving/artifacts.py reads the source; nothing runs)."""
+the index lists is one the code still writes (serving/record/artifacts.py reads the source; nothing runs)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from serving import artifacts
+from serving.record import artifacts
 
 REPO = Path(__file__).resolve().parents[2]
 INDEX = REPO / "docs" / "artifacts.md"
@@ -16,8 +16,8 @@ def test_the_index_lists_every_artifact_the_code_writes_and_no_other() -> None:
     found = artifacts.check(REPO, INDEX)
     assert found.lines() == [], (
         "docs/artifacts.md and the code disagree (add or remove the index's row; a name that is no runs/ artifact "
-        "goes into serving/artifacts.py EXCLUDED with why; `.venv/bin/python -m serving.artifacts` lists the names):\n"
-        + "\n".join(found.lines())
+        "goes into serving/record/artifacts.py EXCLUDED with why; `.venv/bin/python -m serving.record.artifacts` "
+        "lists the names):\n" + "\n".join(found.lines())
     )
 
 

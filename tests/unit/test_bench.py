@@ -1,4 +1,4 @@
-"""serving.bench: workloads, the client's placement and plan, per-request figures, flags and statistics.
+"""serving.bench.bench: workloads, the client's placement and plan, per-request figures, flags and statistics.
 
 The per-request parser is checked against real `vllm bench serve` results (tests/fixtures/vllm-bench-serve-0.32.0):
 with one token per chunk, the source's definitions must give exactly the medians vLLM itself printed.
@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from serving import bench, bench_conditions, bench_placement, bench_reference, bench_runs, stats, workload
+from serving.bench import bench, bench_conditions, bench_placement, bench_reference, bench_runs, stats
+from serving.config import workload
+from serving.config.profile import load_profile
 from serving.errors import InputError
-from serving.plan import Plan, plan_from_profile
-from serving.profile import load_profile
+from serving.plan.plan import Plan, plan_from_profile
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0"
 
@@ -35,7 +36,7 @@ def fixture(run: str) -> tuple[dict[str, Any], dict[str, Any], str, str]:
 
 
 def serving_plan(max_num_seqs: int | None = None, host: str = "localhost") -> Plan:
-    """The run's plan of cpu-tiny on `host` (serving/plan.py), as the bench role gets it."""
+    """The run's plan of cpu-tiny on `host` (serving/plan/plan.py), as the bench role gets it."""
     profile = load_profile("cpu-tiny")
     if max_num_seqs is not None:
         profile = profile.model_copy(update={"vllm": profile.vllm.model_copy(update={"max_num_seqs": max_num_seqs})})

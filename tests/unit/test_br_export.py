@@ -1,4 +1,4 @@
-"""serving.br_export: a bench as llm-d Benchmark Report v0.2.1 documents, over bench directories built from real
+"""serving.bench.br_export: a bench as llm-d Benchmark Report v0.2.1 documents, over bench directories built from real
 `vllm bench serve` results (tests/fixtures/vllm-bench-serve-0.32.0, via test_compare's make_bench).
 
 Each document must pass the published validator twice over (the package's pydantic model, and the JSON Schema file
@@ -20,7 +20,8 @@ from llmd_benchmark_report import load_benchmark_report
 from llmd_benchmark_report.base import Units
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving import bench, bench_report, bench_summary, br_export, br_results, br_stack, workload
+from serving.bench import bench, bench_report, bench_summary, br_export, br_results, br_stack
+from serving.config import workload
 from tests.unit.test_bench import serving_plan
 from tests.unit.test_compare import SMOKE, make_bench
 

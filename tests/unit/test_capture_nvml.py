@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from probes import capture, nvml, nvml_log
-from serving import capture_report
+from serving.evidence import capture_report
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDED = FIX / "recorded-h200" / "nvml-samples.jsonl"

@@ -1,10 +1,10 @@
-"""trace.json (serving/capture_trace.py) read by Perfetto's own trace processor (tests/perfetto/): each request a
-slice with its first token, the samplers as counter tracks, wchan and py-spy on their threads, the capture's window
+"""trace.json (serving/evidence/capture_trace.py) read by Perfetto's own trace processor (tests/perfetto/): each request
+a slice with its first token, the samplers as counter tracks, wchan and py-spy on their threads, the capture's window
 and perf spans; and the importer reports no error.
 
 The bundle is built here from the files a capture writes, in their formats (the integration test reads a real
 capture's). Perfetto runs in Node.js: without node the tests skip, except under CI (CI set), where it is installed
-(serving/prereqs.py) and its absence is a failure.
+(serving/standalone/prereqs.py) and its absence is a failure.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from serving.capture_trace import PID_CLIENT, build_trace, write_trace
+from serving.evidence.capture_trace import PID_CLIENT, build_trace, write_trace
 from tests.perfetto import TraceProcessor, require_node
 
 T0 = 5000.0  # the window's start on CLOCK_MONOTONIC, in seconds
@@ -193,8 +193,8 @@ def test_a_benchs_trace_has_every_request_on_a_lane_of_its_own_while_in_flight(
     tp: TraceProcessor, tmp_path: Path
 ) -> None:
     # The real `vllm bench serve` results of the fixtures (c1: one at a time; c4: four in flight), copied into a
-    # bench directory as `make bench` leaves it, whose report writes bench/trace.json (serving/bench_trace.py).
-    from serving import bench_report
+    # bench directory as `make bench` leaves it, whose report writes bench/trace.json (serving/bench/bench_trace.py).
+    from serving.bench import bench_report
     from tests.unit.test_compare import make_bench
 
     d = make_bench(tmp_path, "b", 1000)

@@ -1,4 +1,5 @@
-"""serving.compare and serving.bench_report over bench directories built from real `vllm bench serve` results."""
+"""serving.bench.compare and serving.bench.bench_report over bench directories built from real `vllm bench serve`
+results."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from serving import bench, bench_conditions, bench_report, compare, stats, workload
-from serving.plots import PANEL_COLOURS
+from serving.bench import bench, bench_conditions, bench_report, compare, stats
+from serving.config import workload
+from serving.evidence.plots import PANEL_COLOURS
 from tests.unit.test_bench import FIXTURES, serving_plan
 
 SMOKE = workload.load_workload("smoke")
@@ -296,9 +298,9 @@ def test_a_profiled_bench_is_never_compared_with_an_unprofiled_one(tmp_path: Pat
 
 
 def test_the_plan_of_a_profiled_engine_configures_vllms_profiler_and_labels_it() -> None:
-    from serving.plan import plan_from_profile
-    from serving.profile import load_profile
-    from serving.render import PROFILER_LABEL, PROFILER_MOUNT
+    from serving.config.profile import load_profile
+    from serving.plan.plan import plan_from_profile
+    from serving.plan.render import PROFILER_LABEL, PROFILER_MOUNT
 
     plain_plan = serving_plan(None)
     plain = bench.plan_bench(SMOKE, plain_plan, "/o", "0-1", "0-1")["manifest"]

@@ -2,7 +2,7 @@
 recorded on this machine (tests/fixtures/compare-calibration/, RECORDED: six smoke benches of one cpu-tiny deploy).
 
 Each trial draws A's and B's runs, without replacement, from the same pool of one point's recorded runs, so the two
-sides are identical by construction (the null hypothesis true), and asks serving.compare.effect, at a 95% level,
+sides are identical by construction (the null hypothesis true), and asks serving.bench.compare.effect, at a 95% level,
 whether B differs. Over the trials, the share called different must be at most 5%, within the Monte-Carlo's own
 sampling error (two standard errors of a binomial share at 5%). This is the statistical question the integration
 test "four benches of one deploy compared A/B/B/A show no difference" asked with one draw per CI run; here it is
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from serving import compare
+from serving.bench import compare
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compare-calibration" / "smoke-benches.json"
 LEVEL = 0.95

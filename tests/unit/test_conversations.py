@@ -15,7 +15,8 @@ import pytest
 import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving import bench, bench_report, bench_runs, bench_text, br_export, workload
+from serving.bench import bench, bench_report, bench_runs, bench_text, br_export
+from serving.config import workload
 from serving.errors import InputError
 from tests.unit.test_bench import RUN, fixture
 from tests.unit.test_conversation_client import SimulatedChat, client

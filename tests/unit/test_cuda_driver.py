@@ -1,4 +1,4 @@
-"""The driver floor a runtime image sets (serving/cuda_driver.py), and the host check that applies it."""
+"""The driver floor a runtime image sets (serving/host/cuda_driver.py), and the host check that applies it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from serving import cuda_driver, gpu_facts
-from serving.images import CUDA_RUNTIME_LABEL, plan_images
+from serving.host import cuda_driver, gpu_facts
+from serving.plan.images import CUDA_RUNTIME_LABEL, plan_images
 
 REPO = Path(__file__).resolve().parents[2]
 RTX3090 = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu"

@@ -1,4 +1,4 @@
-"""serving/compare.py design_2x2: each change alone, both together and their interaction, over bench directories
+"""serving/bench/compare.py design_2x2: each change alone, both together and their interaction, over bench directories
 built from real `vllm bench serve` results (tests/unit/test_compare.py make_bench). Change 1 is max_num_seqs,
 change 2 the workload's input_len; TTFT is scaled per side to make the effects known."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import compare
+from serving.bench import compare
 from tests.unit.test_compare import SMOKE, make_bench, side
 
 LONGER = SMOKE.model_copy(update={"input_len": 64})

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from serving.docker_engine import engine_plan, restart_plan, unreachable
+from serving.host.docker_engine import engine_plan, restart_plan, unreachable
 
 SETTINGS = {
     "docker_host": "unix:///var/run/docker.sock",

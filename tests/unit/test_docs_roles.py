@@ -1,4 +1,4 @@
-"""docs/roles.md is the roles' argument specs rendered (serving/docs_roles.py): regenerated here and compared."""
+"""docs/roles.md is the roles' argument specs rendered (serving/bridge/docs_roles.py): regenerated here and compared."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import difflib
 import shutil
 from pathlib import Path
 
-from serving import docs_roles
+from serving.bridge import docs_roles
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "roles.md"

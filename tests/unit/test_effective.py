@@ -5,14 +5,14 @@ from typing import Any
 
 import pytest
 
-from serving.effective import (
+from serving.config.profile import Profile, load_profile, parse_profile
+from serving.record.effective import (
     EffectiveConfigError,
     describe_mismatches,
     effective_config,
     find_server_started,
     parse_config_line,
 )
-from serving.profile import Profile, load_profile, parse_profile
 
 
 def _read(d: Path, name: str) -> str:

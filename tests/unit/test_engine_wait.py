@@ -1,5 +1,5 @@
-"""The engine's start, phase by phase (serving/engine_wait.py): the phases vLLM's own start-up lines open, on the
-CPU engine's recorded start and on a CUDA start's lines; the deploy's line for an engine that answered, stopped,
+"""The engine's start, phase by phase (serving/standalone/engine_wait.py): the phases vLLM's own start-up lines open, on
+the CPU engine's recorded start and on a CUDA start's lines; the deploy's line for an engine that answered, stopped,
 or was still starting at its bound; the script's one-line usage."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serving import engine_wait, progress
-from serving.engine_wait import Phases, describe, phase_of
+from serving.bridge import progress
+from serving.standalone import engine_wait
+from serving.standalone.engine_wait import Phases, describe, phase_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

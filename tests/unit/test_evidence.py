@@ -1,5 +1,5 @@
-"""A window whose vLLM died or was replaced: the serving container before and after (serving.continuity), what a
-capture cut short leaves (probes.cutshort), the bounds on the probe containers and py-spy without pauses."""
+"""A window whose vLLM died or was replaced: the serving container before and after (serving.evidence.continuity), what
+a capture cut short leaves (probes.cutshort), the bounds on the probe containers and py-spy without pauses."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from probes import cutshort, stacks
-from serving.continuity import serving_change
-from serving.probe_plan import capture_timeout_s, probe_io_timeout_s
+from serving.evidence.continuity import serving_change
+from serving.evidence.probe_plan import capture_timeout_s, probe_io_timeout_s
 
 
 def _container(cid: str = "a" * 64, restarts: int = 0, pid: int = 4242, status: str = "running") -> dict[str, Any]:

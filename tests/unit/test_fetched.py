@@ -1,4 +1,4 @@
-"""What a probe wrote (serving/fetched.py): collected after its window (packed where the probe could not, its
+"""What a probe wrote (serving/evidence/fetched.py): collected after its window (packed where the probe could not, its
 SHA-1, the serving container and log lines read back), and unpacked on the controller: renamed, records beside
 it, archive gone; nothing fetched still gives the directory; an archive that reaches outside itself is refused."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.fetched import UnpackError, after_window_script, parse_after_window, serving_unreadable, unpack
+from serving.evidence.fetched import UnpackError, after_window_script, parse_after_window, serving_unreadable, unpack
 
 
 def _archive(path: Path, members: dict[str, bytes], link: str | None = None) -> Path:

@@ -1,8 +1,8 @@
-"""serving/fleet.py: a roll's summary and the verify table of a group, from what the run saw."""
+"""serving/record/fleet.py: a roll's summary and the verify table of a group, from what the run saw."""
 
 from __future__ import annotations
 
-from serving import fleet
+from serving.record import fleet
 
 HOSTS = ["gpu-a", "gpu-b", "gpu-c"]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from serving.effective import describe_mismatches, effective_config
-from serving.images import GGUF_DISTRIBUTIONS, plan_images
-from serving.plan import Plan, plan_from_profile
-from serving.profile import ProfileError, load_profile, parse_profile
+from serving.config.profile import ProfileError, load_profile, parse_profile
+from serving.plan.images import GGUF_DISTRIBUTIONS, plan_images
+from serving.plan.plan import Plan, plan_from_profile
+from serving.record.effective import describe_mismatches, effective_config
 from tests.unit.test_gpu_plan import HOSTS, _readings
 from tests.unit.test_plan import _class
 

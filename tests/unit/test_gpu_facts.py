@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.gpu_facts import (
+from serving.host.gpu_facts import (
     QUERY_GPU_ARGV,
     GpuClassSpec,
     GpuFactsError,

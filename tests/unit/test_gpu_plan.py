@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving import gpu_plan
-from serving.gpu_facts import GpuClassSpec
-from serving.profile import load_profile
+from serving.config.profile import load_profile
+from serving.host.gpu_facts import GpuClassSpec
+from serving.plan import gpu_plan
 
 FIX = Path(__file__).parent.parent / "fixtures" / "gpu-hosts"
 INVENTORY = Path(__file__).parents[2] / "inventory" / "production-example" / "group_vars"

@@ -1,4 +1,4 @@
-"""The GPU smoke test's controller side (serving/gpu_smoke.py): the docker run it makes from the serving
+"""The GPU smoke test's controller side (serving/plan/gpu_smoke.py): the docker run it makes from the serving
 container's spec, and its judgement of what the image side printed on a real H200 (tests/fixtures/recorded-h200,
 RECORDED) and of what it cannot have printed there (a constructed count or bus mismatch)."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from serving import gpu_smoke
+from serving.plan import gpu_smoke
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu" / "container-spec.golden.json"
@@ -149,7 +149,7 @@ def test_free_memory_is_judged_only_when_no_serving_container_holds_the_gpus() -
 
 
 def test_the_playbooks_filter_reads_a_command_tasks_result() -> None:
-    from serving import playbooks
+    from serving.bridge import playbooks
     from tests.unit.test_plan import _gpu
 
     plan = _gpu("rtx3090-pp3").model_dump(mode="json")

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from serving import gpu_facts, gpu_plan, host_tuning
-from serving.profile import load_profile
+from serving.config.profile import load_profile
+from serving.host import gpu_facts, host_tuning
+from serving.plan import gpu_plan
 from tests.ansible_run import run_module
 from tests.unit.test_gpu_plan import IMAGE, _class, _readings
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from serving.render import RENDERED_DIR
+from serving.plan.render import RENDERED_DIR
 from tests.ansible_run import LIBRARY, run_module
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/refdeploy-test.sock"}

@@ -1,4 +1,4 @@
-"""The host's tuning as the manifest records it (serving/host_tuning.py), from the module's `tuning` readings:
+"""The host's tuning as the manifest records it (serving/host/host_tuning.py), from the module's `tuning` readings:
 the selected THP mode, one governor or which CPUs have which, "absent" where a file does not exist, and each
 GPU's settings from nvidia-smi."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.host_tuning import (
+from serving.host.host_tuning import (
     ABSENT,
     SETTINGS_FIELDS,
     HostTuningError,

@@ -1,11 +1,12 @@
-"""The managed host's operation lock: who holds it, when it is stale, and the refusal line (serving/hostlock.py)."""
+"""The managed host's operation lock: who holds it, when it is stale, and the refusal line
+(serving/bridge/hostlock.py)."""
 
 from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
 
-from serving import hostlock
+from serving.bridge import hostlock
 
 
 def test_a_holder_says_what_from_where_and_since_when() -> None:

@@ -1,11 +1,11 @@
-"""serving/hostshell.py: a script through the connection, its exit status and outputs read back exactly. Run here
+"""serving/bridge/hostshell.py: a script through the connection, its exit status and outputs read back exactly. Run here
 with the real sh, as the local connection runs it (the SSH connection is exercised by the GPU chain's tests)."""
 
 from __future__ import annotations
 
 import subprocess
 
-from serving import hostshell
+from serving.bridge import hostshell
 
 
 def _through_connection(command: str, noise: str = "") -> str:

@@ -1,5 +1,5 @@
-"""serving/hypothesis.py: a prediction written before the runs, and compare's verdict on it, over bench directories
-built from real `vllm bench serve` results (tests/unit/test_compare.py make_bench)."""
+"""serving/bench/hypothesis.py: a prediction written before the runs, and compare's verdict on it, over bench
+directories built from real `vllm bench serve` results (tests/unit/test_compare.py make_bench)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import compare, hypothesis
+from serving.bench import compare, hypothesis
 from tests.unit.test_compare import make_bench, side
 
 FIGURES = list(compare.FIGURES)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.images import PATCH_LABEL_PREFIX, ImagePlanError, plan_images
+from serving.plan.images import PATCH_LABEL_PREFIX, ImagePlanError, plan_images
 
 REPO = Path(__file__).resolve().parents[2]
 

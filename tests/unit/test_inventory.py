@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.inventory import InventoryError, check_host, inventory_hosts
+from serving.config.inventory import InventoryError, check_host, inventory_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_INVENTORY = shutil.which("ansible-inventory") or str(REPO / ".venv/bin/ansible-inventory")

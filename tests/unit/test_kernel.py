@@ -32,7 +32,9 @@ def test_perf_records_the_span_it_sampled_on_the_samplers_clock(
             f"this machine's kernel refuses perf ({refused}); the capture must then say so, as "
             "tests/integration/test_probes_capture.py::test_capture_parts_and_one_clock checks"
         )
-    assert shutil.which("perf"), "perf is not installed: make test installs linux-perf (serving/prereqs.py test)"
+    assert shutil.which("perf"), (
+        "perf is not installed: make test installs linux-perf (serving/standalone/prereqs.py test)"
+    )
     busy = subprocess.Popen([sys.executable, "-c", BUSY])
     try:
         before = time.monotonic()

@@ -1,4 +1,5 @@
-"""The knee search (serving/knee.py) driven by simulated servers, and its figure (serving/knee_plot.py).
+"""The knee search (serving/standalone/knee.py) driven by simulated servers, and its figure
+(serving/bench/knee_plot.py).
 
 A simulated server is a function of the load and of how many runs it has served at that load, so a test can make
 a border noisy in a known way: a first run that holds and repetitions that fail, say. Noise comes from a fixed
@@ -19,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from serving import knee, knee_plot, stats
-from serving.knee import Outcome, Search, Step
+from serving.bench import knee_plot, stats
+from serving.standalone import knee
+from serving.standalone.knee import Outcome, Search, Step
 
 REPO = Path(__file__).resolve().parents[2]
 NOISE = (0.0, 0.01, -0.015, 0.02, -0.01)  # added to each run's share met in turn
@@ -422,8 +424,9 @@ def test_spread_has_the_shape_of_the_reports_describe() -> None:
 
 
 def test_the_module_imports_only_the_standard_library() -> None:
-    # The client container copies serving/knee.py next to bench_client.py and runs it with the image's Python.
-    tree = ast.parse((REPO / "serving" / "knee.py").read_text())
+    # The client container copies serving/standalone/knee.py next to bench_client.py and runs it with the image's
+    # Python.
+    tree = ast.parse((REPO / "serving" / "standalone" / "knee.py").read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names and not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
@@ -432,7 +435,7 @@ def test_the_module_imports_only_the_standard_library() -> None:
 
 def test_the_module_runs_alone_next_to_the_bench_client(tmp_path: Path) -> None:
     # As the client container has it: a copy of the file beside the driver, no serving package on the path.
-    (tmp_path / "knee.py").write_bytes((REPO / "serving" / "knee.py").read_bytes())
+    (tmp_path / "knee.py").write_bytes((REPO / "serving" / "standalone" / "knee.py").read_bytes())
     script = (
         "import json, knee\n"
         "s = knee.Search('concurrency', 1, 8, 0.9)\n"

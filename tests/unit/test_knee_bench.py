@@ -1,5 +1,5 @@
 """The knee search wired into `make bench SEARCH=...`: the plan the controller gives the client, the client's loop
-(images/vllm/bench_client.py driving serving/knee.py), and the report's knee section and figure.
+(images/vllm/bench_client.py driving serving/standalone/knee.py), and the report's knee section and figure.
 
 The client's loop is run here with one seam: `vllm bench serve` (bench_client.run_bench) is replaced by a function
 that writes a result.json in vLLM 0.32's format (the fields of tests/fixtures/vllm-bench-serve-0.32.0) for a
@@ -19,14 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from serving import bench, bench_report, bench_text, workload
+from serving.bench import bench, bench_report, bench_text
+from serving.config import workload
 from serving.errors import InputError
 from tests.image_scripts import image_script
 from tests.unit.test_workloads_production import serving_plan, write_workload
 
 client = image_script("bench_client")
 REPO = Path(__file__).resolve().parents[2]
-SERVING = REPO / "serving"
+SERVING = REPO / "serving" / "standalone"  # knee.py and knee_runs.py, as the bench role copies them
 
 
 def knee_workload(tmp_path: Path, **extra: Any) -> workload.Workload:

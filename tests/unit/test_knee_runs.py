@@ -1,5 +1,5 @@
-"""A searched run sized by time and judged after its ramp-up (serving/knee_runs.py), on results in vLLM 0.32's
-format: the recorded runs of tests/fixtures/vllm-bench-serve-0.32.0, and constructed ones whose every request is
+"""A searched run sized by time and judged after its ramp-up (serving/standalone/knee_runs.py), on results in vLLM
+0.32's format: the recorded runs of tests/fixtures/vllm-bench-serve-0.32.0, and constructed ones whose every request is
 stated."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from serving import knee_runs
+from serving.standalone import knee_runs
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0"
 SLO = {"ttft_ms": 300.0, "tpot_ms": 100.0}

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.limits import UNLIMITED, docker_size_bytes, parse_cgroup_limits, parse_proc_limits
-from serving.numa import parse_cpulist
+from serving.host.limits import UNLIMITED, docker_size_bytes, parse_cgroup_limits, parse_proc_limits
+from serving.host.numa import parse_cpulist
 
 
 def test_proc_limits_from_a_real_container(vllm_cpu_fixtures: Path) -> None:

@@ -1,4 +1,4 @@
-"""The lock's host side (serving/hostlock.py take_command, read_command, remove_command), run by a real sh on
+"""The lock's host side (serving/bridge/hostlock.py take_command, read_command, remove_command), run by a real sh on
 this machine as the action plugin refdeploy_lock runs it on a host; and the plugin itself in a real
 ansible-playbook run: one round trip takes the lock or says who holds it, and release removes only this run's."""
 
@@ -10,7 +10,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from serving import hostlock
+from serving.bridge import hostlock
 from tests.ansible_run import run_playbook
 
 PLUGINS = Path(__file__).resolve().parents[2] / "ansible" / "action_plugins"

@@ -6,11 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from serving import manifest
-from serving.images import PATCH_LABEL_PREFIX, Patch, plan_images
-from serving.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list
-from serving.plan import build_plan, verify_ranks
-from serving.profile import load_profile
+from serving.config.profile import load_profile
+from serving.plan.images import PATCH_LABEL_PREFIX, Patch, plan_images
+from serving.plan.plan import build_plan, verify_ranks
+from serving.record import manifest
+from serving.record.manifest import build_manifest, engine_startup_s, failed_checks, parse_sha256_list
 
 
 def _raw(d: Path) -> dict[str, Any]:

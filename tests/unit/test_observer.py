@@ -1,6 +1,7 @@
-"""serving/observer.py: `python -m serving.observer CMD` becomes CMD in the CPU cgroup refdeploy-observer, where no one
-else manages the tree. Real processes and, where this machine allows it (root, cgroup v1 at the root as here),
-the real cgroup; /proc is replaced by a directory only where the reading of mountinfo is tested."""
+"""serving/standalone/observer.py: `python -m serving.standalone.observer CMD` becomes CMD in the CPU cgroup
+refdeploy-observer, where no one else manages the tree. Real processes and, where this machine allows it (root, cgroup
+v1 at the root as here), the real cgroup; /proc is replaced by a directory only where the reading of mountinfo is
+tested."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import observer
+from serving.standalone import observer
 
 REPO = Path(__file__).resolve().parents[2]
 V1 = "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
@@ -45,7 +46,7 @@ def test_the_cpu_hierarchy_is_used_only_where_the_process_sits_at_its_root(
 
 def _observe(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-S", "-m", "serving.observer", *argv],
+        [sys.executable, "-S", "-m", "serving.standalone.observer", *argv],
         cwd=REPO,
         capture_output=True,
         text=True,

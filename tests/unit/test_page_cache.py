@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from serving import bench, bench_conditions, bench_runs, bench_summary, bench_text
+from serving.bench import bench, bench_conditions, bench_runs, bench_summary, bench_text
 from tests.image_scripts import image_script
 from tests.unit.test_bench import RUN, SMOKE, fixture, serving_plan
 

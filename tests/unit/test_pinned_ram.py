@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from serving.errors import InputError
-from serving.limits import UNLIMITED
-from serving.pinned_ram import (
+from serving.host.limits import UNLIMITED
+from serving.host.pinned_ram import (
     GIB,
     MIB,
     AllocPath,
@@ -244,7 +244,7 @@ def test_memlock_too_low_fails_with_its_line() -> None:
 
 def test_memlock_unlimited_does_not_fail() -> None:
     assert compute_budget(_reference()).failures == []
-    # serving.limits reads 'unlimited' as UNLIMITED (-1): the same as None here.
+    # serving.host.limits reads 'unlimited' as UNLIMITED (-1): the same as None here.
     raw = BudgetInputs.model_validate(
         {**_reference().model_dump(), "memlock_soft_bytes": UNLIMITED, "memlock_hard_bytes": UNLIMITED}
     )

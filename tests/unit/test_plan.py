@@ -1,4 +1,4 @@
-"""The run's plan (serving/plan.py): one object per run that every playbook consumes, and the one decision of
+"""The run's plan (serving/plan/plan.py): one object per run that every playbook consumes, and the one decision of
 whether a running container is the planned one. GPU hosts are planned from the recorded/constructed readings
 of tests/fixtures/gpu-hosts, as the SSH test hosts replay them."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from serving import playbooks
-from serving.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
-from serving.profile import load_profile, parse_profile
-from serving.render import SPEC_LABEL, render_vllm_argv
+from serving.bridge import playbooks
+from serving.config.profile import load_profile, parse_profile
+from serving.plan.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
+from serving.plan.render import SPEC_LABEL, render_vllm_argv
 from tests.image_scripts import image_script
 from tests.unit.test_gpu_plan import HOSTS, INVENTORY, _readings
 
@@ -253,7 +253,7 @@ def test_the_stand_in_replaces_only_what_cannot_exist_here(profile: str, kind: s
     assert spec["command"][spec["command"].index(kind) + 1] == "2" and "--numa-bind" not in spec["command"]
     assert spec["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
     assert "memlock:8388608:8388608" in spec["ulimits"] and "nofile:20000:20000" in spec["ulimits"]
-    assert spec["labels"]["org.refdeploy.stand-in"] == "serving/standin.py"
+    assert spec["labels"]["org.refdeploy.stand-in"] == "serving/plan/standin.py"
     assert spec["labels"][SPEC_LABEL] == seam.launch.spec_digest != seam.spec_digest
     assert [(r.rank, r.cpus) for r in seam.launch.ranks] == [(0, "0"), (1, "1")]
     replaced = seam.launch.stand_in["replaced"]
@@ -322,7 +322,7 @@ def test_the_stand_in_runs_the_smoke_container_and_replays_the_classs_result() -
 
 def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> None:
     tinymodel = image_script("tinymodel")
-    from serving.served import TINYMODEL_MARKER
+    from serving.plan.served import TINYMODEL_MARKER
 
     assert TINYMODEL_MARKER == tinymodel.MARKER
     assert _cpu(served="").model_action == "generate"
@@ -362,7 +362,7 @@ def test_a_host_command_that_timed_out_is_named_in_the_plan() -> None:
 
 
 def test_a_staged_model_is_there_only_with_its_config_json() -> None:
-    from serving.served import model_state
+    from serving.plan.served import model_state
 
     tiny = load_profile("cpu-tiny")
     staged = tiny.model_copy(update={"model": tiny.model.model_copy(update={"generate": "none"})})

@@ -1,4 +1,4 @@
-"""Settings the playbooks pass to the serving package are checked before anything runs (serving/playbooks.py)."""
+"""Settings the playbooks pass to the serving package are checked before anything runs (serving/bridge/playbooks.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from serving import playbooks
-from serving.plan import plan_from_profile
-from serving.profile import load_profile
+from serving.bridge import playbooks
+from serving.config.profile import load_profile
+from serving.plan.plan import plan_from_profile
 
 PLAN = plan_from_profile(
     load_profile("cpu-tiny"), "localhost",

@@ -1,5 +1,5 @@
 """The preload callback (ansible/callback_plugins/refdeploy_preload.py) in a real ansible-playbook run: a task's
-worker finds serving.plan already imported, inherited from ansible-playbook's process; without the callback it
+worker finds serving.plan.plan already imported, inherited from ansible-playbook's process; without the callback it
 does not."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _imported_in_the_worker(tmp_path: Path, callbacks: str) -> str:
     play = tmp_path / "play.yml"
     play.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.debug: {msg: \"IMPORTED={{ 'serving.plan' | imported }}\"}\n"
+        "    - ansible.builtin.debug: {msg: \"IMPORTED={{ 'serving.plan.plan' | imported }}\"}\n"
     )
     env = {
         **os.environ,

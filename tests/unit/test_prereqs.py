@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serving.prereqs import Verdict, decide, missing, venv_package
+from serving.standalone.prereqs import Verdict, decide, missing, venv_package
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,6 @@ def test_nothing_missing_is_silent() -> None:
 
 def test_it_runs_on_the_standard_library_alone() -> None:
     """`python3 -I` (no site packages, no project on the path): what the Makefile runs before .venv exists."""
-    out = subprocess.run([sys.executable, "-I", str(REPO / "serving" / "prereqs.py"), "nonsense"],
+    out = subprocess.run([sys.executable, "-I", str(REPO / "serving" / "standalone" / "prereqs.py"), "nonsense"],
                          capture_output=True, text=True, timeout=30)  # fmt: skip
     assert out.returncode == 2 and out.stderr.strip() == "usage: prereqs.py venv|unit|test"

@@ -1,4 +1,4 @@
-"""A probe's exit read for the operator (serving/probe_outcome.py): pass, FINDING or ERROR, and one line."""
+"""A probe's exit read for the operator (serving/evidence/probe_outcome.py): pass, FINDING or ERROR, and one line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from serving.probe_outcome import capture_outcome, io_outcome
+from serving.evidence.probe_outcome import capture_outcome, io_outcome
 
 IO = {"host": "gpu1", "container": "refdeploy-probe-io", "timeout_s": 200}
 CAP = {"host": "gpu1", "container": "refdeploy-probe-capture", "timeout_s": 320, "bundle": "/r/gpu1/1/capture/"}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.probe_plan import IoThresholds, ProbePlanError, parse_thresholds, render_probe_io_argv
+from serving.evidence.probe_plan import IoThresholds, ProbePlanError, parse_thresholds, render_probe_io_argv
 
 
 def test_probe_io_argv_mounts_data_read_only_at_host_paths() -> None:
@@ -62,7 +62,7 @@ def test_thresholds_from_inventory_yaml() -> None:
 
 
 def _capture(**kw: object) -> list[str]:
-    from serving.probe_plan import render_capture_argv
+    from serving.evidence.probe_plan import render_capture_argv
 
     args: dict[str, object] = dict(
         probes_image="refdeploy/probes:abc",
@@ -120,7 +120,7 @@ def test_bad_capture_settings(kw: dict[str, object], message: str) -> None:
 
 
 def test_probe_names() -> None:
-    from serving.probe_plan import DEFAULT_CAPTURE_PARTS, probe_parts
+    from serving.evidence.probe_plan import DEFAULT_CAPTURE_PARTS, probe_parts
 
     assert probe_parts("stacks") == ["stacks"]
     assert probe_parts("capture") == list(DEFAULT_CAPTURE_PARTS)

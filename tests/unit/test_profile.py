@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from serving import cli
-from serving.profile import ProfileError, load_profile, parse_profile
+from serving.config.profile import ProfileError, load_profile, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
-"""make profile's trace.json (serving/profile_trace.py): each rank's torch profiler trace moved from wall-clock
-time onto CLOCK_MONOTONIC by the client's paired readings, beside the requests, read back by Perfetto's own trace
-processor (tests/perfetto/).
+"""make profile's trace.json (serving/evidence/profiler_trace.py): each rank's torch profiler trace moved from
+wall-clock time onto CLOCK_MONOTONIC by the client's paired readings, beside the requests, read back by Perfetto's own
+trace processor (tests/perfetto/).
 
 The profile directory is built here in the formats `make profile` fetches: Kineto's trace (ts in µs from
 baseTimeNanoseconds, its "Spans"/"Traces" tracks), profile-run.json and requests/requests.jsonl. The integration
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from serving.errors import InputError
-from serving.profile_trace import build_trace, write_trace
+from serving.evidence.profiler_trace import build_trace, write_trace
 from tests.perfetto import TraceProcessor, require_node
 
 MONO0 = 20000.0  # CLOCK_MONOTONIC at /start_profile, s

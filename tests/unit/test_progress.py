@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.progress import MARK
+from serving.bridge.progress import MARK
 from tests.ansible_run import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]

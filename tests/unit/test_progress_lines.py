@@ -1,4 +1,4 @@
-"""What a long command is doing, read from its output (serving/progress.py), and the progress lines the
+"""What a long command is doing, read from its output (serving/bridge/progress.py), and the progress lines the
 product's own commands write (probes/progress.py, images/vllm/bench_client.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from probes import progress as probe_progress
-from serving import progress
+from serving.bridge import progress
 from tests.image_scripts import image_script
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

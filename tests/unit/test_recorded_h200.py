@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from probes import samplers
-from serving import gpu_facts, host_tuning, memory_phases
-from serving.alloc_conf import REGISTERED_PATH, TORCH_PATH, parse_alloc_conf, pinned_allocation_bytes
+from serving.config.alloc_conf import REGISTERED_PATH, TORCH_PATH, parse_alloc_conf, pinned_allocation_bytes
+from serving.host import gpu_facts, host_tuning
+from serving.record import memory_phases
 
 H200 = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "recorded-h200"
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""Secrets out of artifacts (serving/redact.py) and the API's rules in the plan (serving/plan.py)."""
+"""Secrets out of artifacts (serving/config/redact.py) and the API's rules in the plan (serving/plan/plan.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from serving.plan import api_failures, plan_from_profile
-from serving.profile import load_profile
-from serving.redact import REDACTED, redact
+from serving.config.profile import load_profile
+from serving.config.redact import REDACTED, redact
+from serving.plan.plan import api_failures, plan_from_profile
 
 SECRET = "hf_s3cr3t-value"
 
@@ -75,7 +75,7 @@ def test_every_shipped_profile_publishes_on_loopback_only(name: str) -> None:
 def test_the_key_copy_is_readable_by_the_runtime_images_user() -> None:
     from pathlib import Path
 
-    from serving.render import RUNTIME_GID, RUNTIME_UID
+    from serving.plan.render import RUNTIME_GID, RUNTIME_UID
 
     dockerfile = (Path(__file__).resolve().parents[2] / "images/vllm/Dockerfile").read_text()
     assert f"USER {RUNTIME_UID}:{RUNTIME_GID}" in dockerfile

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.profile import load_profile, parse_profile
-from serving.render import SPEC_LABEL, cache_volume, render_container_spec, render_vllm_argv, spec_digest
+from serving.config.profile import load_profile, parse_profile
+from serving.plan.render import SPEC_LABEL, cache_volume, render_container_spec, render_vllm_argv, spec_digest
 
 
 def _profile(**vllm: object):  # type: ignore[no-untyped-def]
@@ -113,7 +113,7 @@ def test_digest_is_stable_and_ignores_labels() -> None:
 
 
 def test_sidecar_joins_the_serving_pid_namespace_without_capabilities_or_network() -> None:
-    from serving.render import render_sidecar_spec
+    from serving.plan.render import render_sidecar_spec
 
     spec = render_sidecar_spec(load_profile("cpu-tiny"), "refdeploy/probes:abc")
     assert spec is not None
@@ -128,7 +128,7 @@ def test_sidecar_joins_the_serving_pid_namespace_without_capabilities_or_network
 
 
 def test_sidecar_is_switched_off_per_profile() -> None:
-    from serving.render import render_sidecar_spec
+    from serving.plan.render import render_sidecar_spec
 
     data = {
         "schema_version": 1,

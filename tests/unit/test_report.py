@@ -1,8 +1,8 @@
-"""The evidence bundle's timeline report: the HTML page and its plots (serving/capture_report.py, serving/plots.py),
-the summary text (probes/summary.py), input checks (probes/report_input.py), CLI.
+"""The evidence bundle's timeline report: the HTML page and its plots (serving/evidence/capture_report.py,
+serving/evidence/plots.py), the summary text (probes/summary.py), input checks (probes/report_input.py), CLI.
 
 Each panel's SVG (matplotlib's) is cut out of the page and parsed as XML, so the assertions are on what a browser
-would draw: a line's path points in pixels, its style's colours, the text elements. serving/plots.py names the
+would draw: a line's path points in pixels, its style's colours, the text elements. serving/evidence/plots.py names the
 elements looked for by id: <panel>-line-<i>, -dots-<i>, -legend-<i>, -swatch-<i>, -event-<n>.
 """
 
@@ -19,8 +19,8 @@ import pytest
 
 from probes.report_input import OPTIONAL_PANEL_KEYS, PANEL_KEYS, ReportInputError, load_timeline, validate_timeline
 from probes.summary import render_summary, write_summary
-from serving.capture_report import main, render_html, write_report
-from serving.plots import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
+from serving.evidence.capture_report import main, render_html, write_report
+from serving.evidence.plots import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
 
 SVG = "{http://www.w3.org/2000/svg}"
 SECONDS = 20.0
@@ -485,7 +485,7 @@ def test_cli_missing_dir_is_one_line_on_stderr_and_exit_2(tmp_path: Path, capsys
     assert main([str(tmp_path / "nope")]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"python -m serving.capture_report: {tmp_path / 'nope'}: not a directory\n"
+    assert captured.err == f"python -m serving.evidence.capture_report: {tmp_path / 'nope'}: not a directory\n"
 
 
 def test_cli_bad_timeline_is_exit_2_naming_the_panel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""Run directories on the controller: private, and never shared by two runs of one second (serving/manifest.py
+"""Run directories on the controller: private, and never shared by two runs of one second (serving/record/manifest.py
 new_run_dir, and the action plugin refdeploy_run_dir the bench and probe playbooks get theirs from)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serving.manifest import new_run_dir
+from serving.record.manifest import new_run_dir
 
 REPO = Path(__file__).resolve().parents[2]
 

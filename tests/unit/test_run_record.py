@@ -1,4 +1,4 @@
-"""The run record (serving/run_record.py): each key is added by the one role KEYS names, with the
+"""The run record (serving/record/run_record.py): each key is added by the one role KEYS names, with the
 refdeploy_record action, and the manifest role reads the record, never another role's variables."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.run_record import KEYS, RunRecordError, add
+from serving.record.run_record import KEYS, RunRecordError, add
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
 

@@ -1,4 +1,4 @@
-"""serving.schema: the strict base and the YAML loader that profiles and workloads share.
+"""serving.config.schema: the strict base and the YAML loader that profiles and workloads share.
 
 Each refusal is one line an operator can act on (the file, the field, what is wrong), raised as the kind's own
 error so callers that catch ProfileError or WorkloadError, or InputError, still do.
@@ -11,8 +11,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from serving.config.schema import StrictModel, YamlKind
 from serving.errors import InputError
-from serving.schema import StrictModel, YamlKind
 
 
 class ThingError(InputError):

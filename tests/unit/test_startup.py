@@ -1,12 +1,12 @@
-"""How long a new engine has to answer /health (serving/startup.py): the floor for the embedded default, the
+"""How long a new engine has to answer /health (serving/plan/startup.py): the floor for the embedded default, the
 weights at the class's rate twice plus the compile allowance for a large compiled model, and the plan's line."""
 
 from __future__ import annotations
 
-from serving import startup
-from serving.images import plan_images
-from serving.plan import build_plan
-from serving.profile import load_profile
+from serving.config.profile import load_profile
+from serving.plan import startup
+from serving.plan.images import plan_images
+from serving.plan.plan import build_plan
 
 GIB = 2**30
 

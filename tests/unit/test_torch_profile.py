@@ -1,5 +1,5 @@
-"""make profile's pieces that decide: the per-rank summary of torch profiler traces (serving/torch_profile.py) and
-the requests container's argv (serving/playbooks.py profile_argv).
+"""make profile's pieces that decide: the per-rank summary of torch profiler traces
+(serving/evidence/profiler_summary.py) and the requests container's argv (serving/bridge/playbooks.py profile_argv).
 
 The traces here are small ones in the format vLLM's torch profiler writes (Kineto's Chrome trace: `cpu_op`,
 `python_function` and `user_annotation` complete events in microseconds, `baseTimeNanoseconds`); the real ones, a
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from serving import playbooks, torch_profile
+from serving.bridge import playbooks
+from serving.config.profile import load_profile
 from serving.errors import InputError
-from serving.plan import plan_from_profile
-from serving.profile import load_profile
+from serving.evidence import profiler_summary as torch_profile
+from serving.plan.plan import plan_from_profile
 
 
 def _x(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 36) -> dict[str, Any]:

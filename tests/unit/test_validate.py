@@ -1,4 +1,4 @@
-"""serving/validate.py: B against A beside A against A across a restart, on a real reading of the fixed requests
+"""serving/record/validate.py: B against A beside A against A across a restart, on a real reading of the fixed requests
 (tests/fixtures/validate/correctness-cpu-tiny.json: probes/correctness.py --long 64 --max-tokens 8 --top-k 3
 against cpu-tiny on this machine), perturbed to make the differences known. The probe's own request set and
 response reduction are tested beside it."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from probes import correctness
-from serving import validate
+from serving.record import validate
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "validate" / "correctness-cpu-tiny.json"
 

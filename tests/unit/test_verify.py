@@ -1,4 +1,4 @@
-"""make verify's comparison (serving/verify.py): a reference deploy manifest against the manifest built now from
+"""make verify's comparison (serving/record/verify.py): a reference deploy manifest against the manifest built now from
 the host's readings, every difference at its dotted path and classified must-match or informational; REF checked
 before any host is read. The manifests are built with the deploy's own code from a recorded real container
 (tests/fixtures/vllm-cpu-0.32.0), as in test_manifest."""
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from serving import cli
+from serving.config.profile import load_profile
 from serving.errors import InputError
-from serving.manifest import build_manifest
-from serving.profile import load_profile
-from serving.verify import (
+from serving.record.manifest import build_manifest
+from serving.record.verify import (
     ABSENT,
     INFORMATIONAL,
     MUST_MATCH,
@@ -93,7 +93,7 @@ def test_two_deploys_of_one_environment_differ_only_informationally(vllm_cpu_fix
 
 
 def _with_memory_nodes(raw: dict[str, Any], anon_n0: int, allowed: list[int]) -> dict[str, Any]:
-    """Rank 0's memory by node as serving/numa.py records it: the bytes from CI's failing run (stop 36), read
+    """Rank 0's memory by node as serving/host/numa.py records it: the bytes from CI's failing run (stop 36), read
     twice one page apart in one container."""
     raw = copy.deepcopy(raw)
     rank0 = raw["placement"]["ranks"][0]

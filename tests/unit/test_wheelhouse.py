@@ -1,5 +1,5 @@
 """Where the CPU image's torch comes from: the wheelhouse when it holds torch 2.13.0+cpu, else PyTorch's CPU index
-(serving/wheelhouse.py), and the images role's own tasks that read the host and apply it
+(serving/plan/wheelhouse.py), and the images role's own tasks that read the host and apply it
 (ansible/roles/images/tasks/build.yml), run by Ansible on real directories here. The download itself needs
 download.pytorch.org, which this lab cannot reach: its failure is judged on pip's real output from here."""
 
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from serving import playbooks
-from serving.images import plan_images
-from serving.plan import plan_from_profile
-from serving.profile import load_profile
-from serving.wheelhouse import (
+from serving.bridge import playbooks
+from serving.config.profile import load_profile
+from serving.plan.images import plan_images
+from serving.plan.plan import plan_from_profile
+from serving.plan.wheelhouse import (
     PYTORCH_CPU_INDEX,
     WheelhouseError,
     fetch_outcome,

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from serving import bench, bench_conditions, bench_runs, bench_text, workload
+from serving.bench import bench, bench_conditions, bench_runs, bench_text
+from serving.config import workload
+from serving.config.profile import load_profile
 from serving.errors import InputError
-from serving.plan import Plan, plan_from_profile
-from serving.profile import load_profile
+from serving.plan.plan import Plan, plan_from_profile
 from tests.unit.test_bench import RUN, fixture
 
 

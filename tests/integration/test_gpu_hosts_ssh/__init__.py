@@ -11,7 +11,7 @@ engine it would restart runs these tests). All of it goes through the one replay
 refdeploy_replay_environment (tests/replay/README.md); no role has a test input.
 
 What cannot exist here at all, the GPUs and the CUDA engine, is replaced at the one test seam, the stand-in
-(serving/standin.py, switched on by REFDEPLOY_STAND_IN for these `make` runs only): the class is planned as
+(serving/plan/standin.py, switched on by REFDEPLOY_STAND_IN for these `make` runs only): the class is planned as
 on a real host (class, NUMA plan, RAM budget, data drive, slice, container spec, the reviewed golden spec),
 and the stand-in starts the CPU runtime image in its place with a CPU-feasible argv (the class's kind of
 parallelism over 2 ranks: PP=2 for the 3090 class, TP=2 for the PRO 6000 class), the tiny model staged at the

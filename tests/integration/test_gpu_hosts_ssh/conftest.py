@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.numa import format_cpulist
+from serving.host.numa import format_cpulist
 from tests.integration.conftest import REPO, docker
 from tests.integration.conftest import make as make_here
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (

@@ -74,8 +74,8 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     running = inspect(name)
     assert running is not None and running["State"]["Status"] == "running"
 
-    # The GPU smoke test ran at its seam before the container was started (serving/standin.py).
-    assert "GPU smoke test: stand-in (serving/standin.py): a container of the CPU image (no GPUs) prints" in _flat(
+    # The GPU smoke test ran at its seam before the container was started (serving/plan/standin.py).
+    assert "GPU smoke test: stand-in (serving/plan/standin.py): a container of the CPU image (no GPUs) prints" in _flat(
         first.output
     ), first.output[-6000:]
     second = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
@@ -131,8 +131,8 @@ def _check_manifest(
     assert manifest["kind"] == "deploy" and manifest["verified"] is True, manifest["verification"]
     plan = manifest["plan"]
     stand_in = manifest["stand_in"]
-    assert stand_in and stand_in["module"] == "serving/standin.py"
-    assert running["Config"]["Labels"]["org.refdeploy.stand-in"] == "serving/standin.py"
+    assert stand_in and stand_in["module"] == "serving/plan/standin.py"
+    assert running["Config"]["Labels"]["org.refdeploy.stand-in"] == "serving/plan/standin.py"
     assert plan["container_spec"]["image"].startswith("refdeploy/vllm:0.32.0-cuda-")
     assert manifest["container_spec"]["image"] == running["Config"]["Image"] == plan["images"]["runtime_tag"]
     assert "device_requests" in plan["container_spec"] and "device_requests" not in manifest["container_spec"]

@@ -1,0 +1,1 @@
+"""The benchmark protocol: runs, summaries, reports, exports, traces, the knee's figure, compare and hypotheses."""

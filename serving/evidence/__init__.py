@@ -1,0 +1,1 @@
+"""Probe plans and outcomes, capture and profiler reports and traces, what a probe brought home, plots."""

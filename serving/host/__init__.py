@@ -1,0 +1,1 @@
+"""What a managed host is: GPU facts and the driver it needs, NUMA, pinned RAM, NVMe, limits, tuning, Docker Engine."""

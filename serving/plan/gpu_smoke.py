@@ -1,0 +1,214 @@
+"""The GPU smoke test, controller side (issue 28): what to run before a deploy's point of no return, and what
+its answer means.
+
+The image side (images/vllm/gpu_smoke.py, at SMOKE_IN_IMAGE) initialises CUDA on every GPU its container sees
+and multiplies a small matrix on each; it only measures. Here:
+- `smoke_argv` turns the serving container's spec (serving/plan/gpu_plan.py) into one `docker run` of the same image
+  with the same GPUs, runtime, cgroup parent, cpuset, memory, shm and ulimits, and the same environment (an
+  allocator setting the image's torch refuses fails here, not in the engine; tests/fixtures/recorded-h200), with
+  no network, no ports and no model;
+- `judge` reads what it printed against the plan: one line per problem, the tool's own words first;
+- `plan_smoke` is what the plan carries (`Plan.gpu_smoke`) and `outcome` what the deploy asks of a run
+  (ansible/roles/serve/tasks/smoke.yml, through the refdeploy_gpu_smoke filter).
+On a GPU test host the stand-in (serving/plan/standin.py) replaces the run at this seam, and its `seam` says how.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from serving.config.redact import is_secret_name
+from serving.config.schema import StrictModel
+from serving.errors import InputError
+from serving.host.gpu_facts import GpuFactsError, normalise_bus_id
+
+SMOKE_IN_IMAGE = "/opt/refdeploy/gpu_smoke.py"
+SMOKE_SUFFIX = "-gpu-smoke"
+# docker_container parameter -> `docker run` flag, for the options the two share one to one.
+_FLAGS = (
+    ("runtime", "--runtime"),
+    ("cgroup_parent", "--cgroup-parent"),
+    ("cpuset_cpus", "--cpuset-cpus"),
+    ("cpuset_mems", "--cpuset-mems"),
+    ("memory", "--memory"),
+    ("memory_swap", "--memory-swap"),
+    ("shm_size", "--shm-size"),
+    ("ipc_mode", "--ipc"),
+)
+GIB = 1 << 30
+# The first CUDA call on eight GPUs, with the image already on the host: well under a minute on a real host.
+TIMEOUT_S = 300
+# What Docker Engine says when no runtime on the host can serve a GPU request (20.10 names the driver "",
+# later versions "nvidia").
+_NO_TOOLKIT = "could not select device driver"
+
+
+class PlannedGpu(StrictModel):
+    index: int
+    name: str
+    pci_bus_id: str | None
+
+
+class GpuSmoke(StrictModel):
+    """The smoke test a deploy runs before it touches the serving container."""
+
+    argv: list[str] = Field(min_length=1)
+    container: str
+    timeout_s: int = TIMEOUT_S
+    gpus: list[PlannedGpu]  # in rank order: the order the container sees them in
+    model_substring: str
+    gpu_memory_utilization: float | None
+    # None on a real host; on a GPU test host, what the stand-in put at this seam (serving/plan/standin.py).
+    seam: str | None = None
+
+
+class GpuSmokeError(InputError):
+    pass
+
+
+def _gpus_flag(requests: Sequence[Mapping[str, Any]]) -> str:
+    ids = [str(d) for r in requests if r.get("driver") == "nvidia" for d in r.get("device_ids") or []]
+    if not ids:
+        raise GpuSmokeError("the container spec requests no NVIDIA GPUs (device_requests): nothing to smoke-test")
+    # Docker's CLI form for several devices: the value itself is quoted, '"device=0,1,2"'.
+    return f'"device={",".join(ids)}"'
+
+
+def smoke_container(spec: Mapping[str, Any]) -> str:
+    return f"{spec['name']}{SMOKE_SUFFIX}"
+
+
+def smoke_argv(
+    spec: Mapping[str, Any],
+    *,
+    gpus: bool = True,
+    volumes: Sequence[str] = (),
+    command: Sequence[str] = ("python3", SMOKE_IN_IMAGE),
+) -> list[str]:
+    """`docker run` of the smoke test in the spec's image, with the spec's GPUs, runtime and options. The stand-in
+    (serving/plan/standin.py) runs another command with a volume of its recordings, with or without the GPUs."""
+    argv = ["docker", "run", "--rm", "--name", smoke_container(spec), "--network", "none"]
+    if gpus:
+        argv += ["--gpus", _gpus_flag(spec.get("device_requests") or [])]
+    for key, flag in _FLAGS:
+        if spec.get(key):
+            argv += [flag, str(spec[key])]
+    for ulimit in spec.get("ulimits") or []:
+        name, _, limits = str(ulimit).partition(":")  # docker_container's name:soft:hard, the CLI's name=soft:hard
+        argv += ["--ulimit", f"{name}={limits}"]
+    for cap in spec.get("capabilities") or []:
+        argv += ["--cap-add", str(cap)]
+    for opt in spec.get("security_opts") or []:
+        argv += ["--security-opt", str(opt)]
+    # A secret's value never reaches the argv (it is visible in `ps`): the names serving/config/redact.py hides.
+    for name, value in sorted((spec.get("env") or {}).items()):
+        if not is_secret_name(name):
+            argv += ["--env", f"{name}={value}"]
+    for volume in volumes:
+        argv += ["--volume", volume]
+    return [*argv, "--entrypoint", command[0], str(spec["image"]), *command[1:]]
+
+
+def parse(stdout: str) -> dict[str, Any]:
+    """The smoke test's one JSON line; anything else (docker's own error) is an error naming it."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip().startswith("{")]
+    if not lines:
+        raise GpuSmokeError(f"the GPU smoke test printed no result: {' '.join(stdout.split())[-300:] or 'nothing'}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def _same_bus(seen: str, planned: str) -> bool:
+    """nvidia-smi's 00000000:01:00.0 (what the smoke test prints) against the plan's sysfs form 0000:01:00.0."""
+    try:
+        return normalise_bus_id(seen) == normalise_bus_id(planned)
+    except GpuFactsError:
+        return False
+
+
+def judge(
+    result: Mapping[str, Any],
+    host: str,
+    planned: Sequence[Mapping[str, Any]],
+    model_substring: str,
+    gpu_memory_utilization: float | None,
+) -> list[str]:
+    """One line per problem; [] when every planned GPU initialised, is the planned one, and has the memory the
+    engine will ask for. planned: the plan's GPUs in rank order (index, name, pci_bus_id as nvidia-smi gives it).
+    A GPU that holds less free memory than gpu_memory_utilization x its total would stop vLLM at start-up, so it
+    is named here (another process holds it: nvidia-smi shows which)."""
+    if result.get("error"):
+        return [f"GPU smoke test on {host} failed: {result['error']}"]
+    seen = list(result.get("devices") or [])
+    if len(seen) != len(planned):
+        return [
+            f"GPU smoke test on {host}: the container saw {len(seen)} GPU(s), the plan gives it {len(planned)}: "
+            "check the container toolkit (nvidia-ctk) and the device request"
+        ]
+    problems = []
+    for want, got in zip(planned, seen, strict=True):
+        where = f"GPU {want['index']} on {host}"
+        if model_substring not in str(got.get("name")):
+            problems.append(f"{where}: CUDA sees {got.get('name')}, expected {model_substring}")
+        bus = str(got.get("pci_bus_id") or "")
+        if want.get("pci_bus_id") and not _same_bus(bus, str(want["pci_bus_id"])):
+            problems.append(f"{where}: CUDA's device {got.get('index')} is at {bus}, planned at {want['pci_bus_id']}")
+        if not got.get("matmul_exact"):
+            problems.append(f"{where}: a small matrix product was wrong")
+        total, free = int(got.get("total_bytes") or 0), int(got.get("free_bytes") or 0)
+        wanted = (gpu_memory_utilization or 0) * total
+        if free < wanted:
+            problems.append(
+                f"{where}: {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB, less than the {wanted / GIB:.1f} GiB "
+                f"the profile's gpu_memory_utilization {gpu_memory_utilization:g} asks for: another process holds it "
+                "(nvidia-smi)"
+            )
+    return problems
+
+
+def plan_smoke(
+    spec: Mapping[str, Any],
+    host_gpus: Sequence[Mapping[str, Any]],
+    devices: Sequence[int],
+    model_substring: str,
+    gpu_memory_utilization: float | None,
+) -> GpuSmoke:
+    """The smoke test of the serving container `spec` (its launch spec), on the host's GPUs `devices` (indices
+    into `host_gpus`, nvidia-smi's rows as serving/plan/gpu_plan.py keeps them), in rank order."""
+    by_index = {int(g["index"]): g for g in host_gpus}
+    return GpuSmoke(
+        argv=smoke_argv(spec),
+        container=smoke_container(spec),
+        gpus=[
+            PlannedGpu(index=d, name=str(by_index[d]["name"]), pci_bus_id=by_index[d].get("pci_bus_id"))
+            for d in devices
+        ],
+        model_substring=model_substring,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+
+
+def outcome(stdout: str, stderr: str, rc: int, smoke: GpuSmoke, host: str, held_by_serving: bool) -> list[str]:
+    """A smoke run's problems, one line each; [] when it passed. held_by_serving: the running serving container
+    holds the GPUs now (a replacing deploy), so their free memory says nothing about the new one's."""
+    if rc == 124:
+        return [f"GPU smoke test on {host} did not finish within {smoke.timeout_s} s: a GPU or the driver hangs "
+                "(nvidia-smi; dmesg for Xid errors)"]  # fmt: skip
+    said = " ".join(f"{stdout}\n{stderr}".split())
+    if _NO_TOOLKIT in said:
+        return [
+            f"Docker Engine on {host} cannot give a container the GPUs: the NVIDIA container toolkit is not "
+            f"installed or not configured (docker said: {said[said.index('could not select') :][:160]}); install "
+            "nvidia-container-toolkit and run `nvidia-ctk runtime configure --runtime=docker`, then deploy again"
+        ]
+    try:
+        result = parse(stdout)
+    except (GpuSmokeError, ValueError):
+        return [f"GPU smoke test on {host} failed (exit {rc}): {said[-300:] or 'no output'}"]
+    planned = [g.model_dump() for g in smoke.gpus]
+    utilization = None if held_by_serving else smoke.gpu_memory_utilization
+    return judge(result, host, planned, smoke.model_substring, utilization)

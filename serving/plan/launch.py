@@ -1,0 +1,71 @@
+"""What `docker run` starts (the plan's launch, or a GPU test host's stand-in for it) and where each of its
+ranks runs: shared by serving/plan/plan.py and the test seam serving/plan/standin.py, which both build one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from serving.config.profile import Model, VllmArgs
+from serving.host import numa
+from serving.plan.images import ImagePlan
+from serving.plan.render import SPEC_LABEL, spec_digest
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuAccess(_Model):
+    """How a probe container reaches the GPUs' driver, so that the host's nvidia-smi runs inside it."""
+
+    # Docker's --gpus through the nvidia runtime, `utility` capability only (nvidia-smi, NVML; no CUDA).
+    device_requests: list[dict[str, Any]] = []
+    # The stand-in's replayed nvidia-smi, where no driver exists (serving/plan/standin.py).
+    volumes: list[str] = []
+    env: dict[str, str] = {}
+
+
+class Launch(_Model):
+    """What `docker run` starts: the planned container, or on a GPU test host the stand-in that plays it."""
+
+    spec: dict[str, Any]  # community.docker.docker_container parameters, labels included
+    spec_digest: str
+    images: ImagePlan  # what the images role builds for it
+    # The settings its argv carries and the model it serves: what the effective-config check expects.
+    vllm: VllmArgs
+    model: Model
+    env: dict[str, str]
+    ranks: list[numa.RankExpectation]
+    # Not None only on a GPU test host: what the stand-in replaced, field by field ([planned, launched]).
+    stand_in: dict[str, Any] | None = None
+
+
+def launch_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """A spec with the labels that identify it: the profile and the digest of everything else."""
+    body = {k: v for k, v in spec.items() if k != "labels"}
+    labels = {k: v for k, v in (spec.get("labels") or {}).items() if k != SPEC_LABEL}
+    digest = spec_digest(body)
+    return {**body, "labels": {**labels, SPEC_LABEL: digest}}, digest
+
+
+def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple[list[numa.RankExpectation], list[str]]:
+    """The CPU build's ranks: VLLM_CPU_OMP_THREADS_BIND binds rank i to the i-th '|'-separated cpulist; with
+    `auto` (or unset) and `nobind` vLLM picks the CPUs itself, inside the container's cpuset."""
+    world = (vllm.tensor_parallel_size or 1) * (vllm.pipeline_parallel_size or 1)
+    bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto").strip()
+    if bind in ("auto", "nobind", ""):
+        return [numa.RankExpectation(r, None, mems) for r in range(world)], []
+    parts = bind.split("|")
+    if len(parts) != world:
+        return [], [
+            f"VLLM_CPU_OMP_THREADS_BIND={bind!r} names {len(parts)} CPU list(s) for {world} rank(s) "
+            "(tensor x pipeline parallel size): give one per rank, separated by '|'"
+        ]
+    try:
+        lists = [numa.format_cpulist(numa.parse_cpulist(p)) for p in parts]
+    except numa.NumaError as e:
+        return [], [f"VLLM_CPU_OMP_THREADS_BIND: {e}"]
+    return [numa.RankExpectation(r, cpus, mems) for r, cpus in enumerate(lists)], []

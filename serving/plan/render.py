@@ -1,0 +1,298 @@
+"""Render a profile into the exact vLLM argv and the container spec.
+
+Both are pure functions of the profile (and the image reference), so what will
+run on a host can be reviewed, diffed and tested without touching one.  The
+container spec uses the option names of community.docker.docker_container.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from serving.config.profile import Profile
+from serving.config.redact import API_KEY_MOUNT
+
+# Order in which known vLLM arguments appear on the command line (stable argv).
+_ARG_ORDER = (
+    "dtype",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "seed",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "distributed_executor_backend",
+    "gpu_memory_utilization",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "compilation_config",
+)
+# Boolean options that vLLM declares with argparse.BooleanOptionalAction
+# (--flag / --no-flag); enforce_eager is a plain store_true flag.
+_BOOL_OPTIONAL = ("enable_prefix_caching", "enable_chunked_prefill")
+_STORE_TRUE = ("enforce_eager",)
+
+SPEC_LABEL = "org.refdeploy.spec-sha256"
+SIDECAR_OF_LABEL = "org.refdeploy.sidecar-of"
+PROFILE_LABEL = "org.refdeploy.profile"
+# On a container the test seam started in place of the planned one (serving/plan/standin.py).
+STAND_IN_LABEL = "org.refdeploy.stand-in"
+# Told to the probe containers: they were given the GPUs (nvidia-smi must then run), and which.
+GPU_ACCESS_ENV = "REFDEPLOY_GPU_ACCESS"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def render_vllm_argv(profile: Profile) -> list[str]:
+    """The argv the container runs: `vllm serve MODEL --host ... [args]`."""
+    args = profile.vllm
+    argv = [
+        "vllm",
+        "serve",
+        profile.model.served_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(profile.ports.container_port),
+        "--served-model-name",
+        profile.model.served_name,
+    ]
+    for name in _ARG_ORDER:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            rendered = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        else:
+            rendered = str(value)
+        argv += [_flag(name), rendered]
+    for name in _BOOL_OPTIONAL:
+        value = getattr(args, name)
+        if value is not None:
+            argv.append(_flag(name) if value else "--no-" + _flag(name)[2:])
+    for name in _STORE_TRUE:
+        if getattr(args, name):
+            argv.append(_flag(name))
+    argv += list(args.extra_args)
+    return argv
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """sha256 of the spec without its labels: equal digests mean an identical container."""
+    body = {k: v for k, v in spec.items() if k != "labels"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
+    """Parameters for community.docker.docker_container that run the profile."""
+    c = profile.container
+    spec: dict[str, Any] = {
+        "name": c.name,
+        "image": image,
+        "command": render_vllm_argv(profile),
+        # The caches' places first, so that a profile that names its own keeps it.
+        "env": dict(sorted({**CACHE_ENV, **profile.env}.items())),
+        "published_ports": [f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"],
+        "volumes": [
+            f"{profile.model.host_path}:{profile.model.container_path}:ro",
+            f"{compile_cache_dir(profile, image)}:{CACHE_MOUNT}",
+        ],
+        "shm_size": c.shm_size,
+        "ulimits": [f"{name}:{u.soft}:{u.hard}" for name, u in sorted(c.ulimits.items())],
+        "restart_policy": c.restart_policy,
+        # Docker's own health state is what the deploy waits on: it sees a
+        # crashed engine at once, where polling the port only times out.
+        "healthcheck": {
+            "test": [
+                "CMD",
+                "curl",
+                "-fsS",
+                "-o",
+                "/dev/null",
+                f"http://127.0.0.1:{profile.ports.container_port}/health",
+            ],
+            "interval": "5s",
+            "timeout": "5s",
+            "retries": 3,
+            "start_period": "10m",
+        },
+    }
+    if c.cpuset_cpus is not None:
+        spec["cpuset_cpus"] = c.cpuset_cpus
+    if c.cpuset_mems is not None:
+        spec["cpuset_mems"] = c.cpuset_mems
+    if c.memory is not None:
+        spec["memory"] = c.memory
+        # No swap beyond the memory limit: a serving process that swaps is a
+        # slow process nobody asked for.
+        spec["memory_swap"] = c.memory
+    spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
+    return spec
+
+
+# The serving container's entrypoint when an API key is configured: it reads the key from the root-only file
+# mounted at API_KEY_MOUNT into VLLM_API_KEY and execs the vLLM argv it is given. The key is in no spec, no
+# `docker inspect`, no argv and no process title; a missing or empty file stops the container (exit 78) rather
+# than start an API without its key. The script is a constant: no profile value is ever put into it.
+API_KEY_ENTRYPOINT_SCRIPT = (
+    f'k=$(cat {API_KEY_MOUNT}) && [ -n "$k" ] || '
+    f'{{ echo "refdeploy: no API key in {API_KEY_MOUNT}" >&2; exit 78; }}; '
+    'VLLM_API_KEY=$k exec "$@"'
+)
+
+
+# The runtime image's user (images/vllm/Dockerfile USER; a unit test keeps the two equal). The engine and the
+# bench client run as it, so they read the key from a copy the serve role makes of the root-only key file:
+# root:RUNTIME_GID, 0440, in a directory only root can enter (SECRETS_DIR, 0700).
+RUNTIME_UID = 10001
+RUNTIME_GID = 10001
+SECRETS_DIR = "/var/lib/refdeploy/secrets"
+# Where the serve role writes the spec it starts from, as <container name>.json (its serve_rendered_dir default,
+# which tests/unit/test_host_state.py holds to this): the plan's read of the host reports that file.
+RENDERED_DIR = "/var/lib/refdeploy/rendered"
+
+
+# The compiled artefacts of a start (torch.compile/inductor's FX graph and kernel caches, Triton's kernels, vLLM's
+# own compile cache) on a host volume, one per container, profile and image: a replacing deploy, `make profile`
+# and each step of `make validate` reuse them instead of compiling again. Every one of these caches keys its
+# entries on what it compiled (graph, shapes, torch and vLLM versions), so a changed setting misses and compiles;
+# the image in the path keeps an old image's entries from being read by a new one, and the profile's name keeps
+# the directories of different profiles apart; the profile's container.compile_cache_dir is the root (by default
+# /var/lib/refdeploy/cache). The serve role makes it the runtime image user's (0750); undeploy
+# keeps it, as it keeps the images. The variables are the tools' own: vLLM's VLLM_CACHE_ROOT (vllm/envs.py),
+# torch's TORCHINDUCTOR_CACHE_DIR, Triton's TRITON_CACHE_DIR.
+CACHE_MOUNT = "/var/cache/refdeploy"
+CACHE_ENV = {
+    "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
+    "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
+    "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
+}
+
+
+def compile_cache_dir(profile: Profile, image: str) -> str:
+    """The host directory of the profile's compile caches for this image: refdeploy/vllm:0.32.0-cpu-320a623327f0
+    gives .../<container>/<profile>/vllm_0.32.0-cpu-320a623327f0."""
+    image_key = re.sub(r"[^A-Za-z0-9._-]", "_", image.rsplit("/", 1)[-1])
+    return f"{profile.container.compile_cache_dir.rstrip('/')}/{profile.container.name}/{profile.name}/{image_key}"
+
+
+def cache_volume(spec: dict[str, Any]) -> tuple[str, str] | None:
+    """(host directory, mount) of the spec's compile-cache volume; None for a spec without one."""
+    for v in spec.get("volumes") or []:
+        host, _, rest = v.partition(":")
+        if rest == CACHE_MOUNT:
+            return host, rest
+    return None
+
+
+# make profile: the engine started with a profiler configured (vLLM's --profiler-config), writing each rank's
+# trace into a directory of the host that it alone writes (the runtime image's user owns it), mounted at
+# PROFILER_MOUNT. The label says so on the container, and every artifact taken from it carries the condition.
+PROFILERS = ("torch",)
+PROFILER_LABEL = "org.refdeploy.profiler"
+PROFILES_DIR = "/var/lib/refdeploy/profiles"
+PROFILER_MOUNT = "/run/refdeploy/profile"
+
+
+def profiler_host_dir(container_name: str) -> str:
+    return f"{PROFILES_DIR}/{container_name}"
+
+
+def with_profiler(spec: dict[str, Any], profiler: str) -> dict[str, Any]:
+    """The spec with vLLM's profiler configured: `--profiler-config` (one trace per rank into PROFILER_MOUNT, which
+    the host's profiler_host_dir backs) and the label that marks the container as profiled."""
+    if profiler not in PROFILERS:
+        raise ValueError(f"profiler {profiler!r}: vLLM's profilers here are {', '.join(PROFILERS)}")
+    # No Python stacks (vLLM's default records them): with them, each rank of the two-rank CPU engine held about
+    # 3.8 GB of trace when the profiler stopped and the kernel's OOM killer took one in its 8 GiB container (the
+    # engine died); without them a rank's trace is its operators, which the summary reads.
+    config = json.dumps(
+        {"profiler": profiler, "torch_profiler_dir": PROFILER_MOUNT, "torch_profiler_with_stack": False},
+        separators=(",", ":"),
+    )
+    return {
+        **spec,
+        "command": [*spec["command"], "--profiler-config", config],
+        "volumes": [*spec["volumes"], f"{profiler_host_dir(spec['name'])}:{PROFILER_MOUNT}"],
+        "labels": {**(spec.get("labels") or {}), PROFILER_LABEL: profiler},
+    }
+
+
+def api_key_copy(container_name: str) -> str:
+    """Where the serve role puts the copy of the key the containers read."""
+    return f"{SECRETS_DIR}/{container_name}.api-key"
+
+
+def sidecar_host_dir(profile: Profile) -> str:
+    """The samplers sidecar's one writable directory on the host."""
+    return f"{profile.probes.sidecar_host_dir}/{profile.container.name}"
+
+
+def with_api_key(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the key's copy mounted read-only and the entrypoint that hands it to vLLM."""
+    return {
+        **spec,
+        "entrypoint": ["/bin/sh", "-c", API_KEY_ENTRYPOINT_SCRIPT, "refdeploy-api-key"],
+        "volumes": [*spec["volumes"], f"{api_key_copy(spec['name'])}:{API_KEY_MOUNT}:ro"],
+    }
+
+
+def gpu_access_description(gpu_access: dict[str, Any] | None) -> str:
+    """What a probe container was given of the GPUs, for its skip reasons ("" for nothing)."""
+    if not gpu_access:
+        return ""
+    if gpu_access.get("device_requests"):
+        ids = ",".join(str(d) for r in gpu_access["device_requests"] for d in r.get("device_ids") or [])
+        return f"--gpus device={ids},capabilities=utility (nvidia runtime)"
+    if gpu_access.get("volumes"):
+        return "a replayed nvidia-smi (test stand-in)"
+    return ""
+
+
+def render_sidecar_spec(
+    profile: Profile, probes_image: str, gpu_access: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The samplers sidecar beside the serving container, or None when the profile runs none.
+
+    It joins the serving container's PID namespace (pidstat sees vLLM's processes and threads), has no
+    network and no capabilities (vmstat, iostat and pidstat read world-readable /proc files), a read-only
+    root, and one writable directory whose logs rotate at `sidecar_max_bytes`. The serve role records the
+    serving container's ID beside it and recreates the sidecar when that container is replaced. On a GPU
+    profile it gets the GPUs through the nvidia runtime with the `utility` capability only, so the host
+    driver's nvidia-smi runs inside (`gpu_access`, serving/plan/plan.py).
+    """
+    p = profile.probes
+    if not p.sidecar_samplers:
+        return None
+    name = profile.container.name
+    spec: dict[str, Any] = {
+        "name": f"{name}-samplers",
+        "image": probes_image,
+        "command": ["python3", "-m", "probes.samplers", "--sidecar", "--out", "/out",
+                    "--only", ",".join(p.sidecar_samplers), "--max-bytes", str(p.sidecar_max_bytes)],
+        "pid_mode": f"container:{name}",
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": ["/tmp:size=16m"],
+        "cap_drop": ["ALL"],
+        "security_opts": ["no-new-privileges"],
+        "memory": "256m",
+        "volumes": [f"{sidecar_host_dir(profile)}:/out"],
+        "env": {"LC_ALL": "C"},
+        "restart_policy": "unless-stopped",
+        "host_dir": sidecar_host_dir(profile),
+    }  # fmt: skip
+    if gpu_access:
+        if gpu_access.get("device_requests"):
+            spec["device_requests"] = gpu_access["device_requests"]
+        spec["volumes"] += gpu_access.get("volumes") or []
+        spec["env"] = {**spec["env"], **(gpu_access.get("env") or {}),
+                       GPU_ACCESS_ENV: gpu_access_description(gpu_access)}  # fmt: skip
+    spec["labels"] = {SIDECAR_OF_LABEL: name, SPEC_LABEL: spec_digest(spec)}
+    return spec
