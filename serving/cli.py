@@ -77,8 +77,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compact", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    # Benchmarks: bench-plan, bench-report, compare (serving/bench/bench_cli.py).
-    from serving.bench.bench_cli import register as register_bench
+    # Benchmarks: bench-plan, bench-report, compare (serving/bench/cli.py).
+    from serving.bench.cli import register as register_bench
 
     register_bench(sub)
     # Correctness through the server: validate-check, validate-report (serving/record/validate.py).

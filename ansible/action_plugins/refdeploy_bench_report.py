@@ -1,5 +1,5 @@
 """Action plugin refdeploy_bench_report: a fetched bench's summary, report.txt and report.html, on the controller
-(serving/bench/bench_report.py report_bench), and whether the bench completed.
+(serving/bench/report.py report_bench), and whether the bench completed.
 
   - name: Write the report
     refdeploy_bench_report:
@@ -27,7 +27,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup", "memory_log"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.bench.bench_report import report_bench
+        from serving.bench.report import report_bench
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         args = dict(self._task.args)

@@ -2,7 +2,7 @@
 
   python3 bench_client.py PLAN_JSON
 
-The plan (serving/bench/bench.py, `plan_bench`) lists the runs; for each, in order: the server's /health, a /metrics
+The plan (serving/bench/protocol.py, `plan_bench`) lists the runs; for each, in order: the server's /health, a /metrics
 snapshot, a prefix-cache reset where the server offers one, `vllm bench serve` with the run's argv, a second
 snapshot. Every run leaves out/runs/<id>/: status.json (what happened, on both clocks), result.json (vLLM's
 `--save-detailed` result), stdout.log and stderr.log, metrics-before.txt and metrics-after.txt. A thread samples
@@ -416,7 +416,7 @@ def search_knee(search: dict[str, Any], runner: Runner, out: Path, warmed: tuple
             throughput = result.get("request_throughput")
             if isinstance(throughput, int | float) and throughput > 0:
                 last.append((load, float(throughput)))
-            # As the report judges it (serving/bench/bench_runs.py): the cache served more of the prefill than chance.
+            # As the report judges it (serving/bench/runs.py): the cache served more of the prefill than chance.
             hits = None if search.get("hits_intended") else prefix_hits(out / "runs" / run_id)
             prompt_tokens = result.get("total_input_tokens")
             flag = knee_runs.hits_flag(hits, prompt_tokens, knee_runs.SEARCH_HITS_MAX_SHARE)
@@ -518,7 +518,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"bench client: bad plan {argv[0]}: {exc}", file=sys.stderr)
         return 2
-    # Started as root with FOWNER, SETUID and SETGID only (serving/bench/bench.py): the residency reader keeps root's
+    # Started as root with FOWNER, SETUID and SETGID only (serving/bench/protocol.py): the residency reader keeps root's
     # FOWNER, everything else runs as the runtime user, with no capability. The reader starts before the key is
     # read, so the one process left with a capability never holds the key in its environment.
     reader = ResidencyReader.start() if os.geteuid() == 0 else None

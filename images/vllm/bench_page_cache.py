@@ -160,7 +160,7 @@ def residency_helper() -> int:
 
 def engine_io(engine_pid: int = 1) -> dict[str, Any]:
     """Read volume so far of every process of the serving container: `engine_pid` (its init, in this container's
-    view of PIDs: the host's, serving/bench/bench.py) and its descendants. /proc/<pid>/io's rchar (read syscalls,
+    view of PIDs: the host's, serving/bench/protocol.py) and its descendants. /proc/<pid>/io's rchar (read syscalls,
     page-cache hits included) and read_bytes (what the block layer was asked to read); pids that could not be
     read are named with the reason."""
     parents: dict[int, int] = {}

@@ -1,5 +1,5 @@
 """A Benchmark Report document's energy (serving/bench/br_export.py): its pooled runs' NVML energy, as the bench
-summary's energy read it (serving/bench/bench_energy.py), and its point's GPU health (serving/bench/bench_health.py).
+summary's energy read it (serving/bench/energy.py), and its point's GPU health (serving/bench/health.py).
 
 The schema (llm-d Benchmark Report v0.2.1, llmd-benchmark-report 0.2.1, schema_v0_2.py; the same in the JSON Schema
 it ships, br_v0_2_json_schema.json) has one place for it: results.observability.components[], a
@@ -24,12 +24,12 @@ from typing import Any
 from llmd_benchmark_report.base import Units
 
 from probes.nvml import LOG_NAME
-from serving.bench.bench_health import export_notes
+from serving.bench.health import export_notes
 
 DEFINITION = (
     "per pooled run, the NVML total energy counter's rise over the run's window (status.json started_mono_s to "
     "ended_mono_s), summed over every GPU the sidecar read, divided by the window's length: the engine's mean power "
-    "(W); statistics across the pooled runs (serving/bench/bench_energy.py, serving/bench/br_energy.py)"
+    "(W); statistics across the pooled runs (serving/bench/energy.py, serving/bench/br_energy.py)"
 )
 
 

@@ -13,7 +13,7 @@ Each document is built from the bench directory and its summary (bench_summary.b
   output lengths, and the arguments the pooled runs shared.
 - results.request_performance.aggregate: per-request statistics pooled over the point's VALID measured runs only
   (summary runs with phase "measured" and valid true), computed from their raw result.json with this
-  project's definitions (serving/bench/bench_runs.py parse_requests, seed 000 §1: TTFT = t1 - t0, TPOT = (tN - t1)/(N -
+  project's definitions (serving/bench/runs.py parse_requests, seed 000 §1: TTFT = t1 - t0, TPOT = (tN - t1)/(N -
   1) per request, N the server's usage count), never copied from vLLM's own aggregates (serving/bench/br_results.py).
 - results.observability: the engine's power from NVML's energy counter, or notes saying why not (br_energy.py).
 
@@ -46,7 +46,10 @@ from llmd_benchmark_report.base import WorkloadGenerator
 from llmd_benchmark_report.schema_v0_2 import VERSION, BenchmarkReportV02
 from pydantic import ValidationError
 
-from serving.bench import bench, bench_runs, bench_trace, br_energy
+from serving.bench import br_energy
+from serving.bench import protocol as bench
+from serving.bench import runs as bench_runs
+from serving.bench import trace_events as bench_trace
 from serving.bench.br_results import DEFINITIONS, aggregate, grouped_requests
 from serving.bench.br_stack import argv_mapping, digest, engine_component, vllm_release
 from serving.config.redact import redact
@@ -56,14 +59,15 @@ BR_DIR = "benchmark-report"
 # The Benchmark Report revision the documents declare (the library's).
 BR_VERSION: str = VERSION
 INDEX_FILE = "index.json"
-# The bench report's own files (serving/bench/bench_report.py SUMMARY_JSON, REPORT_TXT, REPORT_HTML;
-# serving/bench/bench_summary.py CGROUP_FILES), named here rather than imported: bench_report will call this module, and
+# The bench report's own files (serving/bench/report.py SUMMARY_JSON, REPORT_TXT, REPORT_HTML;
+# serving/bench/summary.py CGROUP_FILES), named here rather than imported: bench_report will call this module, and
 # the import graph has no cycle (tests/unit/test_architecture.py). tests/unit/test_br_export.py checks the names agree.
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
 REPORT_HTML = "report.html"
 CGROUP_FILES = ("cgroup-before.json", "cgroup-after.json")
-# What sends a `dataset: conversations` workload (serving/bench/bench.py): vLLM 0.32's bench has no multi-turn dataset.
+# What sends a `dataset: conversations` workload (serving/bench/protocol.py): vLLM 0.32's bench has no multi-turn
+# dataset.
 CONVERSATIONS_CLIENT = "images/vllm/bench_client.py run_conversations"
 
 
@@ -88,7 +92,7 @@ def _run_argv(bench_dir: Path, run_id: str) -> list[str]:
 
 def _run_args(bench_dir: Path, run_id: str) -> dict[str, Any]:
     """The run's arguments as the client ran it (status.json), redacted: its `vllm bench serve` argv as a mapping,
-    or a conversations run's spec (serving/bench/bench.py conversation_spec), which has no argv."""
+    or a conversations run's spec (serving/bench/protocol.py conversation_spec), which has no argv."""
     try:
         spec = json.loads((bench_dir / "runs" / run_id / "status.json").read_text()).get("conversations")
     except (OSError, ValueError, AttributeError):
@@ -98,7 +102,7 @@ def _run_args(bench_dir: Path, run_id: str) -> dict[str, Any]:
     return argv_mapping(_run_argv(bench_dir, run_id))
 
 
-# Each run's own by construction (serving/bench/bench.py client_runs): its seed, its result directory, its cache salt
+# Each run's own by construction (serving/bench/protocol.py client_runs): its seed, its result directory, its cache salt
 # (a conversations spec's seed and cache_salt).
 PER_RUN_ARGS = ("--seed", "--result-dir", "--extra-body", "seed", "cache_salt")
 

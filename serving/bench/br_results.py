@@ -1,6 +1,6 @@
 """A Benchmark Report document's results.request_performance.aggregate (serving/bench/br_export.py writes the document):
 per-request statistics pooled over a point's valid measured runs, computed from their raw result.json with this
-project's definitions (DEFINITIONS; serving/bench/bench_runs.py parse_requests), and the runs' throughputs.
+project's definitions (DEFINITIONS; serving/bench/runs.py parse_requests), and the runs' throughputs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from llmd_benchmark_report.base import Units
 
-from serving.bench import bench_runs
+from serving.bench import runs as bench_runs
 from serving.standalone.knee import percentile
 
 # Percentiles of per-request figures, by the schema's field names: linear interpolation between order statistics
@@ -33,7 +33,7 @@ DEFINITIONS = {
     "throughput": "per run: tokens (or requests) of its successful requests over vllm bench serve's duration of "
     "the run; statistics across the pooled runs",
     "percentiles": "linear interpolation between order statistics; p50 is the median",
-    "source": "serving/bench/bench_runs.py parse_requests, from each pooled run's runs/<id>/result.json "
+    "source": "serving/bench/runs.py parse_requests, from each pooled run's runs/<id>/result.json "
     "(vllm bench serve --save-detailed); seed 000 §1",
 }
 

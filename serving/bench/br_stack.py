@@ -32,7 +32,7 @@ def argv_mapping(argv: Sequence[str]) -> dict[str, Any]:
     first option (the program, its subcommand and positionals: `vllm serve MODEL`) under "command".
 
     Without the program's own parser a bare flag followed by a positional would take it as its value; refdeploy's
-    argvs put their positionals first (serving/plan/render.py, serving/bench/bench.py), and each component keeps its
+    argvs put their positionals first (serving/plan/render.py, serving/bench/protocol.py), and each component keeps its
     argv as it was beside the mapping."""
     out: dict[str, Any] = {}
     command: list[str] = []

@@ -1,7 +1,7 @@
 """`make compare`: did one change make a measurable difference? (seed 000, §13)
 
 Two sides, A and B, each one or more benches (`make bench` run directories). A comparison changes one thing:
-the benches' conditions (serving.bench.bench_conditions.conditions: the workload, the profile, the image, where the
+the benches' conditions (serving.bench.conditions.conditions: the workload, the profile, the image, where the
 client ran, the host) must be equal within each side, and equal between the sides except for the declared
 variables; otherwise it refuses and lists the fields that differ. Several benches per side let an operator run
 A/B/B/A, or B before A, so that drift in temperature, caches or background load does not line up with the
@@ -10,7 +10,7 @@ change; the report says in which order the benches ran.
 For each operating point both sides measured and each figure (TTFT, TPOT, per-request decode rate, e2e latency
 per request; aggregate output tok/s per run), the effect is median(B) - median(A) with a bootstrap
 confidence interval that resamples benches, then runs, then requests within runs
-(serving.bench.bench.bootstrap_diff_benches); with two or more benches a side, a Welch t interval over the benches'
+(serving.bench.protocol.bootstrap_diff_benches); with two or more benches a side, a Welch t interval over the benches'
 medians must exclude zero as well. An interval that spans zero is reported as "no measurable difference".
 
 The intervals are simultaneous: a compare reads 5 figures at each point, and "every figure shows no
@@ -29,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serving.bench import bench, bench_conditions, bench_runs, stats
+from serving.bench import conditions as bench_conditions
+from serving.bench import protocol as bench
+from serving.bench import runs as bench_runs
+from serving.bench import stats
 from serving.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -110,7 +113,7 @@ def _text(path: Path) -> str | None:
 def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, list[list[float]]]], list[str]]:
     """A bench's manifest, first start, the observations of its valid measured runs, and the runs it flagged.
 
-    A run is pooled only when its own bench judged it valid (serving.bench.bench.summarize_run: no failed or short
+    A run is pooled only when its own bench judged it valid (serving.bench.protocol.summarize_run: no failed or short
     requests, no prefix-cache hits, server and client tokens agree, the arrival rate sustained, the stream not
     buffered): a comparison keeps the validity rules its benches keep.
     """

@@ -241,8 +241,8 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The bench client's plan, its docker argv, the bench manifest and a timeout (serving/bench/bench.py)."""
-    from serving.bench.bench import cache_salt_for, plan_bench
+    """The bench client's plan, its docker argv, the bench manifest and a timeout (serving/bench/protocol.py)."""
+    from serving.bench.protocol import cache_salt_for, plan_bench
     from serving.config.workload import load_workload
 
     try:

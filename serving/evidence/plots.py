@@ -1,7 +1,7 @@
 """The report pages' plots: matplotlib figures written as SVG, each inlined as one <svg> in a self-contained page.
 
 Both pages draw here, on the controller from the fetched raw data: the capture's timeline
-(serving/evidence/capture_report.py) and the bench's report (serving/bench/bench_report.py). Each panel is a matplotlib
+(serving/evidence/capture_report.py) and the bench's report (serving/bench/report.py). Each panel is a matplotlib
 Figure on the SVG canvas (no pyplot, no GUI), drawn under one fixed style: text stays text (searchable, small),
 no metadata or random ids, so the same data gives the same bytes.
 

@@ -65,7 +65,7 @@ EXCLUDED: Mapping[str, str] = {
     "bundle.tar.gz": "the capture's packed bundle, /out/bundle.tar.gz in the probe container (evidence/probe_plan.py)",
     "profile.tar.gz": "make profile's packed traces on the controller, removed once unpacked (role probes)",
     # Not a file: a dotted field name.
-    "workload.trace": "a bench manifest's field (serving/bench/bench.py: not a condition of a compare)",
+    "workload.trace": "a bench manifest's field (serving/bench/protocol.py: not a condition of a compare)",
 }
 
 # Files under runs/ whose names the tool that writes them chooses, so no constant in this tree spells them; the

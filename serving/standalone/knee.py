@@ -5,7 +5,7 @@ logic and nothing else: which load to measure next, how many runs of it, and wha
 the benchmark client container (copied next to images/vllm/bench_client.py and run by the image's Python), and
 the controller imports it to write the report, so it is standard library only and imports nothing of the serving
 package. It never measures anything itself, which is what lets the tests drive it with simulated servers. Being on
-both sides, it holds the one per-request SLO rule (`meets_slo`, the report's serving/bench/bench_runs.py slo_figures
+both sides, it holds the one per-request SLO rule (`meets_slo`, the report's serving/bench/runs.py slo_figures
 judges by it too) and the one percentile (`percentile`) of the project's figures.
 
 Two kinds of load:

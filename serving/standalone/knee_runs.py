@@ -311,7 +311,7 @@ def conclude(result: dict[str, Any], checks: Sequence[Mapping[str, Any]], verify
 
 
 def report_lines(result: Mapping[str, Any], search: Mapping[str, Any] | None) -> list[str]:
-    """The knee section's lines on how each load was held and how the answer was checked (serving/bench/bench_report.py
+    """The knee section's lines on how each load was held and how the answer was checked (serving/bench/report.py
     prints them under the summary): the duration and ramp-up, how long the valid runs held their loads, each run
     too short for a steady state by name, and each steady check with its verdict."""
     if not search or search.get("duration_s") is None:

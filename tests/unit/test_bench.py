@@ -1,4 +1,4 @@
-"""serving.bench.bench: workloads, the client's placement and plan, per-request figures, flags and statistics.
+"""serving.bench.protocol: workloads, the client's placement and plan, per-request figures, flags and statistics.
 
 The per-request parser is checked against real `vllm bench serve` results (tests/fixtures/vllm-bench-serve-0.32.0):
 with one token per chunk, the source's definitions must give exactly the medians vLLM itself printed.
@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from serving.bench import bench, bench_conditions, bench_placement, bench_reference, bench_runs, stats
+from serving.bench import conditions as bench_conditions
+from serving.bench import placement as bench_placement
+from serving.bench import protocol as bench
+from serving.bench import reference as bench_reference
+from serving.bench import runs as bench_runs
+from serving.bench import stats
 from serving.config import workload
 from serving.config.profile import load_profile
 from serving.errors import InputError

@@ -1,4 +1,4 @@
-"""Energy per output token per bench point (serving/bench/bench_energy.py), from the energy counter the sidecar's NVML
+"""Energy per output token per bench point (serving/bench/energy.py), from the energy counter the sidecar's NVML
 reader logs, here the H200's RECORDED counter through the replay seam (tests/fixtures/recorded-h200), over a bench
 directory built from real `vllm bench serve` results (test_br_export's bench_dir: c1 and c4, two measured runs each,
 256 output tokens a run)."""
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from probes import nvml, samplers
-from serving.bench import bench_report
+from serving.bench import report as bench_report
 from tests.unit.test_br_export import bench_dir
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded-h200" / "nvml-samples.jsonl"

@@ -24,7 +24,8 @@ import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV02
 
 from probes import nvml, nvml_log, samplers
-from serving.bench import bench_report, br_export
+from serving.bench import br_export
+from serving.bench import report as bench_report
 from tests.unit.test_bench_energy import RECORDED, recorded_energy_mj, sidecar_nvml_log
 from tests.unit.test_br_export import SCHEMA, bench_dir, flag
 

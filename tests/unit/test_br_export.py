@@ -20,7 +20,10 @@ from llmd_benchmark_report import load_benchmark_report
 from llmd_benchmark_report.base import Units
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving.bench import bench, bench_report, bench_summary, br_export, br_results, br_stack
+from serving.bench import br_export, br_results, br_stack
+from serving.bench import protocol as bench
+from serving.bench import report as bench_report
+from serving.bench import summary as bench_summary
 from serving.config import workload
 from tests.unit.test_bench import serving_plan
 from tests.unit.test_compare import SMOKE, make_bench

@@ -193,8 +193,8 @@ def test_a_benchs_trace_has_every_request_on_a_lane_of_its_own_while_in_flight(
     tp: TraceProcessor, tmp_path: Path
 ) -> None:
     # The real `vllm bench serve` results of the fixtures (c1: one at a time; c4: four in flight), copied into a
-    # bench directory as `make bench` leaves it, whose report writes bench/trace.json (serving/bench/bench_trace.py).
-    from serving.bench import bench_report
+    # bench directory as `make bench` leaves it, whose report writes bench/trace.json (serving/bench/trace_events.py).
+    from serving.bench import report as bench_report
     from tests.unit.test_compare import make_bench
 
     d = make_bench(tmp_path, "b", 1000)

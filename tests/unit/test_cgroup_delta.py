@@ -166,11 +166,11 @@ def test_a_throttled_ancestor_slice_is_named_where_the_containers_own_level_read
 
 def test_the_bench_report_names_a_throttled_ancestor_slice_over_the_bench(tmp_path: Path) -> None:
     # The bench reads the server's cgroups before and after it with `python -m probes.cgroups` in a probe
-    # container (serving/bench/bench.py cgroup_argv); its JSON goes through the report as the role passes it.
+    # container (serving/bench/protocol.py cgroup_argv); its JSON goes through the report as the role passes it.
     import subprocess
     import sys
 
-    from serving.bench import bench_report
+    from serving.bench import report as bench_report
     from tests.unit.test_compare import make_bench
 
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"

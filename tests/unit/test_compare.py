@@ -1,4 +1,4 @@
-"""serving.bench.compare and serving.bench.bench_report over bench directories built from real `vllm bench serve`
+"""serving.bench.compare and serving.bench.report over bench directories built from real `vllm bench serve`
 results."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from serving.bench import bench, bench_conditions, bench_report, compare, stats
+from serving.bench import compare, stats
+from serving.bench import conditions as bench_conditions
+from serving.bench import protocol as bench
+from serving.bench import report as bench_report
 from serving.config import workload
 from serving.evidence.plots import PANEL_COLOURS
 from tests.unit.test_bench import FIXTURES, serving_plan

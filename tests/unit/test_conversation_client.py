@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-
 
 
 def spec(**extra: Any) -> dict[str, Any]:
-    """A conversations spec as serving/bench/bench.py conversation_spec writes it."""
+    """A conversations spec as serving/bench/protocol.py conversation_spec writes it."""
     return {"base_url": "http://127.0.0.1:8000", "endpoint": "/v1/chat/completions", "model": "tiny-llama",
             "tokenizer": "/models/tiny-llama", "seed": 8, "turns": 3, "num_conversations": 4, "input_len": 8,
             "output_len": 4, "think_time_s": 0.0, "max_concurrency": 2, "ignore_eos": True, "temperature": 0.0,

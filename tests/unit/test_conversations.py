@@ -15,7 +15,11 @@ import pytest
 import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 
-from serving.bench import bench, bench_report, bench_runs, bench_text, br_export
+from serving.bench import br_export
+from serving.bench import protocol as bench
+from serving.bench import report as bench_report
+from serving.bench import runs as bench_runs
+from serving.bench import text as bench_text
 from serving.config import workload
 from serving.errors import InputError
 from tests.unit.test_bench import RUN, fixture

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.bench import bench, bench_report, bench_text
+from serving.bench import protocol as bench
+from serving.bench import report as bench_report
+from serving.bench import text as bench_text
 from serving.config import workload
 from serving.errors import InputError
 from tests.image_scripts import image_script

@@ -12,7 +12,11 @@ from typing import Any
 
 import pytest
 
-from serving.bench import bench, bench_conditions, bench_runs, bench_summary, bench_text
+from serving.bench import conditions as bench_conditions
+from serving.bench import protocol as bench
+from serving.bench import runs as bench_runs
+from serving.bench import summary as bench_summary
+from serving.bench import text as bench_text
 from tests.image_scripts import image_script
 from tests.unit.test_bench import RUN, SMOKE, fixture, serving_plan
 

@@ -1,6 +1,6 @@
 """The one per-request SLO rule (serving/standalone/knee.py meets_slo) and the one percentile (knee.percentile), as both
 sides use them: the client's knee search on the host (serving/standalone/knee_runs.py run_outcome, reading vLLM's
-result.json) and the controller's report (serving/bench/bench_runs.py parse_requests into RequestObs, then slo_figures,
+result.json) and the controller's report (serving/bench/runs.py parse_requests into RequestObs, then slo_figures,
 reading the same file).
 
 The run is a recorded one of vLLM 0.32 (tests/fixtures/vllm-bench-serve-0.32.0/goodput-r16: 240 requests, 32 output
@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from llmd_benchmark_report.base import Units
 
-from serving.bench import bench_runs, br_results
+from serving.bench import br_results
+from serving.bench import runs as bench_runs
 from serving.standalone import knee, knee_runs
 from tests.image_scripts import image_script
 
 RESULT = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-bench-serve-0.32.0" / "goodput-r16" / "result.json"
-# The workload's SLO as its YAML gives it (the controller's), and in ms (the client's plan, serving/bench/bench.py).
+# The workload's SLO as its YAML gives it (the controller's), and in ms (the client's plan, serving/bench/protocol.py).
 SLOS: list[dict[str, str]] = [
     {"ttft": "20ms"},
     {"tpot": "4ms"},

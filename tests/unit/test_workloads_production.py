@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.bench import bench, bench_conditions, bench_runs, bench_text
+from serving.bench import conditions as bench_conditions
+from serving.bench import protocol as bench
+from serving.bench import runs as bench_runs
+from serving.bench import text as bench_text
 from serving.config import workload
 from serving.config.profile import load_profile
 from serving.errors import InputError

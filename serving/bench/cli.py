@@ -23,7 +23,7 @@ from serving.errors import InputError
 
 
 def cmd_bench_report(a: argparse.Namespace) -> int:
-    from serving.bench.bench_report import REPORT_HTML, REPORT_TXT, write_report
+    from serving.bench.report import REPORT_HTML, REPORT_TXT, write_report
 
     d = Path(a.bench_dir)
     summary = write_report(d)

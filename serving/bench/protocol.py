@@ -7,11 +7,11 @@
 - here: `plan_bench` turns a workload and the deployment's plan into the client's run list (each run's exact
   `vllm bench serve` argv, or for conversations the client's own spec; its own seed), the client container's
   `docker run` argv and the bench manifest.
-- serving/bench/bench_placement.py: where the client runs (`place_client`).
-- serving/bench/bench_conditions.py: the manifest's `conditions`, which `make compare` checks.
-- serving/bench/bench_runs.py: each run read back (its requests with the source's definitions, seed 000 §1, the
+- serving/bench/placement.py: where the client runs (`place_client`).
+- serving/bench/conditions.py: the manifest's `conditions`, which `make compare` checks.
+- serving/bench/runs.py: each run read back (its requests with the source's definitions, seed 000 §1, the
   server's side, the flags that make a run untrustworthy), and a point's valid runs pooled.
-- serving/bench/bench_reference.py: the class's reference figures beside the measured ones.
+- serving/bench/reference.py: the class's reference figures beside the measured ones.
 - serving/bench/stats.py: `describe`, the bootstrap of the difference of medians, Welch's interval over benches.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serving.bench.bench_placement import Placement, place_client
+from serving.bench.placement import Placement, place_client
 from serving.config.redact import redact
 from serving.config.workload import Workload, canonical_trace, intends_prefix_hits, read_prompts, read_trace, sized_for
 from serving.errors import InputError
@@ -132,7 +132,7 @@ def bench_argv(
     if point.max_concurrency is not None:
         argv += ["--max-concurrency", str(point.max_concurrency)]
     if w.slo is not None:
-        # vLLM's own goodput beside ours (serving/bench/bench_runs.py): the same SLO, its definitions.
+        # vLLM's own goodput beside ours (serving/bench/runs.py): the same SLO, its definitions.
         names = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2el"}
         argv += ["--goodput", *(f"{names[k]}:{v:g}" for k, v in w.slo.thresholds_ms().items())]
     return argv

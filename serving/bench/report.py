@@ -2,13 +2,13 @@
 
 Reads a bench directory as `make bench` leaves it (runs/<host>/<ts>/bench/): manifest.json, the client's
 plan.json and client.json, runs/<id>/ (status.json, result.json, the /metrics pair), gauges.log and the sidecar
-samplers' window in samplers/. Every figure is computed from those raw artifacts (serving/bench/bench_summary.py, with
-serving/bench/bench_runs.py for each run), so each one can be traced back to the file it came from; report.txt is
-written by serving/bench/bench_text.py, the knee figure by serving/bench/knee_plot.py, and the Benchmark Report
+samplers' window in samplers/. Every figure is computed from those raw artifacts (serving/bench/summary.py, with
+serving/bench/runs.py for each run), so each one can be traced back to the file it came from; report.txt is
+written by serving/bench/text.py, the knee figure by serving/bench/knee_plot.py, and the Benchmark Report
 documents by serving/bench/br_export.py.
 
 The HTML page is one file of inline SVG, no scripts, drawn by serving/evidence/plots.py in the capture timeline's
-colours (serving/bench/bench_html.py): latency CDFs per run, chunk (or token) intervals over time, concurrency scaling,
+colours (serving/bench/page.py): latency CDFs per run, chunk (or token) intervals over time, concurrency scaling,
 and the samplers' and gauges' series on the bench's timeline with the runs marked.
 """
 
@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from serving.bench import bench_trace
-from serving.bench.bench_html import render_html
-from serving.bench.bench_summary import KNEE_SVG, build_summary, write_cgroup_readings
-from serving.bench.bench_text import render_text
+from serving.bench import trace_events as bench_trace
+from serving.bench.page import render_html
+from serving.bench.summary import KNEE_SVG, build_summary, write_cgroup_readings
+from serving.bench.text import render_text
 from serving.record import memory_phases
 
 SUMMARY_JSON = "summary.json"

@@ -18,7 +18,7 @@ from typing import Any
 
 from probes import nvml, nvml_log
 from probes.samplers import read_log
-from serving.bench.bench_health import point_cell
+from serving.bench.health import point_cell
 
 
 def _status(bench_dir: Path, run_id: str) -> Mapping[str, Any]:

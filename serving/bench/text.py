@@ -1,4 +1,4 @@
-"""A bench's report.txt, from its summary (serving/bench/bench_summary.py): the header (what ran, how, where), the
+"""A bench's report.txt, from its summary (serving/bench/summary.py): the header (what ran, how, where), the
 streaming, the knee search, the GPUs' health, the pooled points, the SLO, the runs and their flags, the class's
 reference figures, the server's cgroups and the memory at decode, and where the raw files are.
 """
@@ -10,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from serving.bench import bench_energy, bench_health, bench_runs
-from serving.bench.bench_summary import KNEE_SVG
+from serving.bench import energy as bench_energy
+from serving.bench import health as bench_health
+from serving.bench import runs as bench_runs
+from serving.bench.summary import KNEE_SVG
 from serving.standalone import knee_runs
 
 

@@ -1,6 +1,6 @@
 """A bench's figures: summary.json's content (`build_summary`), every one computed from the bench directory's raw
-artifacts as `make bench` leaves it (serving/bench/bench_report.py writes it and the reports made from it): each run
-read back and each point pooled (serving/bench/bench_runs.py), the knee search's runs, the GPUs' links and health, the
+artifacts as `make bench` leaves it (serving/bench/report.py writes it and the reports made from it): each run
+read back and each point pooled (serving/bench/runs.py), the knee search's runs, the GPUs' links and health, the
 page cache, the server's cgroups, the energy and the memory at decode.
 """
 
@@ -18,7 +18,11 @@ from probes.cgroups import snapshot_from_json
 from probes.nvml_log import gpu_log, read_gpu_samples
 from probes.samplers import judge_pcie_links
 from probes.timeline import cgroup_notes
-from serving.bench import bench, bench_energy, bench_health, bench_reference, bench_runs
+from serving.bench import energy as bench_energy
+from serving.bench import health as bench_health
+from serving.bench import protocol as bench
+from serving.bench import reference as bench_reference
+from serving.bench import runs as bench_runs
 from serving.bench.stats import describe
 from serving.config.workload import intends_prefix_hits
 from serving.errors import InputError

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from probes.samplers import parse_vmstat, read_log
-from serving.bench import bench, bench_runs
-from serving.bench.bench_summary import KNEE_SVG, load_json
-from serving.bench.bench_text import point_label, render_text
+from serving.bench import protocol as bench
+from serving.bench import runs as bench_runs
+from serving.bench.summary import KNEE_SVG, load_json
+from serving.bench.text import point_label, render_text
 from serving.evidence.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 
 

@@ -1,6 +1,6 @@
 """The conditions of a bench: what must match between two benches that `make compare` compares (the workload and its
 prompts' seeds, the profile, the image, where the client ran, the host), read from each bench's manifest
-(serving/bench/bench.py writes it).
+(serving/bench/protocol.py writes it).
 """
 
 from __future__ import annotations
