@@ -92,7 +92,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         archive = dest / f"{name}.tar.gz"
         after, failure = None, ""
         try:
-            before_pid = int(((args.get("before") or {}).get("State") or {}).get("Pid") or 0)
+            before = dict(args.get("before") or {})
+            # 0: do not wait for Docker to notice a death by the PID, where the host cannot see that PID (PidVisible
+            # false: refdeploy_host_readings, on a host that shares another's engine); it would wait its whole bound.
+            visible = before.get("PidVisible", True)
+            before_pid = int((before.get("State") or {}).get("Pid") or 0) if visible else 0
             after = self._collect(out, top, serving, remove, dict(args.get("log") or {}), archive, before_pid)
         except (AnsibleError, OSError) as e:
             failure = f"collecting {out}: {e}"

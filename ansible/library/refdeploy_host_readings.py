@@ -216,7 +216,16 @@ def _docker(argv: list[str], timeout_s: int) -> tuple[int, str, str]:
 def _decided_on(c: dict[str, object]) -> dict[str, object]:
     config = c.get("Config") if isinstance(c.get("Config"), dict) else {}
     kept = {k: c.get(k) for k in ("Id", "Name", "RestartCount", "State")}
-    return {**kept, "Config": {"Image": config.get("Image"), "Labels": config.get("Labels") or {}}}
+    # Whether the container's PID 1 is in this host's /proc: not where the "host" shares another's engine (the GPU
+    # test hosts), and then a collection cannot tell a dead engine by its PID (refdeploy_collect does not wait).
+    state = c.get("State") if isinstance(c.get("State"), dict) else {}
+    pid = state.get("Pid") if isinstance(state.get("Pid"), int) else 0
+    visible = bool(pid) and Path(f"/proc/{pid}").is_dir()
+    return {
+        **kept,
+        "Config": {"Image": config.get("Image"), "Labels": config.get("Labels") or {}},
+        "PidVisible": visible,
+    }
 
 
 def _file(path: str) -> dict[str, object] | None:

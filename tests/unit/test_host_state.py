@@ -72,7 +72,18 @@ def test_the_containers_are_cut_to_what_a_deploy_decides_on_never_their_environm
         "RestartCount": 2,
         "State": {"Status": "running"},
         "Config": {"Image": "refdeploy/vllm:x", "Labels": {"org.refdeploy.spec-sha256": "ab"}},
+        "PidVisible": False,  # no PID in its State
     }
+
+
+def test_a_containers_pid_is_visible_only_where_this_hosts_proc_has_it() -> None:
+    """A GPU test host shares this machine's engine: the PID Docker reports is not in its /proc, and a collection
+    must not wait for that PID to come back (refdeploy_collect)."""
+    decided_on = _library("refdeploy_host_readings")._decided_on
+    here = decided_on({"State": {"Status": "running", "Pid": os.getpid()}})
+    assert here["PidVisible"] is True
+    free = max(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()) + 100_000
+    assert decided_on({"State": {"Status": "running", "Pid": free}})["PidVisible"] is False
 
 
 def test_the_engine_wait_gives_up_at_once_on_a_container_that_is_gone(tmp_path: Path) -> None:
