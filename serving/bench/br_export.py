@@ -296,9 +296,6 @@ def _notes(summary: Mapping[str, Any], point: Mapping[str, Any], pooled: Sequenc
     if grouped:
         notes.append(f"inter_token_latency left out: {grouped} of {requests_ok} requests had chunks that carried "
                      "several tokens (grouped streaming), so chunk intervals are not inter-token latency")  # fmt: skip
-    if len(pooled) < (point.get("runs_ok") or 0):
-        notes.append(f"summary.json's points pool every completed measured run ({point['runs_ok']} here), flagged "
-                     f"ones included; this document pools the {len(pooled)} valid one(s) only")  # fmt: skip
     return notes
 
 

@@ -1,6 +1,9 @@
 """A bench's report.html: one file of inline SVG, no scripts, drawn by serving/evidence/plots.py in the capture
-timeline's colours: latency CDFs per run, chunk (or token) intervals over time, concurrency scaling, and the samplers'
-and gauges' series on the bench's timeline with the runs marked; the knee figure inline, and report.txt below the title.
+timeline's colours. It opens with the answer: the verdict, each point's figures pooled over its valid runs, and the
+flags (runs left out, a profiled or stand-in engine, buffered streams). Then the plots in a grid (the knee figure,
+latency CDFs per run, chunk (or token) intervals over time, concurrency scaling, the samplers' and gauges' series on
+the bench's timeline with the runs marked), and report.txt last, folded. Nothing is wider than the window: the plots
+scale down to their grid cell and the text wraps (tests/integration/test_report_screenshot.py holds both).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from probes.samplers import parse_vmstat, read_log
 from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench.summary import KNEE_SVG, load_json
-from serving.bench.text import point_label, render_text
+from serving.bench.text import point_label, render_text, stat
 from serving.evidence.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 
 
@@ -86,16 +89,73 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
         svg = knee_svg.read_text()
         panels.insert(0, '<div id="knee">' + svg[svg.find("<svg") :] + "</div>")
     m = manifest
-    head = (
-        f"<h1>bench {escape(m['workload']['name'])} on {escape(m['host'])}</h1>"
-        f"<p>status <b>{escape(s['status'])}</b> {escape(s['reason'])}</p>"
-        f'<pre style="overflow-x:auto">{escape(render_text(s))}</pre>'
-    )
-    body = "".join(f"<div>{p}</div>" for p in panels)
+    head = f"<h1>bench {escape(m['workload']['name'])} on {escape(m['host'])}</h1>" + _answer(s)
+    body = '<div id="plots">' + "".join(f"<figure>{p}</figure>" for p in panels) + "</div>"
+    text = f'<details id="report-text"><summary>report.txt</summary><pre>{escape(render_text(s))}</pre></details>'
     return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>bench report</title></head>'
-        f'<body style="background:{BACKGROUND};color:{TEXT};font-family:sans-serif">{head}{body}</body></html>\n'
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>bench report</title>'
+        f"<style>{_CSS}</style></head>"
+        f'<body style="background:{BACKGROUND};color:{TEXT}">{head}{body}{text}</body></html>\n'
     )
+
+
+# The plots' SVGs are 900 px wide (serving/evidence/plots.py XY_WIDTH): a grid cell of at least 560 px holds one at
+# 62% or more, where its 10 px tick labels stay readable; two columns from a 1,140 px window. Wrapped text, so no
+# line of a run's flags can widen the page.
+_CSS = (
+    "body{font-family:sans-serif;margin:16px;max-width:100%}"
+    "#answer table{border-collapse:collapse;margin:8px 0}"
+    "#answer td,#answer th{padding:2px 10px;text-align:right;border-bottom:1px solid #ddd}"
+    "#answer td:first-child,#answer th:first-child{text-align:left}"
+    "#answer .table{overflow-x:auto;max-width:100%}"
+    ".verdict{display:inline-block;padding:2px 10px;color:#fff;font-weight:bold}"
+    ".verdict.ok{background:#1a7f37}.verdict.bad{background:#c62828}"
+    "#flags li{overflow-wrap:anywhere}"
+    "#plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:8px 16px}"
+    "#plots figure{margin:0;min-width:0}#plots svg{width:100%;height:auto}"
+    "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
+)
+_ANSWER_FIGURES = (
+    ("TTFT ms", "ttft_ms"), ("TPOT ms", "tpot_ms"), ("decode tok/s/req", "decode_tok_s"), ("e2e ms", "e2el_ms"),
+    ("aggregate tok/s", "output_tok_s"),
+)  # fmt: skip
+
+
+def _answer(s: Mapping[str, Any]) -> str:
+    """The first screen: the verdict, each point's figures over its valid runs (median [min-max] n), the flags."""
+    ok = s["status"] == "ok"
+    verdict = (
+        f'<p><span class="verdict {"ok" if ok else "bad"}">{escape(s["status"].upper())}</span> '
+        f"{escape(s['reason'])}</p>"
+    )
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("point", "valid runs", *(h for h, _ in _ANSWER_FIGURES)))
+    rows = "".join(
+        f"<tr><td>{escape(point_label(p))}</td><td>{p['runs_valid']} of {p['runs']}</td>"
+        + "".join(f"<td>{escape(stat(p[k]))}</td>" for _, k in _ANSWER_FIGURES)
+        + "</tr>"
+        for p in s["points"]
+    )
+    table = f'<div class="table"><table><tr>{head}</tr>{rows}</table></div>'
+    flags = [escape(f) for f in _flags(s)]
+    listed = "".join(f"<li>{f}</li>" for f in flags) if flags else "<li>none</li>"
+    return (
+        f'<section id="answer">{verdict}<p>pooled over the valid measured runs (median [min-max] n)</p>{table}'
+        f'<ul id="flags">{listed}</ul></section>'
+    )
+
+
+def _flags(s: Mapping[str, Any]) -> list[str]:
+    """What qualifies the figures, in the words report.txt uses."""
+    m = s["manifest"]
+    out = []
+    if m.get("profiler"):
+        out.append(f"PROFILED: the engine ran with the {m['profiler']} profiler configured: not results")
+    if (m.get("stand_in") or {}).get("what"):
+        out.append(f"a STAND-IN engine ran, not the profile's: {m['stand_in']['what']}")
+    if s["grouped_streaming"]:
+        out.append("chunks carried several tokens in some runs: chunk intervals are not inter-token latency")
+    out += [f"left out of the pool: {x}" for p in s["points"] for x in p.get("left_out") or []]
+    return out
 
 
 def _timeline(s: Mapping[str, Any], bench_dir: Path) -> str:

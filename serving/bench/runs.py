@@ -527,9 +527,16 @@ def _hit_rate(server: Mapping[str, Any] | None) -> float | None:
 def pool_point(
     point_id: str, runs: Sequence[Mapping[str, Any]], obs: Mapping[str, Sequence[RequestObs]]
 ) -> dict[str, Any]:
-    """A point's measured runs pooled: per-request figures over all their requests, per-run rates across runs."""
+    """A point's VALID measured runs pooled: per-request figures over all their requests, per-run rates across runs.
+
+    A flagged run (a failed or short run, a buffered stream, a missed arrival rate, a stepped clock: see
+    summarize_run) is left out of the pool, as make compare and the llm-d documents leave it out; `left_out` says
+    which and why, and the per-run table still shows its figures."""
     measured = [r for r in runs if r["point"] == point_id and r["phase"] == "measured"]
-    usable = [r for r in measured if r["status"] == "ok"]
+    usable = [r for r in measured if r["valid"]]
+    left_out = [
+        f"{r['id']}: {r['flags'][0] if r['flags'] else 'run ' + str(r['status'])}" for r in measured if not r["valid"]
+    ]
     reqs = [o for r in usable for o in obs.get(r["id"], []) if o.success]
     first = measured[0] if measured else {}
     return {
@@ -537,8 +544,9 @@ def pool_point(
         "max_concurrency": first.get("max_concurrency"),
         "request_rate": first.get("request_rate"),
         "runs": len(measured),
-        "runs_ok": len(usable),
-        "runs_valid": sum(1 for r in measured if r["valid"]),
+        "runs_ok": sum(1 for r in measured if r["status"] == "ok"),
+        "runs_valid": len(usable),
+        "left_out": left_out,
         "ttft_ms": describe([_ms(o.ttft_s) for o in reqs]),
         "tpot_ms": describe([_ms(o.tpot_s) for o in reqs]),
         "decode_tok_s": describe([o.decode_tok_s for o in reqs]),

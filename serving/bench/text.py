@@ -25,7 +25,8 @@ def _f(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def _stat(d: Mapping[str, Any] | None) -> str:
+def stat(d: Mapping[str, Any] | None) -> str:
+    """A described figure as the reports print it: median [min-max] n=N, or - where there is none."""
     if not d or not d.get("n"):
         return "-"
     return f"{_f(d['median'])} [{_f(d['min'])}-{_f(d['max'])}] n={d['n']}"
@@ -226,46 +227,51 @@ def _streaming_lines(s: Mapping[str, Any]) -> list[str]:
 
 def _point_tables(s: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
-    lines += ["", "pooled over measured runs (median [min-max] n):"]
+    lines += ["", "pooled over the valid measured runs (median [min-max] n):"]
     itl = "chunk interval ms (not ITL)" if s["grouped_streaming"] else "ITL ms"
-    header = ("point", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl, "aggregate tok/s (per run)")
+    header = ("point", "valid runs", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl,
+              "aggregate tok/s (per run)")  # fmt: skip
     rows: list[tuple[str, ...]] = [
-        (point_label(p), _stat(p["ttft_ms"]), _stat(p["tpot_ms"]), _stat(p["decode_tok_s"]), _stat(p["e2el_ms"]),
-         _stat(p["chunk_interval_ms"]), _stat(p["output_tok_s"]))
+        (point_label(p), f"{p['runs_valid']} of {p['runs']}", stat(p["ttft_ms"]), stat(p["tpot_ms"]),
+         stat(p["decode_tok_s"]), stat(p["e2el_ms"]), stat(p["chunk_interval_ms"]), stat(p["output_tok_s"]))
         for p in s["points"]
     ]  # fmt: skip
     lines += _table(header, rows)
+    left_out = [x for p in s["points"] for x in p.get("left_out") or []]
+    if left_out:
+        lines.append(f"  left out of the pool, flagged ({len(left_out)}; their own figures are in the runs table):")
+        lines += [f"    {x}" for x in left_out]
     lines += ["", "server histogram deltas, mean per run (median [min-max] over runs):"]
     rows = [
-        (point_label(p), _stat(p["server_ttft_mean_ms"]), _stat(p["server_tpot_mean_ms"]),
-         _stat(p["server_queue_mean_ms"]))
+        (point_label(p), stat(p["server_ttft_mean_ms"]), stat(p["server_tpot_mean_ms"]),
+         stat(p["server_queue_mean_ms"]))
         for p in s["points"]
     ]  # fmt: skip
     lines += _table(("point", "server TTFT ms", "server TPOT ms", "server queue ms"), rows)
     slo = (s["manifest"]["workload"] or {}).get("slo")
     if slo:
         lines += ["", f"SLO per request ({slo_line(slo)}); per run, median [min-max] over runs:"]
-        rows = [(point_label(p), _stat(p.get("slo_share_met")), _stat(p.get("goodput_req_s")), _stat(p["request_s"]),
+        rows = [(point_label(p), stat(p.get("slo_share_met")), stat(p.get("goodput_req_s")), stat(p["request_s"]),
                  holds_line(p, slo)) for p in s["points"]]  # fmt: skip
         lines += _table(("point", "share meeting all", "goodput req/s", "completed req/s", "holds"), rows)
     rate_points = [p for p in s["points"] if p.get("request_rate") is not None]
     if rate_points:
         lines += ["", "fixed arrival rate:"]
-        rows = [(point_label(p), _stat(p["achieved_over_requested"]), _stat(p["outstanding_max"])) for p in rate_points]
+        rows = [(point_label(p), stat(p["achieved_over_requested"]), stat(p["outstanding_max"])) for p in rate_points]
         lines += _table(("point", "achieved/requested", "max outstanding"), rows)
     return lines
 
 
 def _turn_lines(s: Mapping[str, Any]) -> list[str]:
-    """Conversations: TTFT by turn number, pooled over the measured runs (turn 1 prefills its own message; a later
+    """Conversations: TTFT by turn number, pooled over the valid measured runs (turn 1 prefills its own message; a later
     turn the whole history, which the turn before it left in the prefix cache)."""
     points = [p for p in s["points"] if p.get("ttft_ms_by_turn")]
     if not points:
         return []
     turns = sorted({int(t) for p in points for t in p["ttft_ms_by_turn"]})
-    lines = ["", "TTFT ms by turn, pooled over measured runs (median [min-max] n; turn 1 has no history, later "
-             "turns resend it):"]  # fmt: skip
-    rows = [(point_label(p), *(_stat(p["ttft_ms_by_turn"].get(str(t))) for t in turns)) for p in points]
+    lines = ["", "TTFT ms by turn, pooled over the valid measured runs (median [min-max] n; turn 1 has no history, "
+             "later turns resend it):"]  # fmt: skip
+    rows = [(point_label(p), *(stat(p["ttft_ms_by_turn"].get(str(t))) for t in turns)) for p in points]
     return lines + _table(("point", *(f"turn {t}" for t in turns)), rows)
 
 

@@ -10,9 +10,12 @@ environment variable set), where Chromium is installed and its absence is a fail
 
 from __future__ import annotations
 
+import html
 import io
+import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,7 +89,9 @@ def _chromium() -> str:
     return path
 
 
-def screenshot(html_path: Path, png_path: Path, profile: Path) -> float:
+def screenshot(
+    html_path: Path, png_path: Path, profile: Path, size: tuple[int, int] = (WINDOW_WIDTH, WINDOW_HEIGHT)
+) -> float:
     """Headless Chromium's screenshot of a local page; seconds it took. Terminated, then killed, past the timeout."""
     argv = [
         _chromium(),
@@ -100,7 +105,7 @@ def screenshot(html_path: Path, png_path: Path, profile: Path) -> float:
         "--hide-scrollbars",
         "--force-device-scale-factor=1",
         f"--user-data-dir={profile}",
-        f"--window-size={WINDOW_WIDTH},{WINDOW_HEIGHT}",
+        f"--window-size={size[0]},{size[1]}",
         f"--screenshot={png_path}",
         html_path.as_uri(),
     ]
@@ -245,3 +250,111 @@ def test_a_lane_with_no_request_draws_no_bar(tmp_path: Path) -> None:
     _with_requests(timeline, [], status="failed")
     png, _ = _shoot(timeline, tmp_path / "empty-lane")
     assert pixels_of(png.rgb_counts(), PANEL_COLOURS["requests"][0]) == 0
+
+
+# --- the bench page (serving/bench/page.py) ------------------------------------------------------------------
+
+FIRST_SCREEN = (1400, 900)  # a laptop's browser window: what an SRE sees before scrolling
+NARROW = (1000, 900)
+VERDICT_OK = "#1a7f37"
+# A plot here is scaled to its grid cell (900 px to about 670 at this window), its 2 px lines to 1.5 px, so fewer of
+# a line's pixels keep its exact colour: a CDF across the plot keeps about 280 (measured: 279 and 300), a legend
+# swatch alone (14 x 2 px, scaled) about 20. 150 tells a drawn line from a swatch.
+BENCH_MIN_PIXELS = 150  # page.py's _CSS: the OK verdict's background
+# Measured in the page by Chromium itself: the page's width against the window's, where the answer and the plots
+# sit. Appended to a copy of the page (report.html has no scripts); --dump-dom prints the DOM the script wrote to.
+_MEASURE = """<script>
+const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+const figs = [...document.querySelectorAll('#plots figure')];
+document.body.setAttribute('data-layout', JSON.stringify({
+  window: [innerWidth, innerHeight], scroll_width: document.documentElement.scrollWidth,
+  answer: box(document.getElementById('answer')), verdict: box(document.querySelector('.verdict')),
+  figures: figs.map(box), widest: Math.max(...[...document.body.querySelectorAll('*')].map(e => box(e)[2])),
+}));
+</script>"""
+
+
+def bench_page(tmp_path: Path) -> Path:
+    """A bench's report.html as make bench writes it, over real `vllm bench serve` results (tests/unit/test_br_export's
+    bench: c1 and c4, two measured runs each), one run flagged so the page has a run left out of its pool."""
+    from serving.bench import report as bench_report
+    from tests.unit.test_br_export import bench_dir, flag
+
+    d = bench_dir(tmp_path)
+    flag(d, "c4-m1")
+    bench_report.write_report(d)
+    return d / bench_report.REPORT_HTML
+
+
+def layout(page: Path, size: tuple[int, int], directory: Path) -> dict[str, Any]:
+    """The page's layout at a window size, as Chromium laid it out."""
+    directory.mkdir()
+    probe = directory / "measured.html"
+    probe.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    argv = [
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+        "--force-device-scale-factor=1", f"--user-data-dir={directory / 'chromium-profile'}",
+        f"--window-size={size[0]},{size[1]}", "--dump-dom", probe.as_uri(),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, timeout=SCREENSHOT_TIMEOUT_S, start_new_session=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', proc.stdout.decode())
+    assert found, "the page's measuring script wrote nothing: " + proc.stdout.decode()[-500:]
+    got: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    # The viewport: the window's width; its height less the browser's own bars (headless Chromium 156 keeps 143 px
+    # of a 900 px window), so the first screen judged below is what a browser window of that size shows.
+    assert got["window"][0] == size[0] and got["window"][1] <= size[1], got["window"]
+    return got
+
+
+def test_the_bench_page_opens_with_the_answer_then_plots_side_by_side(tmp_path: Path) -> None:
+    page = bench_page(tmp_path / "bench")
+    text = page.read_text()
+    assert text.index('id="answer"') < text.index('id="plots"') < text.index('id="report-text"')
+    assert "left out of the pool: c4-m1: " in text and "1 of 2" in text  # the flagged run, named, not pooled
+    got = layout(page, FIRST_SCREEN, tmp_path / "wide")
+    width, height = got["window"]
+    assert got["scroll_width"] <= width and got["widest"] <= width, got  # nothing wider than the page
+    assert got["verdict"][1] < 120 and got["answer"][3] <= height, got  # the answer, whole, on the first screen
+    figures = got["figures"]
+    assert len(figures) >= 5 and all(f[2] <= width for f in figures), figures
+    assert min(f[1] for f in figures) >= got["answer"][3], "a plot above the answer"
+    first_row = [f for f in figures if f[1] == figures[0][1]]
+    assert len(first_row) == 2 and first_row[0][0] < first_row[1][0], figures  # two plots side by side
+    assert figures[0][3] <= height, "no plot on the first screen"
+    # Narrower: one plot a row, still nothing wider than the window.
+    narrow = layout(page, NARROW, tmp_path / "narrow")
+    assert narrow["scroll_width"] <= NARROW[0] and narrow["widest"] <= NARROW[0], narrow
+    assert len({f[0] for f in narrow["figures"]}) == 1, narrow["figures"]
+    # The first screen as a browser draws it: the verdict's colour at the top, a plot's lines in each half.
+    png_path = tmp_path / "first-screen.png"
+    shutil.copy(page, tmp_path / "report.html")
+    screenshot(tmp_path / "report.html", png_path, tmp_path / "shot-profile", FIRST_SCREEN)
+    png = read_png(png_path.read_bytes())
+    top = Png(png.width, 160, 3, png.pixels[: png.width * 3 * 160])
+    assert pixels_of(top.rgb_counts(), VERDICT_OK) >= 200, pixels_of(top.rgb_counts(), VERDICT_OK)
+    half = png.width // 2
+    left = Counter(px for y in range(png.height) for px in _row_pixels(png.row(y)[: half * 3]))
+    right = Counter(px for y in range(png.height) for px in _row_pixels(png.row(y)[half * 3 :]))
+    # The first row: concurrency 1's e2e CDF (reds) on the left, its TTFT CDF (oranges) on the right. Its two runs
+    # are the same recorded result, so the second run's line (the palette's second colour) covers the first's.
+    drawn = {
+        "left, e2e CDF": pixels_of(left, PANEL_COLOURS["latency"][1]),
+        "right, TTFT CDF": pixels_of(right, PANEL_COLOURS["io"][1]),
+    }
+    assert all(n >= BENCH_MIN_PIXELS for n in drawn.values()), drawn
+
+
+def test_the_layout_check_sees_a_line_wider_than_the_page(tmp_path: Path) -> None:
+    """The check above can fail: the same page with one unwrapped line of 400 characters overflows the window."""
+    page = bench_page(tmp_path / "bench")
+    wide = tmp_path / "wide.html"
+    line = '<pre style="white-space:pre">' + "x" * 400 + "</pre>"
+    wide.write_text(page.read_text().replace('<section id="answer">', line + '<section id="answer">'))
+    got = layout(wide, FIRST_SCREEN, tmp_path / "measured")
+    assert got["scroll_width"] > FIRST_SCREEN[0], got
+
+
+def _row_pixels(row: bytes) -> list[tuple[int, int, int]]:
+    return list(zip(row[0::3], row[1::3], row[2::3], strict=True))

@@ -68,7 +68,9 @@ def test_a_bench_report_gives_energy_per_output_token_per_point_from_replayed_nv
     head = ("energy per output token over the measured runs (GPUs 0; samplers/nvml.log (NVML total energy counter, "
             "mJ)) [REPLAYED NVML values, not this host's GPUs]:")  # fmt: skip
     assert head in text
-    c1_row = next(ln for ln in text.splitlines() if ln.startswith("  concurrency 1 ") and "of 2" in ln)
+    # The energy table's row (the pooled table above it has a "concurrency 1" row with "of 2" valid runs too).
+    energy_table = text.split(head, 1)[1].splitlines()
+    c1_row = next(ln for ln in energy_table if ln.startswith("  concurrency 1 ") and "of 2" in ln)
     assert c1_row.split()[2:6] == [f"{c1['j_per_output_token']:.4g}", f"{c1['energy_j']:.1f}", "512", "2"]
     assert "  not read: c4-m2: GPU 0: no energy reading" in text
 

@@ -265,7 +265,8 @@ def test_the_report_states_the_workload_and_gives_ttft_by_turn(tmp_path: Path, m
     assert "raw: runs/<id>/result.json (the conversations client, in the format of vllm bench serve" in text
     lines = text.splitlines()
     head = lines.index(
-        "TTFT ms by turn, pooled over measured runs (median [min-max] n; turn 1 has no history, later turns resend it):"
+        "TTFT ms by turn, pooled over the valid measured runs (median [min-max] n; turn 1 has no history, "
+        "later turns resend it):"
     )
     assert lines[head + 1].split() == ["point", "turn", "1", "turn", "2", "turn", "3", "turn", "4"]
     assert [lines[head + k].split()[:2] for k in (2, 3)] == [["concurrency", "1"], ["concurrency", "4"]]

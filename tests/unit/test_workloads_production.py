@@ -328,7 +328,7 @@ def test_the_report_gives_goodput_and_the_share_that_met_the_slo(tmp_path: Path)
             "grouped_streaming": False,
             "points": [
                 {
-                    "point": "r2", "request_rate": 2.0, "max_concurrency": None,
+                    "point": "r2", "request_rate": 2.0, "max_concurrency": None, "runs": 3, "runs_valid": 3,
                     **{k: {"n": 0} for k in ("ttft_ms", "tpot_ms", "decode_tok_s", "e2el_ms", "chunk_interval_ms",
                                              "output_tok_s", "server_ttft_mean_ms", "server_tpot_mean_ms",
                                              "server_queue_mean_ms", "achieved_over_requested", "outstanding_max")},
