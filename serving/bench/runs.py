@@ -236,12 +236,12 @@ def _request_flags(
 def slo_request(o: RequestObs) -> dict[str, Any]:
     """A request as the one per-request SLO rule takes it (serving/standalone/knee.py meets_slo, by which the client's
     knee search judges its runs too), in ms. With one output token (or none counted) it has no TPOT to judge: None,
-    which meets the TPOT threshold. With more but no TPOT (e2e not after TTFT, so parse_requests gives none): inf, which
-    meets none. parse_requests' success implies a TTFT and an e2e."""
-    if (o.output_tokens or 0) > 1:
-        tpot = _ms(o.tpot_s) if o.tpot_s is not None else math.inf
-    else:
-        tpot = None
+    which meets the TPOT threshold. With more, TPOT is (e2e - TTFT)/(N - 1) as vLLM's goodput and the client
+    (knee_runs._requests) compute it, even where the last token came with the first (0, which meets it), unlike
+    RequestObs.tpot_s, which has no interval to report there. parse_requests' success implies a TTFT and an e2e."""
+    tpot = None
+    if (o.output_tokens or 0) > 1 and o.ttft_s is not None and o.e2el_s is not None:
+        tpot = (o.e2el_s - o.ttft_s) * 1000.0 / ((o.output_tokens or 2) - 1)
     return {"success": o.success, "ttft_ms": _ms(o.ttft_s), "tpot_ms": tpot, "e2e_ms": _ms(o.e2el_s),
             "output_tokens": o.output_tokens}  # fmt: skip
 
@@ -259,8 +259,8 @@ def slo_figures(
     limits = Slo.model_validate(dict(slo)).thresholds_ms()
     reqs = [slo_request(o) for o in obs]
     n = len(obs)
-    # An SLO that sets no threshold has nothing to miss: every request counts as meeting it.
-    met_all = sum(1 for r in reqs if meets_slo(r, limits)) if limits else n
+    # An SLO that sets no threshold has nothing to miss, but a failed request still meets none (as on the host).
+    met_all = sum(1 for r in reqs if meets_slo(r, limits))
     return {
         "thresholds_ms": limits,
         "min_share": float(slo.get("min_share", 0.9)),

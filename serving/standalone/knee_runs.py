@@ -84,7 +84,8 @@ def _requests(result: Mapping[str, Any]) -> list[dict[str, Any]]:
         return seq[i] if i < len(seq) else None
 
     def ms(x: Any) -> float | None:
-        return float(x) * 1000.0 if isinstance(x, int | float) else None
+        # NaN or inf is no measurement: the request has no figure, so it failed (the controller reads it so too).
+        return float(x) * 1000.0 if isinstance(x, int | float) and math.isfinite(x) else None
 
     out = []
     for i in range(n):

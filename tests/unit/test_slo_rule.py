@@ -80,6 +80,32 @@ def test_the_host_and_the_controller_count_the_same_requests_as_meeting_the_slo(
     assert all(0 < c < n for c in counts[:5]) and counts[5:] == [n - len(failed), 0], counts
 
 
+
+def test_the_edge_cases_are_judged_alike_on_both_sides() -> None:
+    """Three requests the two readers once judged differently (the last stop's note): one whose 32 tokens all came
+    with its first (e2e = TTFT: TPOT 0, which meets the TPOT threshold, as in vLLM's goodput), one with a NaN TTFT (no
+    measurement: a failure), one failed; and an SLO that sets no threshold, which every successful request meets."""
+    result = copy.deepcopy(json.loads(RESULT.read_text()))
+    n = len(result["ttfts"])
+    result["latencies"][5] = result["ttfts"][5]  # buffered to the end: every token with the first
+    result["ttfts"][9] = float("nan")
+    result["errors"][11] = "aiohttp.ClientPayloadError: Response payload is not completed"
+    slo = {"tpot": "4ms"}
+    host_met, host, controller = both_sides(result, slo)
+    want = counted_here({**result, "errors": [e or (i == 9) for i, e in enumerate(result["errors"])]}, in_ms(slo))
+    assert (host_met, controller["met_all"]) == (want, want)
+    assert 0 < want < n, want
+    # Request 5 meets the TPOT threshold on both sides; 9 and 11 meet nothing.
+    one = {k: [v[i] for i in (5, 9, 11)] for k, v in result.items() if isinstance(v, list) and len(v) == n}
+    one["duration"] = result["duration"]
+    host_met, _, controller = both_sides(one, slo)
+    assert (host_met, controller["met_all"]) == (1, 1)
+    # No threshold: the one successful request of the three (5; the NaN one failed), on both sides.
+    host = knee_runs.run_outcome(one, {}, None, one["duration"], 0.0, 1)
+    controller = bench_runs.slo_figures(bench_runs.parse_requests(one), one["duration"], {"min_share": 0.9})
+    assert (round(host["share_met"] * 3), controller["met_all"]) == (1, 1)
+
+
 def test_the_one_percentile_interpolates_between_order_statistics() -> None:
     """numpy's default (linear), as vLLM reports its p50, p90 and p99: the bench client's conversations results
     and the Benchmark Report's statistics are this one function."""
