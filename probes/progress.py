@@ -1,6 +1,6 @@
 """Progress lines on stderr, for the operator watching a probe run through Ansible (refdeploy_watch shows the
 latest every 10 s and keeps them out of the stderr the roles judge). Not imported from serving: the probes run
-inside the probe image; tests/unit/test_progress_lines.py keeps MARK equal to serving/bridge/progress.py's."""
+inside the probe image; tests/unit/bridge/test_progress_lines.py keeps MARK equal to serving/bridge/progress.py's."""
 
 from __future__ import annotations
 

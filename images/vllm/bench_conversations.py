@@ -30,7 +30,7 @@ import knee  # type: ignore[import-not-found]  # serving/standalone/knee.py, cop
 
 class ConversationSeam:
     """THE TEST SEAM of run_conversations: everything that talks to vLLM. `vllm_seam` builds the real one; the
-    unit tests pass their own (tests/unit/test_conversation_client.py), so the loop runs there without vLLM.
+    unit tests pass their own (tests/unit/images/test_conversation_client.py), so the loop runs there without vLLM.
 
     request(input, session): vLLM's async_request_openai_chat_completions (-> its RequestFuncOutput);
     make_input(**fields): vLLM's RequestFuncInput; session(): an async context manager giving the HTTP session;

@@ -273,7 +273,7 @@ def effect(
     welch = stats.welch_interval(per_bench_a, per_bench_b, level)
     # And from the spread between runs: the bootstrap resamples a side's two or three runs, which at that n
     # understates how far runs spread (identical sides, one bench of 3 runs each, were called different in 8.5
-    # to 14.5% of trials at 95%: tests/unit/test_compare_calibration.py); Welch's t over the runs' medians is wide
+    # to 14.5% of trials at 95%: tests/unit/bench/test_compare_calibration.py); Welch's t over the runs' medians is wide
     # when it should be.
     per_run_a = [statistics.median(r) for r in a_runs]
     per_run_b = [statistics.median(r) for r in b_runs]

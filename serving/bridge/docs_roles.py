@@ -2,7 +2,7 @@
 
 Each role's entry points, and each entry point's options: type, default (or that it is required), the choices and
 the description, as Ansible validates them before any task runs. The specs are the one source; the page is
-regenerated, never edited, and tests/unit/test_docs_roles.py fails when it is out of date:
+regenerated, never edited, and tests/unit/repo/test_docs_roles.py fails when it is out of date:
 
     .venv/bin/python -m serving.bridge.docs_roles > docs/roles.md
 """
@@ -67,7 +67,7 @@ def render(roles_dir: Path = ROOT / "ansible" / "roles") -> str:
         "",
         f"    {REGENERATE}",
         "",
-        "(`tests/unit/test_docs_roles.py` fails while this page and the specs differ). A role's public defaults are",
+        "(`tests/unit/repo/test_docs_roles.py` fails while this page and the specs differ). A role's public defaults are",
         "in its `defaults/main.yml`; the inventories set them per group (`inventory/<name>/group_vars/`).",
     ]
     for spec_file in sorted(roles_dir.glob("*/meta/argument_specs.yml")):

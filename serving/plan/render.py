@@ -154,7 +154,7 @@ RUNTIME_UID = 10001
 RUNTIME_GID = 10001
 SECRETS_DIR = "/var/lib/refdeploy/secrets"
 # Where the serve role writes the spec it starts from, as <container name>.json (its serve_rendered_dir default,
-# which tests/unit/test_host_state.py holds to this): the plan's read of the host reports that file.
+# which tests/unit/ansible/test_library_host_state.py holds to this): the plan's read of the host reports that file.
 RENDERED_DIR = "/var/lib/refdeploy/rendered"
 
 

@@ -14,7 +14,7 @@ JSON summary: the end, the seconds, and each phase with when it began. Judging t
 refdeploy_engine_readings, which runs next and finds the engine already answered (or not).
 
 It runs on the host as `python3 -c`, so it imports nothing of the project (stdlib only); the progress mark is
-serving/bridge/progress.py's (tests/unit/test_progress_lines.py keeps them equal).
+serving/bridge/progress.py's (tests/unit/bridge/test_progress_lines.py keeps them equal).
 
     python3 engine_wait.py CONTAINER PORT RESTARTS [INTERVAL_S]
 """

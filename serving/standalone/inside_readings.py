@@ -43,7 +43,7 @@ def anon_node_bytes(numa_maps: str | None) -> dict[str, int] | None:
     each mapping's page size. File-backed mappings are left out, their copied-on-write pages too (numa_maps
     gives a mapping's nodes for all its pages, not for its anonymous ones): a shared library's pages sit where
     the page cache first put them, whatever the binding. The general parser is probes/procfs.py parse_numa_maps;
-    this file runs alone inside the container, so it carries its own few lines (tests/unit/test_numa.py holds the
+    this file runs alone inside the container, so it carries its own few lines (tests/unit/host/test_numa.py holds the
     two to the same sums)."""
     if numa_maps is None:
         return None

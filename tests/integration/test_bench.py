@@ -5,7 +5,7 @@ two benches of the default deploy with four plain `vllm bench serve` runs betwee
 within the benches' spread), a bench of the same profile with --max-num-seqs 1 (compared at concurrency 4: TTFT
 up, aggregate throughput down; compared without declaring the variable: refused), then the default deploy again.
 Whether identical deploys are called different no more often than the level allows is a statistical property
-of the intervals, checked by Monte-Carlo on recorded benches (tests/unit/test_compare_calibration.py), not here
+of the intervals, checked by Monte-Carlo on recorded benches (tests/unit/bench/test_compare_calibration.py), not here
 by one live A/B/B/A draw (issue 27: that compare and its two benches cost about 100 s a run).
 Apart from that sequence: an unknown workload, and the default server killed in the middle of a bench (the bench
 fails within bounds, keeping what it had; the default is deployed again, as the other tests expect).
@@ -224,7 +224,7 @@ def test_bench_agrees_with_a_plain_vllm_bench_serve(
     lies within the bench runs' range (the method's run-to-run spread over the same minutes), widened by
     REFERENCE §1's ±12%. What this catches is a method that measures something else (a wrong unit, a setting
     the client adds); the definitions themselves are checked exactly against vLLM's captured results in
-    tests/unit/test_bench.py."""
+    tests/unit/bench/test_bench.py."""
     c1_runs = [
         r
         for b in default_sequence.benches
@@ -261,7 +261,7 @@ def test_compare_max_num_seqs_1_vs_8_at_concurrency_4(default_benches: list[Path
     # A is the default bench that ran just before B, not both: with several, the interval resamples the benches,
     # and on these 2 shared cores one default bench's c4 runs once had a TTFT of 114-214 ms where the others had
     # 13-18 ms (valid runs, a stalled minute), which put 0 inside a +790% difference. Drift between identical
-    # benches is what tests/unit/test_compare_calibration.py is about.
+    # benches is what tests/unit/bench/test_compare_calibration.py is about.
     r = make("compare", f"A={default_benches[-1]}", f"B={seqs1_bench}", "VARIABLE=max_num_seqs")
     assert r.rc == 0, r.output
     assert "profile.vllm.max_num_seqs (A 8, B 1)" in r.output

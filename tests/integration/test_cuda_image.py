@@ -4,7 +4,7 @@ Building it downloads about 4 GB and takes about 15 minutes on 2 cores, so it is
 this test runs only with `make test-cuda-image` (REFDEPLOY_CUDA_IMAGE=1). It builds the image with
 `make images PROFILE=rtx3090-pp3`, imports vLLM in it, and rewrites images/vllm/verified-cuda.json (the
 content-hash tag built and checked, and what `import vllm` printed), which is then committed. `make test`
-checks that record against the current inputs in a second (tests/unit/test_cuda_record.py): a change under
+checks that record against the current inputs in a second (tests/unit/images/test_cuda_record.py): a change under
 images/ that moves the tag fails there with one line naming this target.
 """
 

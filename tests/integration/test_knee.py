@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from serving.bench.knee_plot import BRACKET, GOODPUT, KNEE, LATENCY
+from tests.helpers.screenshots import pixels_of, read_png, screenshot
 from tests.integration.conftest import REPO, make
-from tests.integration.test_report_screenshot import pixels_of, read_png, screenshot
 
 # The search's fixture holds a deploy and up to 24 runs (its make is bounded at 1500 s).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]

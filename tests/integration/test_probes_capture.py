@@ -20,6 +20,9 @@ import pytest
 
 from probes import samplers
 from serving.evidence.plots import PANEL_COLOURS
+from tests.helpers.machine import perf_refused_here
+from tests.helpers.perfetto import TraceProcessor, require_node
+from tests.helpers.screenshots import MIN_PIXELS, pixels_of, read_png, screenshot
 from tests.integration.conftest import (
     CONTAINER,
     PROBE_RUNS,
@@ -31,9 +34,6 @@ from tests.integration.conftest import (
     inspect,
     make,
 )
-from tests.integration.test_report_screenshot import MIN_PIXELS, pixels_of, read_png, screenshot
-from tests.machine import perf_refused_here
-from tests.perfetto import TraceProcessor, require_node
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0

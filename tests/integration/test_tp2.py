@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from probes import samplers
+from tests.helpers.perfetto import TraceProcessor
 from tests.integration.conftest import (
     CONTAINER,
     WINDOW_OPEN,
@@ -27,7 +28,6 @@ from tests.integration.conftest import (
     make,
     manifest_of,
 )
-from tests.perfetto import TraceProcessor
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 4
@@ -158,7 +158,7 @@ def tp2_bench(deployed: dict[str, Any]) -> Path:
 def test_a_bench_of_the_tp2_engine_counts_the_servers_tokens(tp2_bench: Path) -> None:
     """One bench of the TP=2 engine: every measured run's tokens are the server's. Comparing two such benches
     was dropped (issue 27): it exercised the same compare as the default engine's benches in test_bench.py, and
-    its rendering of left-out runs and points not compared is tests/unit/test_compare.py's."""
+    its rendering of left-out runs and points not compared is tests/unit/bench/test_compare.py's."""
     s = json.loads((tp2_bench / "summary.json").read_text())
     assert s["status"] == "ok" and s["manifest"]["profile"]["name"] == PROFILE
     measured = [r for r in s["runs"] if r["phase"] == "measured"]

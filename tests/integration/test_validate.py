@@ -3,7 +3,7 @@ model's prompt logprobs move by ~0.002 and half the greedy outputs change, where
 container, moved by 0). Bad input stops before any change.
 
 The same profile twice ("within run-to-run variation") is not run here: it started three engines to show what this
-module's A-against-restarted-A half already shows live; its verdict is tests/unit/test_validate.py's, on the
+module's A-against-restarted-A half already shows live; its verdict is tests/unit/record/test_validate.py's, on the
 correctness readings recorded from such a run (tests/fixtures/validate/)."""
 
 from __future__ import annotations

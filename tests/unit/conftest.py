@@ -1,4 +1,4 @@
-"""Fixtures shared by unit test modules: the fake /proc and cgroup trees of tests/unit/cgroup_trees.py."""
+"""Fixtures shared by unit test modules: the fake /proc and cgroup trees of tests/helpers/cgroup_trees.py."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.cgroup_trees import CID, V2_SCOPE, build_proc, build_v1, build_v2, cgroup_lines_v1
+from tests.helpers.cgroup_trees import CID, V2_SCOPE, build_proc, build_v1, build_v2, cgroup_lines_v1
 
 
 @pytest.fixture

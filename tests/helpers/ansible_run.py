@@ -1,0 +1,36 @@
+"""Real Ansible on this machine, for the unit tests of the product's modules and plugins: one module of
+ansible/library through `ansible` (its JSON result), or a small playbook through `ansible-playbook`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+LIBRARY = Path(__file__).resolve().parents[2] / "ansible" / "library"
+
+
+def run_module(module: str, args: dict[str, Any], *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    cp = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+         "-M", str(LIBRARY), "-m", module, "-a", json.dumps(args),
+         "-e", f"ansible_python_interpreter={sys.executable}", "-o", *extra],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    # -o: one line, "localhost | SUCCESS => {the module's JSON}"
+    result: dict[str, Any] = json.loads(cp.stdout.split(" => ", 1)[1])
+    return result
+
+
+def run_playbook(play: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook PLAY against this machine (local connection) with env; the caller judges the exit."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip

@@ -1,0 +1,153 @@
+"""The plan's read of a host (ansible/library/refdeploy_host_readings.py), run as Ansible runs it, on this
+machine: for a GPU host through the test seam (the replayers of tests/replay, a recorded 3x RTX 3090 host's
+sysfs and host-level readings), whose readings must plan that host exactly as the recorded ones do."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.config.profile import load_profile
+from serving.host import gpu_facts, host_tuning
+from serving.plan import gpu_plan
+from tests.helpers.ansible_run import run_module
+from tests.helpers.gpu_hosts import IMAGE
+from tests.helpers.gpu_hosts import class_spec as _class
+from tests.helpers.gpu_hosts import host_readings as _readings
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu"
+
+
+def read_host(args: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    return run_module("refdeploy_host_readings", args, env=env)
+
+
+def replay_env(stand_ins: Path = REPO / "tests" / "replay") -> dict[str, str]:
+    """The one replay seam, as a GPU test host has it: the stand-ins first on PATH, the recordings' directory."""
+    return {"PATH": f"{stand_ins}:{os.environ.get('PATH', '')}", "REFDEPLOY_REPLAY_DIR": str(FIXTURE)}
+
+
+def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_its_contents(tmp_path: Path) -> None:
+    served = tmp_path / "models"
+    (served / "sub").mkdir(parents=True)
+    (served / "model.safetensors").write_bytes(b"x" * 1000)
+    (served / "sub" / "config.json").write_text("{}")
+    key = tmp_path / "api-key"
+    key.write_text("s3cret-key")
+    key.chmod(0o600)
+    got = read_host({"mode": "cpu", "host": "h1", "served_dirs": [str(served)], "api_key_file": str(key)})
+    r = got["readings"]
+    assert r["hostname"] == "h1\n"
+    files = sorted(r["served_files"].splitlines())
+    assert files == [f"1000\t{served}/model.safetensors", f"2\t{served}/sub/config.json"]
+    assert r["api_key_file"] == f"{os.getuid()} 600 10 regular file\n"
+    assert "s3cret-key" not in json.dumps(got)
+    assert "sysfs" not in r and "missing" not in r
+    gone = read_host({"mode": "cpu", "host": "h1", "served_dirs": [], "api_key_file": str(tmp_path / "none")})
+    assert gone["readings"]["api_key_file"] == "missing\n" and gone["readings"]["served_files"] == ""
+
+
+def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_records() -> None:
+    got = read_host({"mode": "cpu", "host": "h1"})["host_facts"]
+    cp = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "setup",
+         "-a", "gather_subset=min,hardware", "-e", f"ansible_python_interpreter={sys.executable}", "-o"],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    setup = json.loads(cp.stdout.split(" => ", 1)[1])["ansible_facts"]
+    names = ("hostname", "fqdn", "distribution", "distribution_version", "kernel", "architecture", "os_family",
+             "processor_vcpus", "processor", "memtotal_mb")  # fmt: skip
+    assert {n: got[f"ansible_{n}"] for n in names} == {n: setup[f"ansible_{n}"] for n in names}
+
+
+def test_a_replayed_3090_host_reads_as_recorded_and_plans_the_reviewed_spec(tmp_path: Path) -> None:
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "model-00001-of-00002.safetensors").write_bytes(b"w" * 4096)
+    got = read_host(
+        {
+            "mode": "gpu",
+            "host": "gpu3090-a",
+            "served_dirs": [str(served)],
+            "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
+        },
+        replay_env(),
+    )
+    r = got["readings"]
+    assert r["nvidia_smi_L"] == (FIXTURE / "nvidia-smi-L.txt").read_text()
+    assert r["query_gpu"] == (FIXTURE / "nvidia-smi-query-gpu.csv").read_text()
+    assert r["topo"] == (FIXTURE / "nvidia-smi-topo-m.txt").read_text()
+    assert r["sysfs"] == gpu_plan.listing_from_tree(FIXTURE / "sys")
+    assert r["meminfo"] == (FIXTURE / "host" / "meminfo.txt").read_text()
+    assert r["data_paths"] == f"{served}\n"
+    assert json.loads(r[f"findmnt:{served}"]) == json.loads((FIXTURE / "findmnt.json").read_text())
+    assert sorted(k for k in r if k.startswith("smart:")) == ["smart:nvme0n1", "smart:nvme1n1"]
+    assert "missing" not in r and "timeout" not in r
+    # Planned from these readings, the host gets what the recorded readings give it: the reviewed spec.
+    from_module = gpu_plan.plan_gpu_host(load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), r, IMAGE)
+    recorded = gpu_plan.plan_gpu_host(
+        load_profile("rtx3090-pp3"), _class("rtx3090-pp3"), _readings("rtx3090-pp3"), IMAGE
+    )
+    assert from_module.failures == recorded.failures == []
+    assert from_module.container_spec == recorded.container_spec
+
+
+def test_a_tool_that_does_not_answer_is_named_and_a_missing_one_listed(tmp_path: Path) -> None:
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    smi = slow / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nsleep 30\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    env = replay_env(stand_ins=slow)  # no nvme, lsblk, findmnt replayers: the host's own
+    got = read_host({"mode": "gpu", "host": "h", "served_dirs": [], "timeout_s": 1}, env)
+    r = got["readings"]
+    assert "nvidia-smi -L (after 1 s)" in r["timeout"].splitlines()
+    assert r["nvidia_smi_L"] == ""
+    if not any((Path(p) / "nvme").exists() for p in os.environ.get("PATH", "").split(":")):
+        assert "nvme" in r["missing"].split()
+
+
+def test_the_hosts_tuning_is_read_as_its_files_say_and_absent_where_there_is_none() -> None:
+    t = read_host({"mode": "cpu", "host": "h1"})["tuning"]
+    assert t["cmdline"] == Path("/proc/cmdline").read_text()
+    assert t["swappiness"] == Path("/proc/sys/vm/swappiness").read_text()
+    for name, path in (("thp_enabled", "enabled"), ("thp_defrag", "defrag"), ("numa_balancing", None)):
+        f = (
+            Path("/proc/sys/kernel/numa_balancing")
+            if path is None
+            else Path("/sys/kernel/mm/transparent_hugepage", path)
+        )
+        assert t[name] == (f.read_text() if f.exists() else None)
+    governors = sorted(Path("/sys/devices/system/cpu").glob("cpu*/cpufreq/scaling_governor"))
+    assert (t["cpu_governors"] is None) == (not governors)
+    assert "gpu_settings" not in t and "replayed" not in t  # a CPU host: no nvidia-smi asked, nothing replayed
+    tuned = host_tuning.host_tuning(t)
+    assert tuned is not None and "unreadable" not in tuned
+
+
+def test_a_replayed_gpu_hosts_tuning_comes_from_the_replay_and_says_so() -> None:
+    args = {"mode": "gpu", "host": "gpu3090-a", "settings_fields": list(host_tuning.SETTINGS_FIELDS)}
+    t = read_host(args, replay_env())["tuning"]
+    recorded = (FIXTURE / "nvidia-smi-settings.csv").read_text()
+    assert t["gpu_settings"] == recorded.split("\n", 1)[1]
+    assert t["replayed"] == str(FIXTURE)
+    assert t["cpu_governors"] == "".join(f"cpu{n}\tperformance\n" for n in range(32))
+    tuned = host_tuning.host_tuning(t)
+    assert tuned is not None
+    assert tuned["source"] == f"replayed: {FIXTURE}"
+    assert tuned["cpu_governor"] == "performance" and tuned["thp"] == {"enabled": "madvise", "defrag": "madvise"}
+    assert [g["power_limit_w"] for g in tuned["gpus"]] == [350.0, 350.0, 300.0]
+
+
+@pytest.fixture(autouse=True)
+def _no_ansible_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)

@@ -1,0 +1,41 @@
+"""A file and its directory in one module run (ansible/library/refdeploy_write_file.py), run as Ansible runs it,
+on this machine: made with their modes, left alone when nothing differs, replaced with a backup, and check
+mode touches nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.ansible_run import run_module
+
+
+def write_file(args: dict[str, Any], *extra: str) -> dict[str, Any]:
+    owner = {"owner": str(os.getuid()), "group": str(os.getgid())}
+    return run_module("refdeploy_write_file", {**owner, **args}, *extra)
+
+
+def test_the_directory_and_file_are_made_with_their_modes_then_left_alone(tmp_path: Path) -> None:
+    dest = tmp_path / "rendered" / "spec.json"
+    args = {"dest": str(dest), "content": "{}\n", "mode": "0600", "dir_mode": "0700"}
+    assert write_file(args)["changed"]
+    assert dest.read_text() == "{}\n"
+    assert (dest.stat().st_mode & 0o777, dest.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    again = write_file({**args, "backup": True})
+    assert not again["changed"] and "backup_file" not in again
+    dest.chmod(0o644)
+    assert write_file(args)["changed"] and dest.stat().st_mode & 0o777 == 0o600
+
+
+def test_new_content_replaces_the_file_keeping_a_backup_and_check_mode_writes_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "spec.json"
+    dest.write_text("old\n")
+    checked = write_file({"dest": str(dest), "content": "new\n", "backup": True}, "--check")
+    assert checked["changed"] and "backup_file" not in checked and dest.read_text() == "old\n"
+    got = write_file({"dest": str(dest), "content": "new\n", "backup": True, "mode": "0600"})
+    assert got["changed"] and got["dest"] == str(dest) and dest.read_text() == "new\n"
+    assert Path(got["backup_file"]).read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["spec.json", Path(got["backup_file"]).name])
+    assert write_file({"dest": str(tmp_path / "none" / "x"), "content": "x"}, "--check")["changed"] is True
+    assert not (tmp_path / "none").exists()

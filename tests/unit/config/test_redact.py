@@ -1,0 +1,81 @@
+"""Secrets out of artifacts (serving/config/redact.py) and the API's rules in the plan (serving/plan/plan.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serving.config.profile import load_profile
+from serving.config.redact import REDACTED, redact
+from serving.plan.plan import api_failures, plan_from_profile
+
+SECRET = "hf_s3cr3t-value"
+
+
+def test_secret_looking_env_values_are_redacted_in_mappings_env_lists_and_argv() -> None:
+    doc = {
+        "env": {"HF_TOKEN": SECRET, "VLLM_CPU_KVCACHE_SPACE": "1", "AWS_SECRET_ACCESS_KEY": SECRET},
+        "Config": {"Env": [f"HF_TOKEN={SECRET}", "PATH=/usr/bin", f"MY_PASSWORD={SECRET}"]},
+        "command": ["vllm", "serve", "/m", "--api-key", SECRET, f"--api-key={SECRET}"],
+        "nested": [{"OPENAI_API_KEY": SECRET}],
+    }
+    out = redact(doc)
+    assert SECRET not in json.dumps(out)
+    assert out["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert out["env"]["HF_TOKEN"] == REDACTED
+    assert "PATH=/usr/bin" in out["Config"]["Env"] and f"HF_TOKEN={REDACTED}" in out["Config"]["Env"]
+    assert out["command"][:4] == ["vllm", "serve", "/m", "--api-key"]
+    # What it must not touch: paths to key files, lower-case manifest keys, labels.
+    kept = {"refdeploy_api_key_file": "/etc/refdeploy/api-key", "API_KEY_FILE": "/etc/k", "key": "v"}
+    assert redact(kept) == kept
+
+
+def test_an_address_beyond_loopback_needs_a_key_and_the_key_file_must_be_roots_only() -> None:
+    profile = load_profile("cpu-tiny")
+    open_profile = profile.model_copy(update={"ports": profile.ports.model_copy(update={"host_ip": "0.0.0.0"})})
+    assert api_failures(profile, None, None) == []
+    [line] = api_failures(open_profile, None, None)
+    assert "0.0.0.0:8000, beyond loopback, without an API key" in line and "refdeploy_api_key_file" in line
+    assert api_failures(open_profile, "/etc/refdeploy/api-key", "0 600 65 regular file\n") == []
+    assert "is not on the host" in api_failures(profile, "/etc/k", "missing")[0]
+    [line] = api_failures(profile, "/etc/k", "0 644 65 regular file")
+    assert "readable by root only (it is uid 0, mode 644)" in line
+    assert "uid 1000" in api_failures(profile, "/etc/k", "1000 600 65 regular file")[0]
+    assert "is empty" in api_failures(profile, "/etc/k", "0 600 0 regular empty file")[0]
+    assert "is a directory" in api_failures(profile, "/etc/k", "0 700 4096 directory")[0]
+
+
+def test_a_key_reaches_the_container_by_a_mounted_file_and_never_the_spec() -> None:
+    plan = plan_from_profile(
+        load_profile("cpu-tiny"), "localhost", {"api_key_file": "0 600 65 regular file"},
+        api_key_file="/etc/refdeploy/api-key",
+    )  # fmt: skip
+    assert plan.ok and plan.launch is not None and plan.bench is not None
+    spec = plan.launch.spec
+    assert "/var/lib/refdeploy/secrets/refdeploy-vllm.api-key:/run/refdeploy/api-key:ro" in spec["volumes"]
+    assert spec["entrypoint"][:2] == ["/bin/sh", "-c"] and "VLLM_API_KEY" in spec["entrypoint"][2]
+    assert spec["command"][:2] == ["vllm", "serve"] and "VLLM_API_KEY" not in spec["env"]
+    assert (
+        plan.bench.api_key
+        and "/var/lib/refdeploy/secrets/refdeploy-vllm.api-key:/run/refdeploy/api-key:ro" in plan.bench.volumes
+    )
+    assert plan.api.key_file == "/etc/refdeploy/api-key" and plan.api.loopback
+    # A key changes the container: the digest differs from the keyless plan's.
+    keyless = plan_from_profile(load_profile("cpu-tiny"), "localhost", {})
+    assert keyless.launch is not None and keyless.launch.spec_digest != plan.launch.spec_digest
+    assert "entrypoint" not in keyless.launch.spec
+
+
+@pytest.mark.parametrize("name", ["rtx3090-pp3", "rtxpro6000-tp8", "cpu-tiny", "cpu-tiny-tp2"])
+def test_every_shipped_profile_publishes_on_loopback_only(name: str) -> None:
+    assert load_profile(name).ports.loopback
+
+
+def test_the_key_copy_is_readable_by_the_runtime_images_user() -> None:
+    from pathlib import Path
+
+    from serving.plan.render import RUNTIME_GID, RUNTIME_UID
+
+    dockerfile = (Path(__file__).resolve().parents[3] / "images/vllm/Dockerfile").read_text()
+    assert f"USER {RUNTIME_UID}:{RUNTIME_GID}" in dockerfile

