@@ -61,7 +61,8 @@ BR_VERSION: str = VERSION
 INDEX_FILE = "index.json"
 # The bench report's own files (serving/bench/report.py SUMMARY_JSON, REPORT_TXT, REPORT_HTML;
 # serving/bench/summary.py CGROUP_FILES), named here rather than imported: bench_report will call this module, and
-# the import graph has no cycle (tests/unit/repo/test_architecture.py). tests/unit/bench/test_br_export.py checks the names agree.
+# the import graph has no cycle (tests/unit/repo/test_architecture.py). tests/unit/bench/test_br_export.py checks
+# the names agree.
 SUMMARY_JSON = "summary.json"
 REPORT_TXT = "report.txt"
 REPORT_HTML = "report.html"

@@ -67,8 +67,8 @@ def render(roles_dir: Path = ROOT / "ansible" / "roles") -> str:
         "",
         f"    {REGENERATE}",
         "",
-        "(`tests/unit/repo/test_docs_roles.py` fails while this page and the specs differ). A role's public defaults are",
-        "in its `defaults/main.yml`; the inventories set them per group (`inventory/<name>/group_vars/`).",
+        "(`tests/unit/repo/test_docs_roles.py` fails while this page and the specs differ). A role's public defaults",
+        "are in its `defaults/main.yml`; the inventories set them per group (`inventory/<name>/group_vars/`).",
     ]
     for spec_file in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
         role = spec_file.parents[1].name

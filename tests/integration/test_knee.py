@@ -1,7 +1,7 @@
 """The knee search on the real CPU deployment: `make bench WORKLOAD=knee SEARCH=rate` finds the highest arrival
 rate at which the workload's SLO holds and the client sustains the rate, measures the bracketing rates again, and
-states the spread; the figure is looked at in headless Chromium (tests/integration/test_report_screenshot.py's
-screenshot): its latency and goodput series, the bracket band and the knee line are drawn.
+states the spread; the figure is looked at in headless Chromium (tests/helpers/screenshots.py's screenshot):
+its latency and goodput series, the bracket band and the knee line are drawn.
 
 The shipped `knee` workload with its loads held 8 s instead of 15 s, and fewer runs in all, so that the search
 fits CI; the note of issue 29 holds the full search on this machine, how long it took, and where a plain `vllm bench

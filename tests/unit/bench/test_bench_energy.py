@@ -1,7 +1,7 @@
 """Energy per output token per bench point (serving/bench/energy.py), from the energy counter the sidecar's NVML
 reader logs, here the H200's RECORDED counter through the replay seam (tests/fixtures/recorded-h200), over a bench
-directory built from real `vllm bench serve` results (test_br_export's bench_dir: c1 and c4, two measured runs each,
-256 output tokens a run)."""
+directory built from real `vllm bench serve` results (tests/helpers/bench_dirs.py bench_dir: c1 and c4, two measured
+runs each, 256 output tokens a run)."""
 
 from __future__ import annotations
 

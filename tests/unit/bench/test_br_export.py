@@ -1,5 +1,5 @@
 """serving.bench.br_export: a bench as llm-d Benchmark Report v0.2.1 documents, over bench directories built from real
-`vllm bench serve` results (tests/fixtures/vllm-bench-serve-0.32.0, via test_compare's make_bench).
+`vllm bench serve` results (tests/fixtures/vllm-bench-serve-0.32.0, via tests/helpers/bench_dirs.py make_bench).
 
 Each document must pass the published validator twice over (the package's pydantic model, and the JSON Schema file
 it ships, read with jsonschema), carry the figures the bench's own summary has for its point, and reference evidence

@@ -1,7 +1,8 @@
 """Multi-turn conversations (`dataset: conversations`): the schema's one-line refusals, the client plan's
 conversations spec, the run read back with its turn numbers, the report's workload line, intended hits and turn
-table, and the Benchmark Report export. The client's loop itself is tests/unit/images/test_conversation_client.py; its
-simulated chat server (behind the client's one seam, ConversationSeam) makes the runs read back here.
+table, and the Benchmark Report export. The client's loop itself is tests/unit/images/test_conversation_client.py;
+its simulated chat server (tests/helpers/simulated_chat.py, behind the client's one seam, ConversationSeam) makes the
+runs read back here.
 """
 
 from __future__ import annotations

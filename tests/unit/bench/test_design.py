@@ -1,5 +1,5 @@
 """serving/bench/compare.py design_2x2: each change alone, both together and their interaction, over bench directories
-built from real `vllm bench serve` results (tests/unit/bench/test_compare.py make_bench). Change 1 is max_num_seqs,
+built from real `vllm bench serve` results (tests/helpers/bench_dirs.py make_bench). Change 1 is max_num_seqs,
 change 2 the workload's input_len; TTFT is scaled per side to make the effects known."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """serving/bench/hypothesis.py: a prediction written before the runs, and compare's verdict on it, over bench
-directories built from real `vllm bench serve` results (tests/unit/bench/test_compare.py make_bench)."""
+directories built from real `vllm bench serve` results (tests/helpers/bench_dirs.py make_bench)."""
 
 from __future__ import annotations
 

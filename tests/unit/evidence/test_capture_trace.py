@@ -1,6 +1,6 @@
-"""trace.json (serving/evidence/capture_trace.py) read by Perfetto's own trace processor (tests/helpers/perfetto/): each request
-a slice with its first token, the samplers as counter tracks, wchan and py-spy on their threads, the capture's window
-and perf spans; and the importer reports no error.
+"""trace.json (serving/evidence/capture_trace.py) read by Perfetto's own trace processor (tests/helpers/perfetto/):
+each request a slice with its first token, the samplers as counter tracks, wchan and py-spy on their threads, the
+capture's window and perf spans; and the importer reports no error.
 
 The bundle is built here from the files a capture writes, in their formats (the integration test reads a real
 capture's). Perfetto runs in Node.js: without node the tests skip, except under CI (CI set), where it is installed

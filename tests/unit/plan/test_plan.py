@@ -342,7 +342,8 @@ def test_the_generator_itself_refuses_a_directory_it_did_not_make(tmp_path: Path
 
 
 def test_a_host_command_that_timed_out_is_named_in_the_plan() -> None:
-    # As refdeploy_host_readings gives them (tests/unit/ansible/test_host_readings.py runs it against a tool that hangs).
+    # As refdeploy_host_readings gives them (tests/unit/ansible/test_host_readings.py runs it against a tool that
+    # hangs).
     readings = {"hostname": "localhost\n", "served_files": SERVED, "timeout": "nvidia-smi -L (after 30 s)\n"}
     plan = plan_from_profile(load_profile("cpu-tiny"), "localhost", readings)
     assert plan.failures == [
