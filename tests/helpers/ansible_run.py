@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-LIBRARY = Path(__file__).resolve().parents[2] / "ansible" / "library"
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = REPO / "ansible" / "library"
 
 
 def run_module(module: str, args: dict[str, Any], *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -34,3 +35,22 @@ def run_playbook(play: Path, env: dict[str, str]) -> subprocess.CompletedProcess
          "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
+
+
+def run_tasks(tmp_path: Path, tasks: str, callback: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A play of `tasks` (task YAML, indented under the play's `tasks:`) against this machine, with the project's
+    action and callback plugins, `callback` enabled and no colour; env adds to that environment or overrides it.
+    The play file is tmp_path/play.yml; the caller judges the exit."""
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n" + tasks)
+    return run_playbook(
+        play,
+        {
+            **os.environ,
+            "ANSIBLE_ACTION_PLUGINS": str(REPO / "ansible" / "action_plugins"),
+            "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "ansible" / "callback_plugins"),
+            "ANSIBLE_CALLBACKS_ENABLED": callback,
+            "ANSIBLE_NOCOLOR": "1",
+            **env,
+        },
+    )

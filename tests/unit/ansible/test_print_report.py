@@ -4,11 +4,10 @@ they are, not as Ansible's YAML dump of a debug message. Real ansible-playbook a
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
-from tests.helpers.ansible_run import run_playbook
+from tests.helpers.ansible_run import run_tasks
 
 REPO = Path(__file__).resolve().parents[3]
 # What a debug task's YAML dump did to a report: quotes doubled, a long line folded, the list marked.
@@ -20,17 +19,7 @@ LINES = [
 
 
 def _play(tmp_path: Path, task: str) -> subprocess.CompletedProcess[str]:
-    play = tmp_path / "play.yml"
-    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n" + task)
-    env = {
-        **os.environ,
-        "ANSIBLE_ACTION_PLUGINS": str(REPO / "ansible" / "action_plugins"),
-        "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "ansible" / "callback_plugins"),
-        "ANSIBLE_CALLBACKS_ENABLED": "refdeploy_print",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    return run_playbook(play, env)
+    return run_tasks(tmp_path, task, "refdeploy_print", ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
 
 
 def test_a_report_is_printed_line_for_line_under_the_hosts_name(tmp_path: Path) -> None:

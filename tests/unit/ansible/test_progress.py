@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving.bridge.progress import MARK
-from tests.helpers.ansible_run import run_playbook
+from tests.helpers.ansible_run import run_playbook, run_tasks
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -51,19 +51,9 @@ def test_a_long_task_says_it_is_still_running_and_a_quick_one_says_nothing(tmp_p
 
 
 def _play(tmp_path: Path, tasks: str) -> subprocess.CompletedProcess[str]:
-    play = tmp_path / "play.yml"
-    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n" + tasks)
-    env = {
-        **os.environ,
-        "ANSIBLE_ACTION_PLUGINS": str(REPO / "ansible" / "action_plugins"),
-        "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "ansible" / "callback_plugins"),
-        "ANSIBLE_CALLBACKS_ENABLED": "refdeploy_progress",
-        "ANSIBLE_NOCOLOR": "1",
-        "REFDEPLOY_PROGRESS_S": "1",
-        "TMPDIR": str(tmp_path / "scratch"),  # where the plugin's scratch directory goes (mktemp)
-    }
     (tmp_path / "scratch").mkdir()
-    return run_playbook(play, env)
+    # TMPDIR: where the plugin's scratch directory goes (mktemp)
+    return run_tasks(tmp_path, tasks, "refdeploy_progress", REFDEPLOY_PROGRESS_S="1", TMPDIR=str(tmp_path / "scratch"))
 
 
 @pytest.mark.timing(margin="a tick a second in a 2.5 s phase: 2.5, by design (line counts not recorded)")
