@@ -188,6 +188,14 @@ def bench_dir(result: MakeResult) -> Path:
     return Path(m.group(1))
 
 
+@pytest.fixture(scope="module")
+def deployed() -> None:
+    """The default deploy (`make deploy`: cpu-tiny on this machine), once per module that asks for it; a no-op
+    where it already runs. A module whose every test needs it says so: pytest.mark.usefixtures("deployed")."""
+    r = make("deploy")
+    assert r.rc == 0, r.output[-4000:]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def docker_engine() -> None:
     proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)

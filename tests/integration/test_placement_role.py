@@ -75,8 +75,8 @@ def _run_role(tmp_path: Path, plan: dict[str, Any]) -> subprocess.CompletedProce
 
 
 @pytest.fixture(scope="module", autouse=True)
-def deployed() -> Iterator[None]:
-    """Deploy when nothing runs, and leave the host as it was found."""
+def deployed_if_idle() -> Iterator[None]:
+    """Deploy when nothing runs, and leave the host as it was found (conftest's `deployed` leaves it deployed)."""
     c = inspect(CONTAINER)
     started = c is None or c["State"]["Status"] != "running"
     if started:

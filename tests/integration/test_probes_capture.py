@@ -58,12 +58,6 @@ def _complete(max_tokens: int) -> None:
     assert complete("def main():", max_tokens)["usage"]["completion_tokens"] == max_tokens
 
 
-@pytest.fixture(scope="module")
-def deployed() -> None:
-    r = make("deploy")
-    assert r.rc == 0, r.output[-4000:]
-
-
 def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed: None) -> None:
     c = inspect(SIDECAR)
     assert c is not None and c["State"]["Status"] == "running"

@@ -29,14 +29,8 @@ from tests.integration.conftest import (
     make,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
 ENGINE_STARTS = 1
-
-
-@pytest.fixture(scope="module", autouse=True)
-def deployed() -> None:
-    r = make("deploy")
-    assert r.rc == 0, r.output[-4000:]
 
 
 def _healthy(timeout_s: float) -> bool:

@@ -25,17 +25,11 @@ from probes.metrics import (
 )
 from tests.integration.conftest import BASE_URL, REPO, complete, make
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
 ENGINE_STARTS = 0
 
 MODEL_DIR = Path("/var/lib/refdeploy/models")
 WEIGHTS = MODEL_DIR / "tiny-llama" / "model.safetensors"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def deployed() -> None:
-    r = make("deploy")
-    assert r.rc == 0, r.output[-4000:]
 
 
 def _snapshot():  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ import yaml
 
 from tests.integration.conftest import BASE_URL, CONTAINER, REPO, complete, docker, host_state, inspect, make
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
 ENGINE_STARTS = 5
 
 STATE = Path("/var/lib/refdeploy")
@@ -51,12 +51,6 @@ def _refused(before: dict[str, str], *args: str) -> str:
     assert r.rc != 0, r.output[-3000:]
     assert host_state() == before
     return " ".join(r.output.split())
-
-
-@pytest.fixture(scope="module", autouse=True)
-def deployed() -> None:
-    r = make("deploy")
-    assert r.rc == 0, r.output[-4000:]
 
 
 def test_the_generator_refuses_a_directory_holding_a_real_model(tmp_path: Path) -> None:

@@ -36,7 +36,9 @@ PROFILE = "cpu-tiny-tp2"
 
 
 @pytest.fixture(scope="module")
-def deployed() -> Iterator[dict[str, Any]]:
+def tp2_manifest() -> Iterator[dict[str, Any]]:
+    """The TP=2 profile deployed, its manifest; the default deploy put back after. Not conftest's `deployed`: another
+    profile, and the manifest is what the tests read."""
     r = make("deploy", f"PROFILE={PROFILE}")
     assert r.rc == 0, r.output[-4000:]
     _, manifest = manifest_of(r)
@@ -47,8 +49,8 @@ def deployed() -> Iterator[dict[str, Any]]:
         assert r.rc == 0, r.output[-3000:]
 
 
-def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(deployed: dict[str, Any]) -> None:
-    m = deployed
+def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(tp2_manifest: dict[str, Any]) -> None:
+    m = tp2_manifest
     assert m["verified"] is True, [c for c in m["verification"] if not c["ok"]]
     assert m["plan"]["profile"]["name"] == PROFILE
     ranks = m["placement"]["ranks"]
@@ -84,7 +86,7 @@ def _perf_sampling() -> int:
 
 
 @pytest.fixture(scope="module")
-def capture(deployed: dict[str, Any]) -> Path:
+def capture(tp2_manifest: dict[str, Any]) -> Path:
     """`make capture SECONDS=8` while requests flow: both ranks busy while perf samples them."""
     run = BackgroundMake("capture", "SECONDS=8")
     run.wait_for(WINDOW_OPEN)
@@ -149,7 +151,7 @@ def test_pidstat_covers_every_thread_of_both_ranks(capture: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tp2_bench(deployed: dict[str, Any]) -> Path:
+def tp2_bench(tp2_manifest: dict[str, Any]) -> Path:
     r = make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=2")
     assert r.rc == 0, r.output[-4000:]
     return bench_dir(r)
@@ -173,7 +175,7 @@ def test_a_bench_of_the_tp2_engine_counts_the_servers_tokens(tp2_bench: Path) ->
 
 
 def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
-    deployed: dict[str, Any], tp2_bench: Path
+    tp2_manifest: dict[str, Any], tp2_bench: Path
 ) -> None:
     """The profiled engine first (PROFILER=torch), then `make profile` against it, which puts the normal spec back:
     two TP=2 starts where profile-then-deploy-profiled-then-deploy took four (each ~45 s of this suite)."""
