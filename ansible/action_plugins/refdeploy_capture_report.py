@@ -27,7 +27,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("bundle", "memory_log"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from probes.report_input import ReportInputError
+        from probes.capture.report_input import ReportInputError
         from serving.evidence.capture_report import write_page
         from serving.evidence.capture_trace import write_trace
         from serving.record.memory_phases import write_capture_memory

@@ -1,4 +1,5 @@
-"""Action plugin refdeploy_cutshort: index a capture that did not finish, on the controller (probes/cutshort.py).
+"""Action plugin refdeploy_cutshort: index a capture that did not finish, on the controller
+(probes/capture/cutshort.py).
 
   - name: Index what a capture cut short had written
     refdeploy_cutshort:
@@ -24,7 +25,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("bundle", "exit_code", "why", "serving_change"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from probes import cutshort
+        from probes.capture import cutshort
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         bundle = Path(str(self._task.args["bundle"]))

@@ -23,7 +23,7 @@ from typing import Any
 
 from llmd_benchmark_report.base import Units
 
-from probes.nvml import LOG_NAME
+from probes.readers.nvml import LOG_NAME
 from serving.bench.health import export_notes
 
 DEFINITION = (

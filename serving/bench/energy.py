@@ -4,8 +4,8 @@ The sidecar's GPU sampler reads every GPU's total energy counter (nvmlDeviceGetT
 since the driver was last reloaded, NVML API Reference) every 200 ms into samplers/nvml.log, stamped on
 CLOCK_MONOTONIC, the clock of each run's status.json (started_mono_s, ended_mono_s). For each measured run that
 completed: the counter of each GPU, interpolated at the run's start and end between the samples either side
-(probes/nvml_log.py counter_at), summed over the GPUs; for a point, the sum over its runs divided by the output tokens
-those runs' requests returned (the server's usage counts, as every other per-token figure here). Where the GPU
+(probes/readers/nvml_log.py counter_at), summed over the GPUs; for a point, the sum over its runs divided by the output
+tokens those runs' requests returned (the server's usage counts, as every other per-token figure here). Where the GPU
 sampler ran nvidia-smi (no energy counter) or none, the report says so instead.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes import nvml, nvml_log
-from probes.samplers import read_log
+from probes.readers import nvml, nvml_log
+from probes.readers.samplers import read_log
 from serving.bench.health import point_cell
 
 

@@ -1,5 +1,5 @@
 """The GPU's health over each bench point: the XID events and PCIe replay-counter rises NVML reported in the window
-of each of the point's runs (warm-ups included), judged by the capture's own judge (probes/nvml_log.py
+of each of the point's runs (warm-ups included), judged by the capture's own judge (probes/readers/nvml_log.py
 judge_health) over samplers/nvml.log, each flag in the capture's words, prefixed with the run it fell in (its times
 from that run's start). A point with a flagged run is marked: its figures were taken while the GPU reported a
 critical error (an Xid), or while its PCIe link resent packets. Nothing is judged where the GPU sampler ran
@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes import nvml, nvml_log
-from probes.samplers import read_log
+from probes.readers import nvml, nvml_log
+from probes.readers.samplers import read_log
 
-# The NVML calls without which a check is not made (probes/nvml.py logs each failure once per GPU and call).
+# The NVML calls without which a check is not made (probes/readers/nvml.py logs each failure once per GPU and call).
 _XID_CALLS = ("nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2")
 _REPLAY_CALLS = ("nvmlDeviceGetPcieReplayCounter",)
 CRITICAL = "its figures were taken while the GPU reported a critical error"

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes.samplers import parse_vmstat, read_log
+from probes.readers.samplers import parse_vmstat, read_log
 from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench.summary import KNEE_SVG, load_json

@@ -577,12 +577,12 @@ CGROUP_MOUNT = "/host/sys/fs/cgroup"
 
 
 def cgroup_argv(probes_image: str, container: str) -> list[str]:
-    """The probe container that reads the serving container's cgroup and every ancestor's (probes/cgroups.py), as
-    JSON on stdout: run before and after the bench, so the report shows throttling, memory events and pressure
+    """The probe container that reads the serving container's cgroup and every ancestor's (probes/readers/cgroups.py),
+    as JSON on stdout: run before and after the bench, so the report shows throttling, memory events and pressure
     at every level that sets a limit over the bench. vLLM's PID namespace (its PID 1 is the API server), the
     host's cgroup tree read-only, nothing else: no network, no capability, a read-only root."""
     return ["docker", "run", "--rm", "--name", f"{container}-bench-cgroup", "--pid", f"container:{container}",
             "--cgroupns", "host", "--network", "none", "--read-only", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges", "--memory", "128m",
             "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", probes_image,
-            "python3", "-m", "probes.cgroups", "--pid", "1", "--cgroup-root", CGROUP_MOUNT]  # fmt: skip
+            "python3", "-m", "probes.readers.cgroups", "--pid", "1", "--cgroup-root", CGROUP_MOUNT]  # fmt: skip

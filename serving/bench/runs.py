@@ -159,7 +159,7 @@ def _ms(x: float | None) -> float | None:
 
 def server_figures(before_text: str, after_text: str) -> dict[str, Any]:
     """The server's side of a run: histogram and counter deltas between the two /metrics snapshots."""
-    from probes import metrics as m
+    from probes.readers import metrics as m
 
     d = m.delta(m.snapshot_from_text(before_text, 0.0, 0.0), m.snapshot_from_text(after_text, 0.0, 0.0))
 

@@ -13,11 +13,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probes.cgroup_delta import cgroup_delta
-from probes.cgroups import snapshot_from_json
-from probes.nvml_log import gpu_log, read_gpu_samples
-from probes.samplers import judge_pcie_links
-from probes.timeline import cgroup_notes
+from probes.capture.timeline import cgroup_notes
+from probes.readers.cgroup_delta import cgroup_delta
+from probes.readers.cgroups import snapshot_from_json
+from probes.readers.nvml_log import gpu_log, read_gpu_samples
+from probes.readers.samplers import judge_pcie_links
 from serving.bench import energy as bench_energy
 from serving.bench import health as bench_health
 from serving.bench import protocol as bench
@@ -216,7 +216,7 @@ CGROUP_FILES = ("cgroup-before.json", "cgroup-after.json")
 
 def write_cgroup_readings(bench_dir: Path, readings: Mapping[str, Any] | None) -> None:
     """The probe container's readings of the server's cgroups before and after the bench (`python -m
-    probes.cgroups`' stdout), each into its file; one that did not read, as {"error": ...}."""
+    probes.readers.cgroups`' stdout), each into its file; one that did not read, as {"error": ...}."""
     for name, key in zip(CGROUP_FILES, ("before", "after"), strict=True):
         r = (readings or {}).get(key) or {}
         try:
@@ -229,7 +229,7 @@ def write_cgroup_readings(bench_dir: Path, readings: Mapping[str, Any] | None) -
 
 def server_cgroup(bench_dir: Path) -> list[str]:
     """The server's cgroup over the bench, a line per concern, then a line for every ancestor level that sets a
-    limit, naming it (probes/timeline.py cgroup_notes, as the capture's summary says it)."""
+    limit, naming it (probes/capture/timeline.py cgroup_notes, as the capture's summary says it)."""
     docs = [load_json(bench_dir / n) for n in CGROUP_FILES]
     if any(d is None for d in docs):
         return ["server cgroup: not read (no cgroup-before.json / cgroup-after.json: a bench made before they were)"]

@@ -69,7 +69,7 @@ def _pcie_min(gpu_class: Mapping[str, Any] | None) -> tuple[int, int] | None:
 
 
 def capture_load(p: Any, workload: str) -> dict[str, Any] | None:
-    """What a capture with WORKLOAD=<name or path> sends (probes/load.py's LoadSpec fields), None without one.
+    """What a capture with WORKLOAD=<name or path> sends (probes/senders/load.py's LoadSpec fields), None without one.
     The workload's shape at its first concurrency level (or 1 where it has only arrival rates), to the served
     model on the serving container's own port."""
     from serving.config.workload import load_workload
@@ -152,13 +152,13 @@ def _requests_container(p: Any, name: str, out: str) -> list[str]:
 
 
 def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The probe container of `make validate`: the fixed requests (probes/correctness.py) inside vLLM's network
+    """The probe container of `make validate`: the fixed requests (probes/senders/correctness.py) inside vLLM's network
     namespace, read-only, no capability; its output in settings["out"] on the host."""
     p = parse_plan(plan)
     name = f"{p.profile.container.name}-validate"
     key = bool(p.api.key_file)
     argv = _requests_container(p, name, str(settings["out"]))
-    argv += ["python3", "-m", "probes.correctness", "--out", "/out",
+    argv += ["python3", "-m", "probes.senders.correctness", "--out", "/out",
              "--port", str(p.profile.ports.container_port), "--model", p.profile.model.served_name]  # fmt: skip
     if key:
         argv += ["--api-key-file", API_KEY_MOUNT]
@@ -168,7 +168,7 @@ def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container of `make profile`: /start_profile, REQUESTS requests of WORKLOAD, /stop_profile
-    (probes/profile_run.py), inside vLLM's network namespace; {"error": line} on bad input."""
+    (probes/senders/profiler_run.py), inside vLLM's network namespace; {"error": line} on bad input."""
     p = parse_plan(plan)
     try:
         if p.profiler is None:
@@ -183,7 +183,7 @@ def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         name = f"{p.profile.container.name}-profile"
         argv = _requests_container(p, name, str(settings["out"]))
         stop_s = int(settings.get("stop_timeout_s") or 600)
-        argv += ["python3", "-m", "probes.profile_run", "--out", "/out",
+        argv += ["python3", "-m", "probes.senders.profiler_run", "--out", "/out",
                  "--requests", str(requests), "--stop-timeout-s", str(stop_s),
                  "--spec-json", json.dumps(spec, sort_keys=True, separators=(",", ":"))]  # fmt: skip
     except InputError as e:

@@ -16,7 +16,7 @@ import os
 import re
 import shlex
 
-# The product's progress lines on stderr: probes/progress.py and images/vllm/bench_client.py write them
+# The product's progress lines on stderr: probes/base/progress.py and images/vllm/bench_client.py write them
 # (not imported: those run inside images; tests/unit/bridge/test_progress_lines.py keeps the three equal).
 MARK = "refdeploy-progress: "
 MODES = ("docker_build", "marked", "last_line")

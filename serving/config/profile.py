@@ -211,7 +211,7 @@ DEFAULT_SIDECAR_SAMPLERS: tuple[SamplerName, ...] = ("vmstat", "iostat", "pidsta
 
 
 class Probes(StrictModel):
-    # The samplers the deploy runs beside vLLM, all the time (probes/samplers.py); [] runs no sidecar.
+    # The samplers the deploy runs beside vLLM, all the time (probes/readers/samplers.py); [] runs no sidecar.
     # nvidia-smi is skipped with its reason on hosts without an NVIDIA driver.
     sidecar_samplers: list[SamplerName] = Field(default_factory=lambda: list(DEFAULT_SIDECAR_SAMPLERS))
     # Each sampler log rotates once at this size, so a sampler keeps at most twice this on the host.

@@ -1,6 +1,6 @@
 """The evidence capture's timeline page, drawn on the controller from a fetched bundle's timeline.json.
 
-A capture (probes/capture.py, in the probe image) writes `timeline.json` and `summary.txt`; once the bundle is
+A capture (probes/capture/bundle.py, in the probe image) writes `timeline.json` and `summary.txt`; once the bundle is
 fetched, the probes role has `timeline.html` drawn here (ansible/action_plugins/refdeploy_capture_report.py).
 The page is one file: inline SVG, no scripts, fonts, stylesheets or anything else fetched, so it opens offline
 from a copied bundle. The panels (serving/evidence/plots.py draws them: GPU, CPU, I/O, latency, queue and, in captures
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes.report_input import (
+from probes.capture.report_input import (
     ReportInputError,
     Window,
     as_text,
@@ -31,7 +31,7 @@ from probes.report_input import (
     read_window,
     seconds_text,
 )
-from probes.summary import TIMELINE_FILE, figures, write_atomic, write_summary
+from probes.capture.summary import TIMELINE_FILE, figures, write_atomic, write_summary
 from serving.evidence.plots import BACKGROUND, MUTED, TEXT, escape, request_lane_panel, timeline_panel
 
 HTML_FILE = "timeline.html"

@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from probes.report_input import ReportInputError, finite, load_timeline
-from probes.summary import write_atomic
+from probes.capture.report_input import ReportInputError, finite, load_timeline
+from probes.capture.summary import write_atomic
 
 TRACE_FILE = "trace.json"
 TIMELINE_FILE = "timeline.json"

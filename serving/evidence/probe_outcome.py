@@ -1,7 +1,7 @@
 """What a probe's exit means for the operator: a pass, a finding, or an error, and the one line to stop on.
 
-The probe containers exit with the codes probes/io.py and probes/capture.py document; timeout(1) adds 124 and a
-kill 137. A finding (the storage missed a threshold, a capture part failed) is a measurement that ran and found
+The probe containers exit with the codes probes/io/probe.py and probes/capture/bundle.py document; timeout(1) adds 124
+and a kill 137. A finding (the storage missed a threshold, a capture part failed) is a measurement that ran and found
 something: it is named FINDING, and its run directory holds the evidence. An error (bad input, a broken probe,
 a run past its bound, a container that did not start) means there is no verdict: it is named ERROR and says
 what to do. Both stop the playbook (make exits 2 for either: GNU make has no other failure status), so the
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 Kind = Literal["pass", "finding", "error"]
 
-# probes/io.py and probes/capture.py
+# probes/io/probe.py and probes/capture/bundle.py
 EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
 EXIT_IO_SKIPPED = 3
@@ -85,7 +85,7 @@ def io_outcome(run: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str,
 
 def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """`make capture` / `make probe`: the probe container's run and the serving container's change -> pass,
-    finding or error; `why` is what a bundle cut short records (probes.cutshort.write).
+    finding or error; `why` is what a bundle cut short records (probes.capture.cutshort.write).
 
     run: the command task's result. change: serving.evidence.continuity.serving_change's (changed, line).
     settings: host, container, timeout_s, bundle (where the controller keeps what the capture wrote).

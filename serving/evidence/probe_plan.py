@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from probes.parts import DEFAULT_PARTS, PARTS
+from probes.capture.parts import DEFAULT_PARTS, PARTS
 from serving.config.redact import API_KEY_MOUNT
 from serving.errors import InputError
 from serving.plan.render import GPU_ACCESS_ENV, gpu_access_description
@@ -68,7 +68,7 @@ def render_probe_io_argv(
         argv += ["--cpuset-cpus", cpus]
     for d in data_dirs:
         argv += ["--volume", f"{d}:{d}:ro"]
-    argv += [probes_image, "python3", "-m", "probes.io", "--target", target, "--out", "/out/probe-io",
+    argv += [probes_image, "python3", "-m", "probes.io.probe", "--target", target, "--out", "/out/probe-io",
              "--runtime", str(runtime_s)]  # fmt: skip
     for d in data_dirs:
         argv += ["--data-dir", d]
@@ -107,7 +107,7 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
     return out
 
 
-# Parts of probes/capture.py, and the one-part probes `make probe PROBE=<name>` runs (io has its own playbook).
+# Parts of probes/capture/bundle.py, and the one-part probes `make probe PROBE=<name>` runs (io has its own playbook).
 CAPTURE_PARTS = PARTS
 DEFAULT_CAPTURE_PARTS = DEFAULT_PARTS
 CGROUP_MOUNT = "/host/sys/fs/cgroup"
@@ -160,7 +160,7 @@ def render_capture_argv(
     workload: Mapping[str, Any] | None = None,
     api_key_copy: str = "",
 ) -> list[str]:
-    """`docker run` of probes.capture beside the serving container.
+    """`docker run` of probes.capture.bundle beside the serving container.
 
     It joins the serving container's PID namespace (py-spy, pidstat, wchan see vLLM's processes) and network
     namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with
@@ -170,7 +170,7 @@ def render_capture_argv(
     Docker releases that do not know PERFMON. On a GPU profile it gets the GPUs' driver (`gpu_run_flags`), and it
     runs on the CPUs the NUMA plan keeps for the probes (`cpus`). `data_file_note` says why no data file is given
     (the page-cache reading is then skipped); `pcie_min` is the class's PCIe (generation, width), which a link under
-    load must reach. `workload` is what the capture sends through its window (probes/load.py's LoadSpec fields),
+    load must reach. `workload` is what the capture sends through its window (probes/senders/load.py's LoadSpec fields),
     with the API key's host copy `api_key_copy` mounted read-only where the server has a key; the argv carries the
     key's path, never the key.
     """
@@ -209,7 +209,8 @@ def render_capture_argv(
         argv += ["--volume", f"{d}:{d}:ro"]
     if workload and api_key_copy:
         argv += ["--volume", f"{api_key_copy}:{API_KEY_MOUNT}:ro"]
-    argv += [probes_image, "python3", "-m", "probes.capture", "--out", "/out/bundle", "--archive", "/out/bundle.tar.gz",
+    argv += [probes_image, "python3", "-m", "probes.capture.bundle",
+             "--out", "/out/bundle", "--archive", "/out/bundle.tar.gz",
              "--seconds", f"{seconds:g}",
              "--only", ",".join(parts), "--metrics-url", f"http://127.0.0.1:{container_port}/metrics",
              "--cgroup-root", CGROUP_MOUNT, "--host", host, "--container", serving_container]  # fmt: skip
@@ -239,7 +240,7 @@ def probe_parts(probe: str) -> list[str]:
 # Seconds the probe container gets beyond its own work before timeout(1) stops it: start-up, the host state
 # before and after, perf report, the bundle's files.
 CAPTURE_MARGIN_S = 300
-# probes.io bounds each fio run at runtime + 60 s; the container gets that per depth and this for the rest.
+# probes.io.probe bounds each fio run at runtime + 60 s; the container gets that per depth and this for the rest.
 PROBE_IO_MARGIN_S = 60
 
 

@@ -3,8 +3,8 @@
 The torch profiler (Kineto) writes its events' `ts` in microseconds from `baseTimeNanoseconds`, so `ts +
 baseTimeNanoseconds / 1000` is wall-clock time (seen here: the first event of a rank 0.8 s after the
 `/start_profile` the client sent). The requests and the profiler's start and stop are on CLOCK_MONOTONIC
-(probes/profile_run.py), the clock of the capture's and the bench's traces. The client read both clocks together
-when it sent `/start_profile` and `/stop_profile` (`profile-run.json`: `mono_s` and `wall`); their difference
+(probes/senders/profiler_run.py), the clock of the capture's and the bench's traces. The client read both clocks
+together when it sent `/start_profile` and `/stop_profile` (`profile-run.json`: `mono_s` and `wall`); their difference
 moves the profiler's events onto CLOCK_MONOTONIC. Both clocks are the host's (containers share them), so the only
 error is the step between the two reads and any wall-clock step (NTP) during the profile, which the two pairs
 bound: `otherData.clock_alignment` gives the offset taken and how far the two pairs disagree.

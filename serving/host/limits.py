@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from probes.procfs import parse_limits
+from probes.readers.procfs import parse_limits
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 # /proc/<pid>/limits row names, by the ulimit names Docker uses.
@@ -30,7 +30,7 @@ def docker_size_bytes(text: str) -> int:
 
 
 def parse_proc_limits(text: str) -> dict[str, tuple[int, int]]:
-    """{row name: (soft, hard)}, 'unlimited' as UNLIMITED (probes/procfs.py parses the format); {} for no
+    """{row name: (soft, hard)}, 'unlimited' as UNLIMITED (probes/readers/procfs.py parses the format); {} for no
     reading or one that is not /proc/<pid>/limits."""
     try:
         rows = parse_limits(text)

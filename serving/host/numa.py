@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.procs import worker_rank
+from probes.readers.procs import worker_rank
 from serving.errors import InputError
 
 SCHEMA_VERSION = 1

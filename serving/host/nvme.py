@@ -5,7 +5,7 @@ The host produces raw readings with standard tools; this module interprets them:
 - `lsblk -J -o NAME,PKNAME,TYPE,TRAN,MODEL`: which disk a partition belongs to and how it is attached;
 - `nvme smart-log -o json /dev/nvmeN`: the drive's own health (NVMe SMART / Health Information log).
 
-The I/O gate itself (fio QD1/QD64 against per-class thresholds) is probes/io.py; a slow drive shows there,
+The I/O gate itself (fio QD1/QD64 against per-class thresholds) is probes/io/probe.py; a slow drive shows there,
 a dying one here. Each problem is one line that says what to do.
 """
 

@@ -79,7 +79,8 @@ class ImagePlan:
     labels: dict[str, str] = field(default_factory=dict)
     # The same, as `docker build` flags (what the images role passes).
     docker_build_flags: list[str] = field(default_factory=list)
-    # The probe image (images/probes + the probes package) on the same base.
+    # The probe image (images/probes + the probes package) on the same base. The package's files are paths under the
+    # checkout (probes/readers/nvml.py), so the images role copies each to the same path in the build context.
     probes_tag: str = ""
     probes_inputs_sha256: str = ""
     probes_package_files: list[str] = field(default_factory=list)
@@ -90,12 +91,16 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _hash_files(paths: list[Path], extra: list[str]) -> str:
+def _hash_files(paths: list[Path], extra: list[str], root: Path | None = None) -> str:
+    """sha256 over the extras, then each file's name and content hash. A file is named by its path under root where
+    root is given (a package of sub-packages: the same name in two places, and a module moved, change the hash), else
+    by its file name (the base and runtime images' inputs, whose tags must not move)."""
     digest = hashlib.sha256()
     for item in extra:
         digest.update(item.encode() + b"\0")
     for path in paths:
-        digest.update(path.name.encode() + b"\0")
+        name = path.relative_to(root).as_posix() if root is not None else path.name
+        digest.update(name.encode() + b"\0")
         digest.update(_sha256_bytes(path.read_bytes()).encode() + b"\n")
     return digest.hexdigest()
 
@@ -136,20 +141,23 @@ def _source_date(paths: list[Path]) -> str:
 
 
 def _probes_image(images_dir: Path, base_tag: str, base_inputs: list[Path]) -> tuple[str, list[Path], list[str]]:
-    """The probe image's inputs hash, the probes package files in it and its `docker build` flags.
+    """The probe image's inputs hash, the probes package files in it (paths under the checkout: probes/base/bounded.py)
+    and its `docker build` flags.
 
-    It is built on the same base as the runtime, so the base's tag is one of its inputs.
+    It is built on the same base as the runtime, so the base's tag is one of its inputs. The package is every module
+    of probes/ and its sub-packages, each hashed under its path in the package.
     """
-    package = sorted((images_dir.parent / "probes").glob("*.py"))
+    root = images_dir.parent
+    package = sorted((root / "probes").rglob("*.py"))
     probes_inputs = [images_dir / "probes" / "Dockerfile", *package]
-    probes_sha = _hash_files(probes_inputs, [base_tag])
+    probes_sha = _hash_files(probes_inputs, [base_tag], root=root)
     probes_labels = {
         "org.opencontainers.image.revision": probes_sha,
         "org.opencontainers.image.created": _source_date([*base_inputs, *probes_inputs]),
         "org.opencontainers.image.base.name": base_tag,
     }
     flags = [f"--build-arg=BASE_IMAGE={base_tag}"] + [f"--label={k}={v}" for k, v in sorted(probes_labels.items())]
-    return probes_sha, package, flags
+    return probes_sha, [p.relative_to(root) for p in package], flags
 
 
 def plan_images(

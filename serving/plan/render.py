@@ -274,7 +274,7 @@ def render_sidecar_spec(
     spec: dict[str, Any] = {
         "name": f"{name}-samplers",
         "image": probes_image,
-        "command": ["python3", "-m", "probes.samplers", "--sidecar", "--out", "/out",
+        "command": ["python3", "-m", "probes.readers.samplers", "--sidecar", "--out", "/out",
                     "--only", ",".join(p.sidecar_samplers), "--max-bytes", str(p.sidecar_max_bytes)],
         "pid_mode": f"container:{name}",
         "network_mode": "none",

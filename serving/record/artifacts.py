@@ -171,7 +171,7 @@ def sources(root: Path) -> list[Path]:
     """The files code_names reads, sorted."""
     py = [
         *sorted(p for p in (root / "serving").rglob("*.py") if p.name != "artifacts.py"),  # not its own lists
-        *sorted((root / "probes").glob("*.py")),
+        *sorted((root / "probes").rglob("*.py")),
         *sorted((root / "images" / "vllm").glob("*.py")),
         *sorted((root / "ansible" / "action_plugins").glob("*.py")),
     ]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from probes.metrics import info_labels
+from probes.readers.metrics import info_labels
 from serving.config.profile import Model, VllmArgs
 from serving.errors import InputError
 from serving.plan.served import tokenizer_path

@@ -146,7 +146,7 @@ def write_window(
 ) -> dict[str, Any]:
     """DIRECTORY/memory-phases.json: every memory row read from the end of the engine's log, and each rank's
     memory at decode in `span` (CLOCK_MONOTONIC; None: the window is unknown, no row is kept); what was kept."""
-    from probes.summary import write_atomic
+    from probes.capture.summary import write_atomic
 
     rows = parse(log_lines)
     kept = decode_in_window(rows, *span) if span else {"source": SOURCE, "ranks": {}}
@@ -158,7 +158,7 @@ def write_window(
 def write_capture_memory(bundle: Path, log_lines: list[str]) -> list[str]:
     """A capture bundle's memory-phases.json, over the capture's window (timeline.json's, on CLOCK_MONOTONIC);
     the report lines."""
-    from probes.report_input import finite, load_timeline
+    from probes.capture.report_input import finite, load_timeline
 
     window = load_timeline(bundle / "timeline.json").get("window") or {}
     t0, t1 = finite(window.get("start_mono_s")), finite(window.get("end_mono_s"))

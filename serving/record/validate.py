@@ -1,7 +1,7 @@
 """`make validate A=<profile> B=<profile>`: does B compute what A computes, through the real endpoint? (seed 000
 §13: the patch series kept prompt-logprob differences old-vs-new at 0.001995 against old-vs-old's 0.002010.)
 
-ansible/validate.yml deploys A, reads the fixed requests (probes/correctness.py), deploys B and reads them, then
+ansible/validate.yml deploys A, reads the fixed requests (probes/senders/correctness.py), deploys B and reads them, then
 deploys A again, which starts a new container (a restart), and reads them a third time. This module sets B against
 A beside A against itself across that restart, request by request:
 

@@ -110,7 +110,7 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("plan.*images.constraints_file", INFORMATIONAL, "a path in the controller's checkout; its content is hashed"),
     ("plan.*images.patches.*.path", INFORMATIONAL, "a path in the controller's checkout; its sha256 is compared"),
-    ("plan.*images.probes_package_files", INFORMATIONAL, "paths in the controller's checkout; hashed in the tag"),
+    ("plan.*images.probes_package_files", INFORMATIONAL, "paths in the checkout; hashed in the tag"),
     ("rendered_spec.path", INFORMATIONAL, "where the spec is written; its sha256 is compared"),
     ("gpu.gpus.*.uuid", INFORMATIONAL, "each GPU's serial identity"),
     ("gpu.host_settings", INFORMATIONAL, "what that deploy's host roles changed; verify changes nothing"),

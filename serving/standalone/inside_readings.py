@@ -42,7 +42,7 @@ def anon_node_bytes(numa_maps: str | None) -> dict[str, int] | None:
     counts of the anonymous mappings (anon=, no file=: heap, stacks, the allocators' arenas, the weights), in
     each mapping's page size. File-backed mappings are left out, their copied-on-write pages too (numa_maps
     gives a mapping's nodes for all its pages, not for its anonymous ones): a shared library's pages sit where
-    the page cache first put them, whatever the binding. The general parser is probes/procfs.py parse_numa_maps;
+    the page cache first put them, whatever the binding. The general parser is probes/readers/procfs.py parse_numa_maps;
     this file runs alone inside the container, so it carries its own few lines (tests/unit/host/test_numa.py holds the
     two to the same sums)."""
     if numa_maps is None:

@@ -35,7 +35,10 @@ TEST = [
     ("node", "nodejs"),  # Perfetto's trace processor (WebAssembly), which reads the capture's trace.json
     ("ssh", "openssh-client"),  # the SSH test hosts
     ("ssh-keygen", "openssh-client"),
-    ("perf", "linux-perf"),  # probes.kernel's perf record against a real process (tests/unit/probes/test_kernel.py)
+    (
+        "perf",
+        "linux-perf",
+    ),  # probes.readers.kernel's perf record against a real process (tests/unit/probes/test_kernel.py)
 ]
 TARGETS = ("venv", "unit", "test")
 APT_TIMEOUT_S = 1200

@@ -12,8 +12,8 @@ PY
 
 sampled_under_load() {  # into $1: nvidia-smi's -lms 200 stream and NVML at 200 ms, beside load.py's phases
   local out=$1 smi nvml
-  timeout 40 nvidia-smi --query-gpu="$(fields probes/samplers.py NVIDIA_SMI_FIELDS)" --format=csv,noheader,nounits \
-    -lms 200 >"$out/nvidia-smi-sampled.csv" 2>&1 &
+  timeout 40 nvidia-smi --query-gpu="$(fields probes/readers/samplers.py NVIDIA_SMI_FIELDS)" \
+    --format=csv,noheader,nounits -lms 200 >"$out/nvidia-smi-sampled.csv" 2>&1 &
   smi=$!
   timeout 60 python3 tests/device/nvml_record.py --seconds 24 --interval 0.2 --out "$out/nvml-samples.jsonl" \
     2>"$out/nvml-record.stderr" &

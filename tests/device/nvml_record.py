@@ -137,7 +137,7 @@ def main() -> None:
                 try:
                     d = N.nvmlEventSetWait_v2(evset, 1)
                     # nvmlEventData_t has no gpuId (the first version read one): the device's index, and the
-                    # number of samples per GPU taken before it arrived, for the replay (probes/nvml_replay.py).
+                    # number of samples per GPU taken before it arrived, for the replay (probes/readers/nvml_replay.py).
                     events.append(
                         {
                             "eventType": d.eventType,

@@ -13,7 +13,7 @@ step() { echo "== $(date -u +%T) $*"; }
 . tests/device/lib.sh
 Q=$(fields serving/host/gpu_facts.py QUERY_GPU_FIELDS)
 S=$(fields serving/host/host_tuning.py SETTINGS_FIELDS)
-F=$(fields probes/samplers.py NVIDIA_SMI_FIELDS)
+F=$(fields probes/readers/samplers.py NVIDIA_SMI_FIELDS)
 
 step host
 date -u +%FT%TZ >"$R/date.txt"

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from probes import nvml, samplers
+from probes.readers import nvml, samplers
 from serving.bench import compare
 from serving.bench import protocol as bench
 from serving.config import workload

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from probes import samplers
+from probes.readers import samplers
 from serving.evidence.plots import PANEL_COLOURS
 from tests.helpers.machine import perf_refused_here
 from tests.helpers.perfetto import TraceProcessor, require_node

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.metrics import (
+from probes.readers.metrics import (
     GENERATION_TOKENS,
     REQUEST_SUCCESS,
     counter_by_label,

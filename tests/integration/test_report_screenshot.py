@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from probes.report_input import PANEL_KEYS
+from probes.capture.report_input import PANEL_KEYS
 from serving.evidence.capture_report import render_html
 from serving.evidence.plots import PANEL_COLOURS
 from tests.helpers.screenshots import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from probes import samplers
+from probes.readers import samplers
 from tests.helpers.perfetto import TraceProcessor
 from tests.integration.conftest import (
     CONTAINER,

@@ -1,5 +1,5 @@
 """A bench point whose runs saw an Xid or PCIe replays is flagged in the bench report (report.txt and summary.json)
-in the capture's words (probes/nvml_log.py judge_health) and its figures are marked; the llm-d Benchmark Report
+in the capture's words (probes/readers/nvml_log.py judge_health) and its figures are marked; the llm-d Benchmark Report
 documents carry the point's NVML power as the schema's power_consumption, or say why they cannot.
 
 NVML's answers are the H200's RECORDED stream (tests/fixtures/recorded-h200/nvml-samples.jsonl) through the replay
@@ -23,7 +23,7 @@ import pytest
 import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV02
 
-from probes import nvml, nvml_log, samplers
+from probes.readers import nvml, nvml_log, samplers
 from serving.bench import br_export
 from serving.bench import report as bench_report
 from tests.helpers.bench_dirs import RECORDED, SCHEMA, bench_dir, flag, recorded_energy_mj, sidecar_nvml_log

@@ -1,5 +1,5 @@
 """What a long command is doing, read from its output (serving/bridge/progress.py), and the progress lines the
-product's own commands write (probes/progress.py, images/vllm/bench_client.py)."""
+product's own commands write (probes/base/progress.py, images/vllm/bench_client.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from probes import progress as probe_progress
+from probes.base import progress as probe_progress
 from serving.bridge import progress
 from tests.helpers.image_scripts import image_script
 

@@ -1,5 +1,5 @@
 """A window whose vLLM died or was replaced: the serving container before and after (serving.evidence.continuity), what
-a capture cut short leaves (probes.cutshort), the bounds on the probe containers and py-spy without pauses."""
+a capture cut short leaves (probes.capture.cutshort), the bounds on the probe containers and py-spy without pauses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from probes import cutshort, stacks
+from probes.capture import cutshort
+from probes.readers import stacks
 from serving.evidence.continuity import serving_change
 from serving.evidence.probe_plan import capture_timeout_s, probe_io_timeout_s
 
@@ -104,7 +105,7 @@ def test_a_cut_short_capture_without_its_start_file_names_parts_from_its_directo
 
 def test_probe_containers_are_bounded_by_their_own_work_and_a_margin() -> None:
     assert capture_timeout_s(20) == 320 and capture_timeout_s(20, 30) == 350
-    # probes.io bounds each fio run at runtime + 60 s: the container outlasts every depth's own bound.
+    # probes.io.probe bounds each fio run at runtime + 60 s: the container outlasts every depth's own bound.
     assert probe_io_timeout_s(10, 2) == 2 * 70 + 60
 
 

@@ -23,7 +23,7 @@ def test_probe_io_argv_mounts_data_read_only_at_host_paths() -> None:
     ]  # fmt: skip
     assert "/var/lib/refdeploy/models:/var/lib/refdeploy/models:ro" in argv
     i = argv.index("refdeploy/probes:abc")
-    assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.io"]
+    assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.io.probe"]
     assert argv[-2:] == ["--min-iops=64:20000", "--max-ms=64:200"]
     assert argv.count("--depth") == 2
 
@@ -92,7 +92,7 @@ def test_capture_joins_the_serving_namespaces_with_least_capabilities() -> None:
     assert "/sys/fs/cgroup:/host/sys/fs/cgroup:ro" in argv
     assert "/var/lib/refdeploy/models/tiny-llama:/var/lib/refdeploy/models/tiny-llama:ro" in argv
     i = argv.index("refdeploy/probes:abc")
-    assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.capture"]
+    assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.capture.bundle"]
     assert argv[argv.index("--only") + 1] == "samplers,metrics,stacks"
     assert argv[argv.index("--metrics-url") + 1] == "http://127.0.0.1:8000/metrics"
 
@@ -133,7 +133,7 @@ def test_every_list_of_capture_parts_is_the_one_in_probes_parts() -> None:
 
     import yaml
 
-    from probes import parts
+    from probes.capture import parts
 
     repo = Path(__file__).resolve().parents[3]
     assert tuple(parts.PART_DIRS) == parts.PARTS and set(parts.DEFAULT_PARTS) <= set(parts.PARTS)
@@ -141,4 +141,4 @@ def test_every_list_of_capture_parts_is_the_one_in_probes_parts() -> None:
     assert specs["capture"]["options"]["probes_capture_probe"]["choices"] == ["capture", *parts.PARTS]
     makefile = (repo / "Makefile").read_text()
     m = re.search(r"PROBE=io\|([a-z|]+)", makefile)
-    assert m and m.group(1).split("|") == list(parts.PARTS), "make help lists other probes than probes/parts.py"
+    assert m and m.group(1).split("|") == list(parts.PARTS), "make help lists other probes than probes/capture/parts.py"

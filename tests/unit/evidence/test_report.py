@@ -1,5 +1,6 @@
 """The evidence bundle's timeline report: the HTML page and its plots (serving/evidence/capture_report.py,
-serving/evidence/plots.py), the summary text (probes/summary.py), input checks (probes/report_input.py), CLI.
+serving/evidence/plots.py), the summary text (probes/capture/summary.py), input checks
+(probes/capture/report_input.py), CLI.
 
 Each panel's SVG (matplotlib's) is cut out of the page and parsed as XML, so the assertions are on what a browser
 would draw: a line's path points in pixels, its style's colours, the text elements. serving/evidence/plots.py names the
@@ -17,8 +18,14 @@ from typing import Any
 
 import pytest
 
-from probes.report_input import OPTIONAL_PANEL_KEYS, PANEL_KEYS, ReportInputError, load_timeline, validate_timeline
-from probes.summary import render_summary, write_summary
+from probes.capture.report_input import (
+    OPTIONAL_PANEL_KEYS,
+    PANEL_KEYS,
+    ReportInputError,
+    load_timeline,
+    validate_timeline,
+)
+from probes.capture.summary import render_summary, write_summary
 from serving.evidence.capture_report import main, render_html, write_report
 from serving.evidence.plots import PANEL_COLOURS, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP
 

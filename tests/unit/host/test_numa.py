@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.procfs import parse_numa_maps
-from probes.procs import worker_label, worker_rank
+from probes.readers.procfs import parse_numa_maps
+from probes.readers.procs import worker_label, worker_rank
 from serving.host.gpu_facts import parse_query_gpu
 from serving.host.numa import (
     NumaError,

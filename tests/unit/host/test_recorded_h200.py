@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from probes import samplers
+from probes.readers import samplers
 from serving.config.alloc_conf import REGISTERED_PATH, TORCH_PATH, parse_alloc_conf, pinned_allocation_bytes
 from serving.host import gpu_facts, host_tuning
 from serving.record import memory_phases

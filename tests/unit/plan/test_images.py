@@ -86,8 +86,21 @@ def test_probe_image_tag_follows_the_probes_package_not_the_vllm_patches(images_
     patch = next((images_copy / "vllm/patches").glob("*.patch"))
     patch.write_text(patch.read_text() + "\n")
     assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag == before.probes_tag
-    with (images_copy.parent / "probes" / "io.py").open("a") as fh:
+    with (images_copy.parent / "probes" / "io" / "probe.py").open("a") as fh:
         fh.write("\n")
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag != before.probes_tag
+
+
+def test_probe_image_carries_and_hashes_the_sub_packages_by_path(images_copy: Path) -> None:
+    before = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    # Paths under the checkout, which the images role copies to the same path in the build context.
+    assert {"probes/__init__.py", "probes/readers/__init__.py", "probes/readers/nvml.py"} <= set(
+        before.probes_package_files
+    )
+    assert all(not Path(f).is_absolute() for f in before.probes_package_files)
+    # A module moved to another sub-package, content unchanged, is another image: its import path changed.
+    pkg = images_copy.parent / "probes"
+    (pkg / "io" / "fio.py").rename(pkg / "base" / "fio.py")
     assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag != before.probes_tag
 
 

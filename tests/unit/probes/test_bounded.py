@@ -1,10 +1,10 @@
-"""probes.bounded.run_bounded: a child that outlives its bound is terminated, and killed if it ignores SIGTERM."""
+"""probes.base.bounded.run_bounded: a child that outlives its bound is terminated, and killed if it ignores SIGTERM."""
 
 from __future__ import annotations
 
 import time
 
-from probes.bounded import run_bounded
+from probes.base.bounded import run_bounded
 
 
 def test_run_bounded_terminates_after_the_timeout() -> None:

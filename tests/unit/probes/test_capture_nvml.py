@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from probes import capture, nvml, nvml_log
+from probes.capture import bundle as capture
+from probes.readers import nvml, nvml_log
 from serving.evidence import capture_report
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
@@ -40,7 +41,10 @@ def test_a_capture_flags_a_replayed_xid_and_pcie_replays(tmp_path: Path, monkeyp
     labels = [e["label"] for e in timeline["events"]]
     assert "Xid 79 on GPU 0 (replayed)" in labels and "PCIe replays +3 on GPU 0" in labels
     notes = timeline["notes"]
-    assert "GPU readings: REPLAYED NVML values (the test seam, probes/nvml_replay.py), not this host's GPUs" in notes
+    assert (
+        "GPU readings: REPLAYED NVML values (the test seam, probes/readers/nvml_replay.py), not this host's GPUs"
+        in notes
+    )
     xid_flag = next(n for n in notes if n.startswith("FLAG GPU 0: Xid 79 (GPU has fallen off the bus) at "))
     assert xid_flag.endswith(
         "read the host's kernel log (dmesg | grep -i xid) and NVIDIA's Xid catalog for the action it asks"

@@ -1,4 +1,4 @@
-"""Deltas between two cgroup snapshots (probes/cgroup_delta.py): throttling, OOM kills, pressure stalls,
+"""Deltas between two cgroup snapshots (probes/readers/cgroup_delta.py): throttling, OOM kills, pressure stalls,
 a changed level set and counter resets."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from probes.cgroup_delta import cgroup_delta
-from probes.cgroups import cgroup_snapshot
-from probes.hoststate import format_summary, snapshot
-from probes.timeline import cgroup_notes
+from probes.capture.timeline import cgroup_notes
+from probes.readers.cgroup_delta import cgroup_delta
+from probes.readers.cgroups import cgroup_snapshot
+from probes.readers.hoststate import format_summary, snapshot
 from tests.helpers.cgroup_trees import (
     CID,
     NEW_CID,
@@ -165,7 +165,7 @@ def test_a_throttled_ancestor_slice_is_named_where_the_containers_own_level_read
 
 
 def test_the_bench_report_names_a_throttled_ancestor_slice_over_the_bench(tmp_path: Path) -> None:
-    # The bench reads the server's cgroups before and after it with `python -m probes.cgroups` in a probe
+    # The bench reads the server's cgroups before and after it with `python -m probes.readers.cgroups` in a probe
     # container (serving/bench/protocol.py cgroup_argv); its JSON goes through the report as the role passes it.
     import subprocess
     import sys
@@ -180,7 +180,7 @@ def test_the_bench_report_names_a_throttled_ancestor_slice_over_the_bench(tmp_pa
         argv = [
             sys.executable,
             "-m",
-            "probes.cgroups",
+            "probes.readers.cgroups",
             "--pid",
             "1",
             "--proc-root",

@@ -1,4 +1,4 @@
-"""cgroup v1/v2 snapshots (probes/cgroups.py): /proc/<pid>/cgroup, pressure lines, and every level of the
+"""cgroup v1/v2 snapshots (probes/readers/cgroups.py): /proc/<pid>/cgroup, pressure lines, and every level of the
 trees built by tests/helpers/cgroup_trees.py, innermost first."""
 
 from __future__ import annotations
@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from probes import cgroups
-from probes.cgroups import Limit, cgroup_ancestors, cgroup_snapshot, parse_pressure, parse_proc_cgroup, v1_mount_dir
+from probes.readers import cgroups
+from probes.readers.cgroups import (
+    Limit,
+    cgroup_ancestors,
+    cgroup_snapshot,
+    parse_pressure,
+    parse_proc_cgroup,
+    v1_mount_dir,
+)
 from tests.helpers.cgroup_trees import CID, V2_SCOPE, build_proc, build_v1, build_v2, cgroup_lines_v1, write
 
 # --- parsers ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The fio command the I/O probe builds and how it reads fio's answer (probes/fio.py): argv, parsing of real fio 3.33
+"""The fio command the I/O probe builds and how it reads fio's answer (probes/io/fio.py): argv, parsing of real fio 3.33
 output, judging against thresholds.
 
 Parse and judge tests read outputs captured on this machine (tests/fixtures/fio-3.33/README.md); nothing runs fio.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.fio import (
+from probes.io.fio import (
     FioParseError,
     FioResult,
     ProbeInputError,

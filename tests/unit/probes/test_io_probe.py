@@ -1,4 +1,4 @@
-"""The fio random-read probe (probes/io.py): refusals, fio absent, real runs, summaries, the target's identity.
+"""The fio random-read probe (probes/io/probe.py): refusals, fio absent, real runs, summaries, the target's identity.
 
 fio's argv, parsing and judging are in test_fio.py, run_bounded in test_bounded.py. Summary tests read outputs
 captured on this machine (tests/fixtures/fio-3.33/README.md). The tests that run the real fio read a small temp
@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from probes import io as probe
-from probes import target as probe_target
-from probes.fio import (
+from probes.io import probe
+from probes.io import target as probe_target
+from probes.io.fio import (
     FioResult,
     ProbeInputError,
     Thresholds,
@@ -30,7 +30,7 @@ from probes.fio import (
     judge,
     parse_fio_json,
 )
-from probes.io import FIO_NOT_INSTALLED, IoProbeResult, check_target, format_summary, main, run_io_probe
+from probes.io.probe import FIO_NOT_INSTALLED, IoProbeResult, check_target, format_summary, main, run_io_probe
 
 FIO_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "fio-3.33"
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed: apt-get install fio")
@@ -217,7 +217,7 @@ def test_cli_bad_input_is_one_line_on_stderr_and_exit_2(
     assert rc == 2
     assert out == ""
     assert err.count("\n") == 1
-    assert err.startswith("python -m probes.io: target ") and "does not exist" in err
+    assert err.startswith("python -m probes.io.probe: target ") and "does not exist" in err
     assert not (tmp_path / "o").exists()
 
 

@@ -1,4 +1,4 @@
-"""probes.kernel's perf record against a real busy process, and how the capture words a perf that began late."""
+"""probes.readers.kernel's perf record against a real busy process, and how the capture words a perf that began late."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from probes import kernel, timeline
-from probes.procs import VllmProcess
+from probes.capture import timeline
+from probes.readers import kernel
+from probes.readers.procs import VllmProcess
 from tests.helpers.machine import perf_refused_here
 
 BUSY = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"

@@ -1,4 +1,4 @@
-"""The capture's client (probes/load.py): what it sends, and the figures and series it makes of what came back.
+"""The capture's client (probes/senders/load.py): what it sends, and the figures and series it makes of what came back.
 
 Sending to a real server is tested against the real CPU deployment (tests/integration/test_probes_capture.py,
 `make capture WORKLOAD=smoke`); here, the parts that decide.
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from probes import capture, load
+from probes.capture import bundle as capture
+from probes.senders import load
 
 
 def _spec(**kw: object) -> load.LoadSpec:

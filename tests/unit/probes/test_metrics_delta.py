@@ -1,4 +1,4 @@
-"""Snapshots of vLLM's /metrics and what happened between two of them (probes/metrics.py)."""
+"""Snapshots of vLLM's /metrics and what happened between two of them (probes/readers/metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.metrics import (
+from probes.capture.timeline import kv_cache_figures, kv_cache_series, preemption_events
+from probes.readers.metrics import (
     GENERATION_TOKENS,
     PROMPT_TOKENS,
     REQUEST_SUCCESS,
@@ -28,7 +29,6 @@ from probes.metrics import (
     summarize,
     to_json,
 )
-from probes.timeline import kv_cache_figures, kv_cache_series, preemption_events
 
 FIXTURE = "metrics-after-1-request.txt"
 TTFT = "vllm:time_to_first_token_seconds"

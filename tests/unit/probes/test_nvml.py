@@ -1,6 +1,6 @@
-"""The GPU sampler's NVML reader (probes/nvml.py) on NVML values RECORDED on a real H200, through the replay seam.
+"""The GPU sampler's NVML reader (probes/readers/nvml.py) on NVML values RECORDED on a real H200, through the seam.
 
-The seam (probes/nvml_replay.py) stands in for pynvml and answers each call with what that call returned on the
+The seam (probes/readers/nvml_replay.py) stands in for pynvml and answers each call with what that call returned on the
 H200 (tests/fixtures/recorded-h200/nvml-samples.jsonl, tests/device/nvml_record.py); what the recording lacks (an
 XID event, PCIe replays, an unsupported call) comes from the CONSTRUCTED files of tests/fixtures/nvml-constructed.
 The reader under test is the one that runs on a GPU host: only the module it calls is replaced."""
@@ -18,9 +18,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from probes import nvml, nvml_log, samplers
-from probes.nvml_replay import EventData, Memory, ReplayNvml, Utilization
-from probes.samplers import Line
+from probes.readers import nvml, nvml_log, samplers
+from probes.readers.nvml_replay import EventData, Memory, ReplayNvml, Utilization
+from probes.readers.samplers import Line
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 RECORDED = FIX / "recorded-h200" / "nvml-samples.jsonl"

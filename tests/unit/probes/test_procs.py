@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from probes import procs
+from probes.readers import procs
 
 
 @pytest.mark.parametrize(

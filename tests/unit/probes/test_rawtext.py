@@ -1,8 +1,8 @@
-"""Raw texts kept beside the parsed readings (probes/rawtext.py): bounded in size, marked when cut."""
+"""Raw texts kept beside the parsed readings (probes/base/rawtext.py): bounded in size, marked when cut."""
 
 from __future__ import annotations
 
-from probes.rawtext import RAW_LIMIT_BYTES, TRUNCATED_MARKER, bound_raw
+from probes.base.rawtext import RAW_LIMIT_BYTES, TRUNCATED_MARKER, bound_raw
 
 
 def test_raw_text_over_one_mib_is_truncated_with_a_marker() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from probes import nvml, samplers
-from probes.samplers import Line
+from probes.readers import nvml, samplers
+from probes.readers.samplers import Line
 
 FIX = Path(__file__).parent.parent.parent / "fixtures"
 SYSSTAT = FIX / "sysstat-12.6"
@@ -173,7 +173,7 @@ def test_cli_without_vllm_is_bad_input(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "probes.samplers",
+            "probes.readers.samplers",
             "--out",
             str(tmp_path / "o"),
             "--seconds",
@@ -208,7 +208,7 @@ def test_sidecar_starts_its_logs_afresh_and_stops_on_sigterm(tmp_path: Path) -> 
     out.mkdir()
     (out / "vmstat.log").write_text("1.0\tthen\tlines of the previous serving container\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "probes.samplers", "--out", str(out), "--sidecar", "--only", "vmstat",
+        [sys.executable, "-m", "probes.readers.samplers", "--out", str(out), "--sidecar", "--only", "vmstat",
          "--proc-root", str(fake_proc)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -1,6 +1,6 @@
-"""The GPU sampler's choice (NVML, else nvidia-smi) and the NVML reader as a sampler of probes/samplers.py, run for
-real in this process and as the sidecar's CLI, on the H200's RECORDED NVML values through the replay seam that the
-tests select with REFDEPLOY_NVML_REPLAY (probes/nvml_replay.py)."""
+"""The GPU sampler's choice (NVML, else nvidia-smi) and the NVML reader as a sampler of probes/readers/samplers.py, run
+for real in this process and as the sidecar's CLI, on the H200's RECORDED NVML values through the replay seam that the
+tests select with REFDEPLOY_NVML_REPLAY (probes/readers/nvml_replay.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from probes import nvml, nvml_log, samplers
+from probes.readers import nvml, nvml_log, samplers
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 RECORDED = FIX / "recorded-h200" / "nvml-samples.jsonl"
@@ -84,8 +84,8 @@ def _fake_vllm(tmp_path: Path) -> Path:
 
 def test_the_cli_samples_nvml_through_the_replay_the_environment_names(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "probes.samplers", "--out", str(out), "--seconds", "1.5", "--only", "nvidia-smi",
-            "--proc-root", str(_fake_vllm(tmp_path))]  # fmt: skip
+    argv = [sys.executable, "-m", "probes.readers.samplers", "--out", str(out), "--seconds", "1.5",
+            "--only", "nvidia-smi", "--proc-root", str(_fake_vllm(tmp_path))]  # fmt: skip
     cp = subprocess.run(argv, capture_output=True, text=True, check=False, env={**os.environ, **REPLAY}, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert f"(via {LABEL})" in cp.stdout
@@ -96,7 +96,7 @@ def test_the_cli_samples_nvml_through_the_replay_the_environment_names(tmp_path:
 
 
 def test_a_replay_env_naming_no_file_stops_the_cli_with_one_line(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "probes.samplers", "--out", str(tmp_path / "o"), "--seconds", "1", "--only",
+    argv = [sys.executable, "-m", "probes.readers.samplers", "--out", str(tmp_path / "o"), "--seconds", "1", "--only",
             "nvidia-smi", "--proc-root", str(_fake_vllm(tmp_path))]  # fmt: skip
     env = {**os.environ, nvml.REPLAY_ENV: str(tmp_path / "missing.jsonl")}
     cp = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=60)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from probes import kernel, stacks
+from probes.readers import kernel, stacks
 
 FIX = Path(__file__).parent.parent.parent / "fixtures"
 
@@ -68,7 +68,7 @@ def test_perf_sample_count_header() -> None:
 def test_wchan_sampling_of_this_process(tmp_path: Path) -> None:
     import os
 
-    from probes.procs import VllmProcess
+    from probes.readers.procs import VllmProcess
 
     me = VllmProcess(os.getpid(), "api_server", "pytest", "pytest")
     started = time.monotonic()
@@ -85,7 +85,7 @@ def test_wchan_sampling_of_this_process(tmp_path: Path) -> None:
     assert sorted(int(k.rsplit(" ", 1)[1]) for k in mine) == sorted(int(t.name) for t in tasks)
     for changes in mine.values():
         times = [t for t, _ in changes]
-        # Stamps are rounded to the millisecond (probes/kernel.py), and rounding keeps order.
+        # Stamps are rounded to the millisecond (probes/readers/kernel.py), and rounding keeps order.
         assert times == sorted(times) and round(started, 3) <= times[0] <= time.monotonic()
         assert all(a[1] != b[1] for a, b in itertools.pairwise(changes))  # changes only
         assert {w for _, w in changes} <= set(res.counts[key])

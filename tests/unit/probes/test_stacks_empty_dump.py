@@ -1,5 +1,6 @@
 """A py-spy dump that exits 0 and prints nothing is tried once more, then failed, never recorded as successful
-(probes/stacks.py dump_once; seen once in a CI-like run under load). py-spy is a stand-in script on PATH here."""
+(probes/readers/stacks.py dump_once; seen once in a CI-like run under load). py-spy is a stand-in script on
+PATH here."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from probes import stacks
-from probes.procs import VllmProcess
+from probes.readers import stacks
+from probes.readers.procs import VllmProcess
 
 
 def test_an_empty_dump_is_retried_and_then_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

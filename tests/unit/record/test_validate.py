@@ -1,5 +1,5 @@
 """serving/record/validate.py: B against A beside A against A across a restart, on a real reading of the fixed requests
-(tests/fixtures/validate/correctness-cpu-tiny.json: probes/correctness.py --long 64 --max-tokens 8 --top-k 3
+(tests/fixtures/validate/correctness-cpu-tiny.json: probes/senders/correctness.py --long 64 --max-tokens 8 --top-k 3
 against cpu-tiny on this machine), perturbed to make the differences known. The probe's own request set and
 response reduction are tested beside it."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from probes import correctness
+from probes.senders import correctness
 from serving.record import validate
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "validate" / "correctness-cpu-tiny.json"

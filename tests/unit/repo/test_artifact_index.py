@@ -24,8 +24,8 @@ def test_the_index_lists_every_artifact_the_code_writes_and_no_other() -> None:
 def test_the_code_is_read_where_it_writes() -> None:
     names = artifacts.code_names(REPO)
     # A constant, an f-string through a name assigned in its function, and a role's YAML, each with its writer.
-    assert "probes/io.py" in names["exit_code.txt"]
-    assert names["dump-*-*-*.json"] == {"probes/stacks.py"}
+    assert "probes/io/probe.py" in names["exit_code.txt"]
+    assert names["dump-*-*-*.json"] == {"probes/readers/stacks.py"}
     assert "ansible/roles/bench/tasks/main.yml" in names["client-output.log"]
     assert len(artifacts.index_names(INDEX.read_text())) >= 80
 
@@ -37,7 +37,7 @@ def _tree(tmp_path: Path, extra_writer: str | None = None) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
     if extra_writer is not None:
-        target = tmp_path / "probes" / "cutshort.py"
+        target = tmp_path / "probes" / "capture" / "cutshort.py"
         target.write_text(target.read_text() + extra_writer)
     return tmp_path
 
@@ -45,9 +45,9 @@ def _tree(tmp_path: Path, extra_writer: str | None = None) -> Path:
 def test_a_new_unlisted_artifact_is_named(tmp_path: Path) -> None:
     writer = '\n\ndef write_new(out: str) -> None:\n    (Path(out) / "brand_new_artifact.json").write_text("{}")\n'
     found = artifacts.check(_tree(tmp_path, writer), INDEX)
-    assert found.unlisted == {"brand_new_artifact.json": {"probes/cutshort.py"}}
+    assert found.unlisted == {"brand_new_artifact.json": {"probes/capture/cutshort.py"}}
     assert found.stale == {} and found.stale_exclusions == []
-    assert found.lines() == ["written but not in the index: brand_new_artifact.json (in probes/cutshort.py)"]
+    assert found.lines() == ["written but not in the index: brand_new_artifact.json (in probes/capture/cutshort.py)"]
 
 
 def test_a_new_artifact_in_an_f_string_is_named_with_its_pattern(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_a_row_removed_from_the_index_is_named(tmp_path: Path) -> None:
     index.write_text("\n".join(line for line in INDEX.read_text().splitlines() if "`kernel/wchan.txt`" not in line))
     found = artifacts.check(REPO, index)
     assert set(found.unlisted) == {"wchan.txt"}
-    assert found.unlisted["wchan.txt"] >= {"probes/kernel.py"}
+    assert found.unlisted["wchan.txt"] >= {"probes/readers/kernel.py"}
 
 
 def test_names_are_compared_by_their_last_part_with_one_wildcard() -> None:

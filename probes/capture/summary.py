@@ -8,7 +8,8 @@ panel's status and per-series min/median/max, the notes, and where the raw artif
 image, at the end of the capture, and needs nothing beyond the standard library.
 
 The page, `timeline.html`, is drawn on the controller from the fetched bundle (serving/evidence/capture_report.py), with
-matplotlib, which the probe image does not carry. probes/report_input.py reads and checks timeline.json for both.
+matplotlib, which the probe image does not carry. probes/capture/report_input.py reads and checks timeline.json
+for both.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported (`X as X`): capture.py catches summary.ReportInputError.
-from probes.report_input import ReportInputError as ReportInputError
-from probes.report_input import as_text, load_timeline, panel_keys, panel_series, read_window, seconds_text
+from probes.capture.report_input import ReportInputError as ReportInputError
+from probes.capture.report_input import as_text, load_timeline, panel_keys, panel_series, read_window, seconds_text
 
 TIMELINE_FILE = "timeline.json"
 SUMMARY_FILE = "summary.txt"

@@ -1,11 +1,11 @@
 """The requests of `make profile`: `POST /start_profile`, a few requests of the workload, `POST /stop_profile`.
 
-Runs in the probe image inside vLLM's network namespace, as the capture's client does (probes/load.py), against
+Runs in the probe image inside vLLM's network namespace, as the capture's client does (probes/senders/load.py), against
 an engine the deploy started with vLLM's profiler configured (--profiler-config). vLLM writes every rank's trace
 when the profiler stops, which takes a while (seen here: 27 s on 2 busy cores for 3 requests), so the stop has
 its own, longer bound.
 
-  python -m probes.profile_run --spec-json JSON --requests N --out DIR [--stop-timeout-s 600]
+  python -m probes.senders.profiler_run --spec-json JSON --requests N --out DIR [--stop-timeout-s 600]
 
 Writes DIR/requests/ (as the capture does) and DIR/profile-run.json: when the profiler ran on CLOCK_MONOTONIC and
 UTC, the two calls' statuses, and the requests sent. Exit 0; 1 when a call or a request failed (the file says
@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from probes import load
+from probes.senders import load
 
 RUN_FILE = "profile-run.json"
 
@@ -71,8 +71,8 @@ def run(spec: load.LoadSpec, requests: int, out: Path, stop_timeout_s: float) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.profile_run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--spec-json", required=True, help="the workload's requests (probes/load.py LoadSpec)")
+    ap = argparse.ArgumentParser(prog="python -m probes.senders.profiler_run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spec-json", required=True, help="the workload's requests (probes/senders/load.py LoadSpec)")
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--stop-timeout-s", type=float, default=600.0)

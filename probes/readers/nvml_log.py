@@ -1,4 +1,4 @@
-"""nvml.log read back (probes/nvml.py writes it): its samples as samplers.GpuSample, its XID events and first
+"""nvml.log read back (probes/readers/nvml.py writes it): its samples as samplers.GpuSample, its XID events and first
 errors; a cumulative counter (the energy) between two times; and what a window's log flags (XID events, PCIe
 replay-counter rises). Also which GPU sampler log a samplers directory holds, NVML's or nvidia-smi's."""
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.nvml import LOG_FIELDS, LOG_NAME, SOURCE_NVML, SOURCE_REPLAYED
-from probes.samplers import GpuSample, Line, parse_nvidia_smi, read_log
+from probes.readers.nvml import LOG_FIELDS, LOG_NAME, SOURCE_NVML, SOURCE_REPLAYED
+from probes.readers.samplers import GpuSample, Line, parse_nvidia_smi, read_log
 
 # A counter reading is interpolated between two samples at most this far apart; wider, it is not read.
 MAX_COUNTER_GAP_S = 1.0

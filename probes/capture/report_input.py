@@ -3,7 +3,7 @@
 `validate_timeline` turns a timeline this report cannot draw into one line naming what is wrong
 (ReportInputError), before anything is written. The readers below it (`read_window`, `panel_series`, `as_text`)
 are lenient on purpose: the renderings also take a timeline nobody checked, and draw what they can of it
-rather than raise. The page (serving/evidence/capture_report.py) and the summary text (probes/summary.py)
+rather than raise. The page (serving/evidence/capture_report.py) and the summary text (probes/capture/summary.py)
 both read the timeline through them, so the two never disagree on what a series or the window is.
 """
 

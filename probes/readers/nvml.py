@@ -1,9 +1,9 @@
 """The GPU sampler's NVML reader: every GPU read through NVML (nvidia-ml-py's `pynvml`) in this process every 200 ms,
-and the XID events NVML delivers, as stamped lines of `samplers/nvml.log` (read back in probes/nvml_log.py).
+and the XID events NVML delivers, as stamped lines of `samplers/nvml.log` (read back in probes/readers/nvml_log.py).
 
-Where NVML cannot be opened (no driver library in the container, no pynvml in the image), probes/samplers.py runs
-`nvidia-smi -lms 200` instead, and the sampler's `via` says which ran and why. The replay seam
-(probes/nvml_replay.py, a stand-in for pynvml that returns what tests/device/nvml_record.py recorded on a real
+Where NVML cannot be opened (no driver library in the container, no pynvml in the image), probes/readers/samplers.py
+runs `nvidia-smi -lms 200` instead, and the sampler's `via` says which ran and why. The replay seam
+(probes/readers/nvml_replay.py, a stand-in for pynvml that returns what tests/device/nvml_record.py recorded on a real
 GPU) is opened only where the environment names a recording (REPLAY_ENV, which the tests set); every line it
 produces carries the source `replayed`.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Set by the tests (never by the product) to replay a recording instead of opening the driver: the recorded
-# file, then optionally, after a comma, a file of CONSTRUCTED additions (probes/nvml_replay.py).
+# file, then optionally, after a comma, a file of CONSTRUCTED additions (probes/readers/nvml_replay.py).
 REPLAY_ENV = "REFDEPLOY_NVML_REPLAY"
 LOG_NAME = "nvml.log"
 SOURCE_NVML, SOURCE_REPLAYED = "nvml", "replayed"
@@ -125,7 +125,7 @@ def open_api(environ: Mapping[str, str] | None = None) -> Opened | Unavailable:
     (ValueError, one line naming it)."""
     env = os.environ if environ is None else environ
     if env.get(REPLAY_ENV):
-        from probes.nvml_replay import ReplayNvml
+        from probes.readers.nvml_replay import ReplayNvml
 
         replay = ReplayNvml.from_env(env[REPLAY_ENV])
         return Opened(replay, replay.label, SOURCE_REPLAYED, replay.samples_recorded)

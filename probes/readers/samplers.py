@@ -9,10 +9,10 @@ sidecar, a log rotates to `<name>.log.1` at `max_bytes`, so each sampler keeps a
 
 pidstat watches only the vLLM processes and their threads: over all processes it perturbs vLLM on a
 small host (REFERENCE §1). The GPU sampler (`nvidia-smi` in profiles and --only, as before) reads NVML in this
-process (probes/nvml.py: nvml.log), else runs `nvidia-smi -lms 200` (nvidia-smi.log); its `via` in samplers.json
+process (probes/readers/nvml.py: nvml.log), else runs `nvidia-smi -lms 200` (nvidia-smi.log); its `via` in samplers.json
 says which and why. Where neither can run it is skipped, with both reasons.
 
-  python -m probes.samplers --out DIR [--seconds N | --sidecar] [--only vmstat,iostat,pidstat,nvidia-smi]
+  python -m probes.readers.samplers --out DIR [--seconds N | --sidecar] [--only vmstat,iostat,pidstat,nvidia-smi]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
-from probes import nvml, procs
+from probes.readers import nvml, procs
 
 SCHEMA_VERSION = 1
 SAMPLER_NAMES = ("vmstat", "iostat", "pidstat", "nvidia-smi")
@@ -535,7 +535,7 @@ def write_results(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.samplers", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probes.readers.samplers", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--seconds", type=float, help="sample for this long, then stop")

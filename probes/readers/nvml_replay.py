@@ -12,8 +12,8 @@ for what the recording lacks (a healthy GPU raised no XID event and resent no PC
       from sample N on, these calls of GPU I return these values instead of the recorded ones (the latest N wins);
       "errors": {"CALL": {"error": "NVMLError_NotSupported", "code": 3, "message": "Not Supported"}} raises instead
 
-It is opened only through probes.nvml.REPLAY_ENV ("RECORDED[,CONSTRUCTED]"), which the tests set; its label, and the
-source column of every nvml.log line the sampler writes from it, say REPLAYED.
+It is opened only through probes.readers.nvml.REPLAY_ENV ("RECORDED[,CONSTRUCTED]"), which the tests set; its label, and
+the source column of every nvml.log line the sampler writes from it, say REPLAYED.
 """
 
 from __future__ import annotations

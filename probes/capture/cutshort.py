@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes.parts import PART_DIRS
+from probes.capture.parts import PART_DIRS
 
 SCHEMA_VERSION = 1
 STARTED = "capture-started.json"

@@ -1,4 +1,4 @@
-"""One capture's steps, in the order probes/capture.py runs them (`Capture`): the state before, the window (the
+"""One capture's steps, in the order probes/capture/bundle.py runs them (`Capture`): the state before, the window (the
 samplers, a /metrics scrape every second, and the parts that run in threads beside the stack dumps), what each part
 reported, the state after, and the bundle's files (timeline.json, bundle.json, summary.txt).
 """
@@ -17,11 +17,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probes import cutshort, hoststate, kernel, load, metrics, procs, progress, samplers, stacks, summary
-from probes.capture_config import CaptureConfig, PartStatus, Status
-from probes.parts import PARTS
-from probes.report_input import OPTIONAL_PANEL_KEYS, PANEL_KEYS
-from probes.timeline import (
+from probes.base import progress
+from probes.capture import cutshort, summary
+from probes.capture.config import CaptureConfig, PartStatus, Status
+from probes.capture.parts import PARTS
+from probes.capture.report_input import OPTIONAL_PANEL_KEYS, PANEL_KEYS
+from probes.capture.timeline import (
     LATENCY_SERIES,
     cgroup_notes,
     gauge_series,
@@ -36,6 +37,8 @@ from probes.timeline import (
     sampler_panels,
     summary_figures,
 )
+from probes.readers import hoststate, kernel, metrics, procs, samplers, stacks
+from probes.senders import load
 
 SCHEMA_VERSION = 1
 METRICS_TIMEOUT_S = 5.0
@@ -168,8 +171,8 @@ class Capture:
             self.poller = Poller(cfg.metrics_url, self.mdir / "scrapes")
             self.poller.start()
         if cfg.load is not None:
-            # Its own process, so its own interpreter lock (probes/load.py main says why).
-            argv = [sys.executable, "-m", "probes.load", "--spec-json", json.dumps(asdict(cfg.load)),
+            # Its own process, so its own interpreter lock (probes/senders/load.py main says why).
+            argv = [sys.executable, "-m", "probes.senders.load", "--spec-json", json.dumps(asdict(cfg.load)),
                     "--stop-at", repr(self.t0 + cfg.seconds), "--out", str(cfg.out)]  # fmt: skip
             with (cfg.out / "requests.stderr.txt").open("wb") as err:
                 self.load_proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)

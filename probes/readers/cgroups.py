@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal, TypeVar
 
-from probes.rawtext import now_wall, read_raw, why
+from probes.base.rawtext import now_wall, read_raw, why
 
 SCHEMA_VERSION = 1
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -533,7 +533,7 @@ _MEMORY_LIMITS = ("limit_bytes", "high_bytes", "memsw_limit_bytes", "swap_max_by
 
 
 def snapshot_from_json(d: dict[str, object]) -> CgroupSnapshot:
-    """A CgroupSnapshot from its JSON (dataclasses.asdict, as `python -m probes.cgroups` prints it): the bench
+    """A CgroupSnapshot from its JSON (dataclasses.asdict, as `python -m probes.readers.cgroups` prints it): the bench
     reads the server's cgroup before and after it in two probe containers, and the controller takes the delta."""
     levels = []
     for lv in d["levels"]:  # type: ignore[attr-defined]
@@ -554,13 +554,13 @@ def snapshot_from_json(d: dict[str, object]) -> CgroupSnapshot:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m probes.cgroups --pid N [--cgroup-root DIR] [--proc-root DIR]`: the process's cgroup and every
+    """`python -m probes.readers.cgroups --pid N [--cgroup-root DIR] [--proc-root DIR]`: the process's cgroup and every
     ancestor's readings, as JSON on stdout (without the raw texts, which the capture keeps and this does not)."""
     import argparse
     import json
     from dataclasses import asdict
 
-    ap = argparse.ArgumentParser(prog="python -m probes.cgroups", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m probes.readers.cgroups", description=main.__doc__)
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--cgroup-root", type=Path, default=DEFAULT_CGROUP_ROOT)
     ap.add_argument("--proc-root", type=Path, default=DEFAULT_PROC_ROOT)

@@ -1,6 +1,6 @@
 """/proc files, parsed and read: a process's limits, its memory split (smaps_rollup) and where its memory is
 (numa_maps: bytes per NUMA node), and the host's /proc/meminfo. /proc/<pid>/limits has its one parser here
-(probes/hoststate.py and serving/host/limits.py use it).
+(probes/readers/hoststate.py and serving/host/limits.py use it).
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from probes.cgroups import DEFAULT_PROC_ROOT, SCHEMA_VERSION, Status
-from probes.rawtext import read_raw, why
+from probes.base.rawtext import read_raw, why
+from probes.readers.cgroups import DEFAULT_PROC_ROOT, SCHEMA_VERSION, Status
 
 NEEDS_PTRACE = "needs CAP_SYS_PTRACE"
 

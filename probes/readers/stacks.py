@@ -6,7 +6,7 @@ own code (the innermost frame is often `Condition.wait`; the vLLM frame says wha
 often the thread was active and held the GIL. py-spy needs CAP_SYS_PTRACE over the target; a dump that
 fails is kept with its stderr and counted, never raised.
 
-  python -m probes.stacks --out DIR [--dumps 3] [--interval 1.0] [--record-seconds 0]
+  python -m probes.readers.stacks --out DIR [--dumps 3] [--interval 1.0] [--record-seconds 0]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from probes import procs
+from probes.readers import procs
 
 SCHEMA_VERSION = 1
 PY_SPY_NOT_INSTALLED = "py-spy not found: it is in the probe image (images/probes)"
@@ -282,7 +282,7 @@ def run_stacks(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.stacks", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probes.readers.stacks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--dumps", type=int, default=3)
     ap.add_argument("--interval", type=float, default=1.0)

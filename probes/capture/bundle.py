@@ -7,8 +7,8 @@ in the metrics can be matched to what the CPUs, disks and threads were doing at 
 
 Order of work: host state and `/metrics` before; then, for SECONDS, the samplers, a `/metrics` scrape
 every second (gauges and per-second latency), wchan sampling, perf on the compute process, and py-spy
-dumps spread over the window; then `/metrics` and host state after (the steps: probes/capture_steps.py; what
-a capture is asked for, and the input checked first: probes/capture_config.py). The bundle:
+dumps spread over the window; then `/metrics` and host state after (the steps: probes/capture/steps.py; what
+a capture is asked for, and the input checked first: probes/capture/config.py). The bundle:
 
   bundle.json            what ran, each part's status (successful / failed / skipped: reason), the window
   summary.txt            the plain-text summary (also printed)
@@ -23,7 +23,7 @@ a capture is asked for, and the input checked first: probes/capture_config.py). 
 
 `make probe PROBE=<part>` runs the same with one part (`--only`).
 
-  python -m probes.capture --out DIR --seconds N [--only stacks,metrics] [--metrics-url URL]
+  python -m probes.capture.bundle --out DIR --seconds N [--only stacks,metrics] [--metrics-url URL]
                            [--data-file F ...] [--cgroup-root DIR] [--stack-dumps 3] [--record-seconds 0]
 """
 
@@ -41,10 +41,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes import load, progress, summary
-from probes.capture_config import CaptureConfig, CaptureInputError, check_input
-from probes.capture_steps import Capture
-from probes.parts import DEFAULT_PARTS, PARTS
+from probes.base import progress
+from probes.capture import summary
+from probes.capture.config import CaptureConfig, CaptureInputError, check_input
+from probes.capture.parts import DEFAULT_PARTS, PARTS
+from probes.capture.steps import Capture
+from probes.senders import load
 
 # Exit status of a capture that broke (an exception outside any part); 1 is a part that failed, 2 bad input.
 EXIT_CAPTURE_ERROR = 4
@@ -107,7 +109,7 @@ def pack(out: Path, archive: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.capture", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probes.capture.bundle", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--only", default=",".join(DEFAULT_PARTS), help=f"comma-separated parts of {','.join(PARTS)}")
@@ -123,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pcie-min-gen", type=int, help="the class's PCIe generation a busy GPU's link must reach")
     ap.add_argument("--pcie-min-width", type=int, default=16, help="the class's PCIe link width")
     ap.add_argument("--archive", type=Path, help="pack the bundle into this .tar.gz when it ends, whatever its exit")
-    ap.add_argument("--workload-json", default="", help="send this workload's requests in the window (probes/load.py)")
+    ap.add_argument(
+        "--workload-json", default="", help="send this workload's requests in the window (probes/senders/load.py)"
+    )
     args = ap.parse_args(argv)
     parts = tuple(p for p in args.only.split(",") if p)
     if args.record_seconds > 0 and "record" not in parts:

@@ -296,13 +296,13 @@ def read_records(out: Path) -> list[RequestRecord]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m probes.load --spec-json JSON --stop-at MONO_S --out DIR`: the capture's client, in its own process
-    (its own interpreter lock: in the capture's, beside the samplers and the wchan sampler, a streamed token was read
-    late on a busy host and the tokens of a request arrived, as timed, all at once)."""
+    """`python -m probes.senders.load --spec-json JSON --stop-at MONO_S --out DIR`: the capture's client, in its own
+    process (its own interpreter lock: in the capture's, beside the samplers and the wchan sampler, a streamed token was
+    read late on a busy host and the tokens of a request arrived, as timed, all at once)."""
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m probes.load", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m probes.senders.load", description=main.__doc__)
     ap.add_argument("--spec-json", required=True)
     ap.add_argument("--stop-at", type=float, required=True, help="CLOCK_MONOTONIC seconds after which none is sent")
     ap.add_argument("--out", type=Path, required=True)

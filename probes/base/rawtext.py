@@ -7,7 +7,7 @@ from pathlib import Path
 
 # A raw text larger than this is cut here and the marker appended: a snapshot never fills the disk.
 RAW_LIMIT_BYTES = 1 << 20
-TRUNCATED_MARKER = f"\n[probes.hoststate: truncated here; only the first {RAW_LIMIT_BYTES} bytes were kept]\n"
+TRUNCATED_MARKER = f"\n[probes.readers.hoststate: truncated here; only the first {RAW_LIMIT_BYTES} bytes were kept]\n"
 
 
 def bound_raw(data: bytes, limit: int = RAW_LIMIT_BYTES) -> str:

@@ -5,10 +5,10 @@ throttled the container, the memory cgroup is reclaiming at its limit, a page fa
 the weights fell out of the page cache, or a process runs under an rlimit nobody meant to set. This module
 reads those facts from the kernel's own text, keeps every file it read, and parses it into typed readings:
 
-- the cgroup of a PID and each ancestor up to the root (probes/cgroups.py; probes/cgroup_delta.py says what
-  happened between two snapshots);
+- the cgroup of a PID and each ancestor up to the root (probes/readers/cgroups.py; probes/readers/cgroup_delta.py says
+  what happened between two snapshots);
 - /proc/<pid>/limits, smaps_rollup (PSS split into anon, file and shmem), numa_maps (resident bytes per NUMA
-  node) and /proc/meminfo (probes/procfs.py);
+  node) and /proc/meminfo (probes/readers/procfs.py);
 - `fincore` (here): page-cache residency of the served data files (util-linux).
 - `snapshot` gathers all of them; `write_host_state` writes the artifact directory; `format_summary` words it.
 
@@ -17,7 +17,7 @@ tree read-only:
 
   docker run --pid container:refdeploy-vllm --cap-add SYS_PTRACE --cgroupns host \\
       -v /sys/fs/cgroup:/host/sys/fs/cgroup:ro -v /data:/data:ro ... \\
-      python -m probes.hoststate --pid 1 [--pid N ...] [--data-file F ...] \\
+      python -m probes.readers.hoststate --pid 1 [--pid N ...] [--data-file F ...] \\
           --cgroup-root /host/sys/fs/cgroup --out DIR
 
 Nothing is written outside --out and every data file is opened read-only (fincore maps it without reading it).
@@ -45,9 +45,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
-from probes.bounded import run_bounded
-from probes.cgroup_delta import cgroup_delta
-from probes.cgroups import (
+from probes.base.bounded import run_bounded
+from probes.base.rawtext import bound_raw, now_wall, why
+from probes.readers.cgroup_delta import cgroup_delta
+from probes.readers.cgroups import (
     DEFAULT_CGROUP_ROOT,
     DEFAULT_PROC_ROOT,
     PRESSURE_RESOURCES,
@@ -58,7 +59,7 @@ from probes.cgroups import (
     Status,
     cgroup_snapshot,
 )
-from probes.procfs import (
+from probes.readers.procfs import (
     LimitsReading,
     MeminfoReading,
     NumaMapsReading,
@@ -68,7 +69,6 @@ from probes.procfs import (
     read_numa_maps,
     read_smaps_rollup,
 )
-from probes.rawtext import bound_raw, now_wall, why
 
 HOST_STATE_FILE = "host-state.json"
 RAW_DIR = "raw"
@@ -489,7 +489,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m probes.hoststate", description="snapshot the host state of serving processes")
+    p = _Parser(prog="python -m probes.readers.hoststate", description="snapshot the host state of serving processes")
     p.add_argument("--pid", required=True, type=int, action="append", help="PID to read; the first is the container's")
     p.add_argument(
         "--data-file", type=Path, action="append", default=[], help="file whose page-cache residency to read"

@@ -12,8 +12,8 @@ wchan: `/proc/<pid>/task/<tid>/wchan` names the kernel function a sleeping threa
 (`futex_wait_queue`, `do_epoll_wait`, `folio_wait_bit_common` for a page fault on slow storage). Sampled
 for every thread of the vLLM processes at a fixed rate and counted; "0" or empty means running.
 
-  python -m probes.kernel perf --pid N --seconds S --out DIR
-  python -m probes.kernel wchan --seconds S --out DIR [--rate-hz 10]
+  python -m probes.readers.kernel perf --pid N --seconds S --out DIR
+  python -m probes.readers.kernel wchan --seconds S --out DIR [--rate-hz 10]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from probes import procs
+from probes.readers import procs
 
 SCHEMA_VERSION = 1
 REPORT_MAX_BYTES = 512 * 1024
@@ -137,7 +137,7 @@ def perf_capture(
         return _write(res, out_dir)
     report = cp2.stdout
     if len(report.encode()) > REPORT_MAX_BYTES:
-        report = report.encode()[:REPORT_MAX_BYTES].decode(errors="ignore") + "\n[truncated by probes.kernel]\n"
+        report = report.encode()[:REPORT_MAX_BYTES].decode(errors="ignore") + "\n[truncated by probes.readers.kernel]\n"
     (out_dir / f"perf-{pid}.report.txt").write_text(report + cp2.stderr)
     res.files.insert(0, f"perf-{pid}.report.txt")
     res.samples = sample_count(report)
@@ -277,7 +277,7 @@ def write_wchan(res: WchanResult, out_dir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.kernel", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probes.readers.kernel", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p1 = sub.add_parser("perf")
     p1.add_argument("--pid", type=int, help="default: the first VLLM::Worker, else EngineCore")

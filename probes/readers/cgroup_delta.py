@@ -1,11 +1,11 @@
-"""What happened in a cgroup between two snapshots (probes/cgroups.py): CPU used and throttled, memory
+"""What happened in a cgroup between two snapshots (probes/readers/cgroups.py): CPU used and throttled, memory
 peak, failcnt and OOM kills, pressure stall time, per level, innermost first."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probes.cgroups import (
+from probes.readers.cgroups import (
     PRESSURE_RESOURCES,
     SCHEMA_VERSION,
     CgroupLevel,

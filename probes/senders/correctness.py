@@ -1,14 +1,14 @@
 """The fixed requests of `make validate`: what the model computes, read through the real endpoint (seed 000 §13:
 "compare prompt-logprob differences old-vs-new against old-vs-old").
 
-Runs in the probe image inside vLLM's network namespace, as the capture's client does (probes/load.py). Every
+Runs in the probe image inside vLLM's network namespace, as the capture's client does (probes/senders/load.py). Every
 request is a non-streamed `/v1/completions` at temperature 0 with token-id prompts (exact lengths without a
-tokenizer; ids from probes/load.py's range, drawn from a fixed seed), and asks for the prompt's logprobs and the
+tokenizer; ids from probes/senders/load.py's range, drawn from a fixed seed), and asks for the prompt's logprobs and the
 generated tokens' top-k logprobs (vLLM's `prompt_logprobs`, `logprobs`) and the generated ids
 (`return_token_ids`). The set covers prefill and decode at two prompt lengths, first one request at a time,
 then all of them at once (a batch: several concurrent requests share the engine's steps):
 
-  python -m probes.correctness --out DIR [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key-file F]
+  python -m probes.senders.correctness --out DIR [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key-file F]
       [--short 32] [--long 512] [--max-tokens 16] [--top-k 5]
 
 Writes DIR/correctness.json: each request's prompt ids, per prompt position the logprob of the prompt's own token
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from probes import load
+from probes.senders import load
 
 OUT_FILE = "correctness.json"
 SEED = 20261203
@@ -138,7 +138,7 @@ def run(host: str, port: int, model: str, key: str, plan: Sequence[Mapping[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.correctness", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probes.senders.correctness", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probes import kernel, metrics, nvml, nvml_log, procs, samplers
+from probes.readers import kernel, metrics, nvml, nvml_log, procs, samplers
 
 LATENCY_SERIES = {
     "TTFT mean": "vllm:time_to_first_token_seconds",
@@ -162,7 +162,7 @@ def gpu_health(sdir: Path, t0: float, t1: float) -> dict[str, Any]:
         why = "no NVML log (samplers/nvml.log): the GPU sampler ran nvidia-smi, or none (samplers.json says why)"
         return {"judged": False, "why": why, "flags": [], "events": [], "notes": []}
     health = nvml_log.judge_health(nvml_log.parse_nvml(samplers.read_log(log)), t0, t1)
-    said = ["GPU readings: REPLAYED NVML values (the test seam, probes/nvml_replay.py), not this host's GPUs"]
+    said = ["GPU readings: REPLAYED NVML values (the test seam, probes/readers/nvml_replay.py), not this host's GPUs"]
     return {"log": f"samplers/{log.name}", **health, "notes": (said if health["replayed"] else []) + health["flags"]}
 
 

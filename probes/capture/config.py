@@ -1,5 +1,5 @@
 """What one capture is asked for (`CaptureConfig`), what each of its parts reported (`PartStatus`), and the input
-checked before anything is written (`check_input`: CaptureInputError, exit 2 of probes/capture.py).
+checked before anything is written (`check_input`: CaptureInputError, exit 2 of probes/capture/bundle.py).
 """
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from probes import load, procs
-from probes.parts import DEFAULT_PARTS, PARTS
+from probes.capture.parts import DEFAULT_PARTS, PARTS
+from probes.readers import procs
+from probes.senders import load
 
 Status = Literal["successful", "failed", "skipped"]
 

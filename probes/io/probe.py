@@ -8,7 +8,7 @@ served file's cached pages would take from vLLM what the RAM budget keeps for it
 inode, size, mtime, ctime and a sha256 of a few fixed 64 KiB ranges read with O_DIRECT) is compared before and
 after, and a run that changed the target fails: the file is never read whole, so the page cache is left as it was.
 
-  python -m probes.io --target FILE --data-dir DIR --out DIR [--depth 1 --depth 64] [--runtime 10]
+  python -m probes.io.probe --target FILE --data-dir DIR --out DIR [--depth 1 --depth 64] [--runtime 10]
                       [--min-iops 1:1000] [--max-p999-ms 64:50] [--max-ms 64:200]
 
 Exit status: 0 PASS, 1 FAIL (a finding: the probe ran and the storage missed a limit, or the target changed),
@@ -37,9 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from probes import progress
-from probes.bounded import run_bounded
-from probes.fio import (
+from probes.base import progress
+from probes.base.bounded import run_bounded
+from probes.io.fio import (
     BLOCK_SIZE_BYTES,
     FioParseError,
     FioResult,
@@ -49,7 +49,7 @@ from probes.fio import (
     judge,
     parse_fio_json,
 )
-from probes.target import TargetState, describe_change, target_state
+from probes.io.target import TargetState, describe_change, target_state
 
 SCHEMA_VERSION = 1
 # The whole probe's result: 2 since the target's identity is sampled (TargetState), not a whole-file sha256.
@@ -501,7 +501,7 @@ def probe_error(prog: str, out_dir: Path, error: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m probes.io", description="fio 4 KiB random-read probe (QD1 and QD64), read-only")
+    p = _Parser(prog="python -m probes.io.probe", description="fio 4 KiB random-read probe (QD1 and QD64), read-only")
     p.add_argument("--target", required=True, type=Path, help="a model weight or data file the serving stack reads")
     p.add_argument("--data-dir", required=True, action="append", type=Path, help="directory the target must be in")
     p.add_argument("--out", required=True, type=Path, help="new or empty directory for the artifacts")

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from probes.fio import BLOCK_SIZE_BYTES
+from probes.io.fio import BLOCK_SIZE_BYTES
 
 # The target's identity reads these many fixed ranges of this size: first, last and evenly between (O_DIRECT).
 IDENTITY_RANGES = 8
