@@ -1,6 +1,7 @@
 """The import graph of the two packages, read from the source with ast (a lazy import inside a function counts):
 no cycles; serving's packages in floors, none importing one above it; the standalone scripts on the standard
-library alone; and the probes (which run in their own image) never importing the controller's serving package.
+library alone; the probes' packages in floors of their own, each importing only its own package and those on the
+floors below; and the probes (which run in their own image) never importing the controller's serving package.
 
 serving's floors, from the bottom (docs/layout.md draws them):
   errors, standalone   the one input error; the scripts that run away from the controller's virtualenv
@@ -12,6 +13,14 @@ serving's floors, from the bottom (docs/layout.md draws them):
   bench                the benchmark protocol, reports, exports, compare, hypotheses
   bridge               what the playbooks call
   cli                  the operator's commands
+
+probes' floors, from the bottom (docs/layout.md draws them too). A probes package imports its own package and those
+on floors strictly below, never a sibling on its own floor: the capture is the one that puts the others together.
+  base                 what every probe shares: bounded commands, bounded kernel text, progress lines
+  readers              what the host and the engine say, read and parsed (the controller reads bundles with them)
+  senders              requests through the real endpoint: the capture's client, validate's, the profiler's
+  io                   the I/O probe: fio, the target's identity, the verdict
+  capture              one evidence capture: its parts, steps, bundle, timeline and summary
 """
 
 from __future__ import annotations
@@ -33,6 +42,13 @@ FLOORS = {
     "serving.bench": 6,
     "serving.bridge": 7,
     "serving.cli": 8,
+}
+PROBES_FLOORS = {
+    "probes.base": 0,
+    "probes.readers": 1,
+    "probes.senders": 1,
+    "probes.io": 1,
+    "probes.capture": 2,
 }
 # Copied beside each other on the host (the bench role's copy loop), so they import each other by plain name.
 STANDALONE_SIBLINGS = {"knee", "knee_runs"}
@@ -85,6 +101,29 @@ def floor(module: str) -> int:
     return FLOORS[".".join(parts[:2])]
 
 
+def probes_package(module: str) -> str:
+    """A probes module's package (probes.readers); KeyError for a module outside every package of PROBES_FLOORS."""
+    package = ".".join(module.split(".")[:2])
+    if package not in PROBES_FLOORS:
+        raise KeyError(module)
+    return package
+
+
+def probes_out_of_order(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a probes package from another on its own floor or above it, named."""
+    found = []
+    for m, deps in graph.items():
+        if not m.startswith("probes."):
+            continue
+        for d in deps:
+            if not d.startswith("probes."):
+                continue
+            mp, dp = probes_package(m), probes_package(d)
+            if mp != dp and PROBES_FLOORS[dp] >= PROBES_FLOORS[mp]:
+                found.append(f"{m} ({mp}, floor {PROBES_FLOORS[mp]}) imports {d} ({dp}, floor {PROBES_FLOORS[dp]})")
+    return sorted(found)
+
+
 def upward(graph: dict[str, set[str]]) -> list[str]:
     return sorted(
         f"{m} (floor {floor(m)}) imports {d} (floor {floor(d)})"
@@ -135,6 +174,35 @@ def test_the_standalone_scripts_import_the_standard_library_alone() -> None:
     assert found == {}
 
 
+def test_every_probes_module_sits_in_a_package_with_a_floor() -> None:
+    unplaced = [
+        m for m in import_graph() if m.startswith("probes.") and ".".join(m.split(".")[:2]) not in PROBES_FLOORS
+    ]
+    assert unplaced == [], "put each in a package of PROBES_FLOORS (or give a new package its floor and say why)"
+    # Each package of PROBES_FLOORS is a directory of probes/ with an __init__.py, and every directory is one.
+    dirs = {f"probes.{p.parent.name}" for p in (REPO / "probes").glob("*/__init__.py")}
+    assert dirs == set(PROBES_FLOORS)
+
+
+def test_no_probes_package_imports_a_sibling_or_one_above_it() -> None:
+    assert probes_out_of_order(import_graph()) == []
+
+
+def test_a_probes_import_out_of_order_is_named() -> None:
+    graph = {
+        "probes.readers.samplers": {"probes.capture.parts", "probes.readers.nvml", "probes.base.bounded"},
+        "probes.senders.load": {"probes.io.fio"},
+        "probes.capture.parts": set(),
+        "probes.readers.nvml": set(),
+        "probes.base.bounded": set(),
+        "probes.io.fio": set(),
+    }
+    assert probes_out_of_order(graph) == [
+        "probes.readers.samplers (probes.readers, floor 1) imports probes.capture.parts (probes.capture, floor 2)",
+        "probes.senders.load (probes.senders, floor 1) imports probes.io.fio (probes.io, floor 1)",
+    ]
+
+
 def test_the_probes_never_import_serving() -> None:
     graph = import_graph()
     crossing = {
@@ -146,10 +214,10 @@ def test_the_probes_never_import_serving() -> None:
 def test_the_probes_never_import_matplotlib() -> None:
     # The probe image carries no plotting library: the pages are drawn on the controller (serving/evidence/plots.py).
     heavy = {}
-    for path in sorted((REPO / "probes").glob("*.py")):
+    for path in sorted((REPO / "probes").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
             if any(n.split(".")[0] == "matplotlib" for n in names):
-                heavy[path.name] = names
+                heavy[str(path.relative_to(REPO))] = names
     assert heavy == {}
