@@ -9,12 +9,12 @@ from typing import Any
 
 # key: the role that adds it
 KEYS: dict[str, str] = {
-    "plan": "preflight",
-    "deploy_started_utc": "preflight",
-    "docker_server_version": "preflight",
+    "plan": "plan",
+    "deploy_started_utc": "plan",
+    "docker_server_version": "plan",
     # The host's tuning (kernel command line, governor, THP, swappiness, NUMA balancing, GPU settings) as the
     # plan's read found it: the module's `tuning` readings, parsed by the manifest (serving/host/host_tuning.py).
-    "host_tuning": "preflight",
+    "host_tuning": "plan",
     "host_settings": "runtime",
     "slice_readings": "serving_slice",
     "launched": "serve",

@@ -115,7 +115,7 @@ def test_a_ranks_memory_measured_a_page_apart_is_not_a_difference_but_its_allowe
 
 
 def test_the_plans_model_and_probe_target_are_compared_as_deployed(vllm_cpu_fixtures: Path) -> None:
-    """A first deploy plans again once it has generated the model (serve's model.yml, preflight's replan.yml), so
+    """A first deploy plans again once it has generated the model (serve's model.yml, the plan role's replan.yml), so
     its manifest records the plan as deployed and verify compares it: a model action or probe target that differs
     is a difference in what runs. (A CI run's verify against a first deploy's manifest once failed on these
     fields because the manifest kept the plan made before the model existed, "generate" with no probe target.)"""
