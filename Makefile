@@ -119,17 +119,17 @@ probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|
 	  "") echo "make probe: set PROBE=io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2;; \
 	  *) echo "make probe: PROBE=$(PROBE) is not a probe: choose io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2;; esac
 	@$(OBSERVE) $(CHECK_HOST)
-	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e probes_capture_probe=$(PROBE) -e probes_capture_seconds=$(SECONDS))
+	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e capture_probe=$(PROBE) -e capture_seconds=$(SECONDS))
 
 .PHONY: capture
 capture: $(STAMP) ## One evidence bundle over SECONDS (default 20), sending WORKLOAD's requests if given; timeline.html, trace.json
 	@$(OBSERVE) $(CHECK_HOST)
-	$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e probes_capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e probes_capture_workload=$(WORKLOAD),)
+	$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e capture_workload=$(WORKLOAD),)
 
 .PHONY: profile
 profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of WORKLOAD (default smoke); KEEP=1 keeps it on
 	@$(CHECK_HOST)
-	$(PLAYBOOK_ANY) ansible/profile.yml -e probes_profile_workload=$(if $(filter command line environment,$(origin WORKLOAD)),$(WORKLOAD),smoke) -e probes_profile_requests=$(REQUESTS) $(if $(KEEP),-e refdeploy_profile_keep=true,)
+	$(PLAYBOOK_ANY) ansible/profile.yml -e profiler_workload=$(if $(filter command line environment,$(origin WORKLOAD)),$(WORKLOAD),smoke) -e profiler_requests=$(REQUESTS) $(if $(KEEP),-e refdeploy_profiler_keep=true,)
 
 ##@ Benchmarks
 

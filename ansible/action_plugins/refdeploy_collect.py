@@ -1,7 +1,7 @@
 """Action plugin refdeploy_collect: after a probe container's window (or the bench client's run), collect what it
 wrote and clean the host, in two shell round trips and a file transfer (no module run on the host):
 
-  - name: Probes | Collect what the capture wrote, and look at the serving container after the window
+  - name: Capture | Collect what the capture wrote, and look at the serving container after the window
     refdeploy_collect:
       out: /var/lib/refdeploy/probe-runs/<id>-capture    # the probe's output on the host: bundle/ or bundle.tar.gz
       top: bundle

@@ -1,7 +1,7 @@
 """Action plugin refdeploy_shell: a short shell script on the host through the connection, with the task's
 environment, and no module run (serving/bridge/hostshell.py says why):
 
-  - name: Probes | Remove a probe container a stopped capture left behind
+  - name: Capture | Remove a probe container a stopped capture left behind
     refdeploy_shell:
       cmd: docker rm --force refdeploy-vllm-probe
     register: got              # as the shell module's: rc, stdout, stderr, *_lines; failed where rc != 0

@@ -6,7 +6,7 @@
   workers   | refdeploy_ranks(plan)                          each worker rank's CPUs and memory nodes
   plan      | refdeploy_capture_argv(settings)               the probe container of make capture / make probe
   plan      | refdeploy_probe_io_argv(settings)              the fio container of make probe-io
-  plan      | refdeploy_profile_argv(settings)               the requests container of make profile
+  plan      | refdeploy_profiler_argv(settings)               the requests container of make profile
   plan      | refdeploy_correctness_argv(settings)           the fixed requests of make validate
   plan      | refdeploy_bench_plan(settings)                 the bench client's plan and manifest
   document  | refdeploy_redact                               secret-looking values hidden (serving/config/redact.py)
@@ -38,7 +38,7 @@ NAMES = (
     "ranks",
     "capture_argv",
     "probe_io_argv",
-    "profile_argv",
+    "profiler_argv",
     "correctness_argv",
     "bench_plan",
     "docker_unreachable",

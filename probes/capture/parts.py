@@ -1,5 +1,5 @@
 """The parts of a capture: one list, which probes/capture/bundle.py runs, probes/capture/cutshort.py indexes, serving's
-probe plan accepts for `make probe PROBE=<part>`, and the probes role's argument spec offers (a unit test holds the
+probe plan accepts for `make probe PROBE=<part>`, and the capture role's argument spec offers (a unit test holds the
 spec and the Makefile's help to it)."""
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     return {"argv": argv, "timeout_s": 8 * 300 + 60, "container": name}
 
 
-def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+def profiler_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container of `make profile`: /start_profile, REQUESTS requests of WORKLOAD, /stop_profile
     (probes/senders/profiler_run.py), inside vLLM's network namespace; {"error": line} on bad input."""
     p = parse_plan(plan)
@@ -194,7 +194,7 @@ def profile_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _depths(value: Any) -> list[int]:
-    """probes_io_depths as queue depths: a list, or one depth or "1,64" (what `-e probes_io_depths=64` gives)."""
+    """probe_io_depths as queue depths: a list, or one depth or "1,64" (what `-e probe_io_depths=64` gives)."""
     if value in (None, "", []):
         return [1, 64]
     items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
@@ -202,7 +202,7 @@ def _depths(value: Any) -> list[int]:
         depths = [int(str(d).strip()) for d in items]
     except ValueError:
         raise InputError(
-            f"probes_io_depths: expected queue depths like [1, 64] (or -e probes_io_depths=1,64), got {value!r}"
+            f"probe_io_depths: expected queue depths like [1, 64] (or -e probe_io_depths=1,64), got {value!r}"
         ) from None
     return depths
 
@@ -217,7 +217,7 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     if not target:
         return {
             "error": f"nothing to read on {p.host}: {p.probes.data_file_note}; stage the model, or set "
-            "probes_io_target to a file the server reads"
+            "probe_io_target to a file the server reads"
         }
     runtime_s = int(settings.get("runtime_s") or 10)
     try:

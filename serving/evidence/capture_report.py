@@ -1,7 +1,7 @@
 """The evidence capture's timeline page, drawn on the controller from a fetched bundle's timeline.json.
 
 A capture (probes/capture/bundle.py, in the probe image) writes `timeline.json` and `summary.txt`; once the bundle is
-fetched, the probes role has `timeline.html` drawn here (ansible/action_plugins/refdeploy_capture_report.py).
+fetched, the capture role has `timeline.html` drawn here (ansible/action_plugins/refdeploy_capture_report.py).
 The page is one file: inline SVG, no scripts, fonts, stylesheets or anything else fetched, so it opens offline
 from a copied bundle. The panels (serving/evidence/plots.py draws them: GPU, CPU, I/O, latency, queue and, in captures
 since it was added, the KV cache with the preemptions marked) share one time axis, seconds since the window

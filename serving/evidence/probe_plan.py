@@ -48,20 +48,20 @@ def render_probe_io_argv(
     cpus: str = "",
 ) -> list[str]:
     if not data_dirs:
-        raise ProbePlanError("probes_io_data_dirs is empty: name the directories the serving stack reads")
+        raise ProbePlanError("probe_io_data_dirs is empty: name the directories the serving stack reads")
     for path in (target, *data_dirs, host_out_dir):
         if not PurePosixPath(path).is_absolute():
             raise ProbePlanError(f"{path}: probe paths must be absolute host paths")
     if not any(PurePosixPath(target).is_relative_to(d) for d in data_dirs):
         raise ProbePlanError(
             f"target {target} is outside the data directories ({', '.join(data_dirs)}): the probe reads only "
-            "what the serving stack reads; set probes_io_data_dirs or choose another probes_io_target"
+            "what the serving stack reads; set probe_io_data_dirs or choose another probe_io_target"
         )
     if not depths or any(d < 1 for d in depths):
-        raise ProbePlanError(f"probes_io_depths must be positive queue depths, got {depths}")
+        raise ProbePlanError(f"probe_io_depths must be positive queue depths, got {depths}")
     unknown = sorted(set(thresholds) - set(depths))
     if unknown:
-        raise ProbePlanError(f"probes_io_thresholds names depths {unknown} that are not probed ({depths})")
+        raise ProbePlanError(f"probe_io_thresholds names depths {unknown} that are not probed ({depths})")
     argv = ["docker", "run", "--rm", "--name", container_name, "--network", "none", "--read-only",
             "--tmpfs", "/tmp", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
     if cpus:
@@ -85,16 +85,16 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
     if data in (None, ""):
         return {}
     if not isinstance(data, dict):
-        raise ProbePlanError(f"probes_io_thresholds: expected a mapping of depth to limits, got {data!r}")
+        raise ProbePlanError(f"probe_io_thresholds: expected a mapping of depth to limits, got {data!r}")
     out: dict[int, IoThresholds] = {}
     allowed = set(IoThresholds.__dataclass_fields__)
     for depth, limits in data.items():
         try:
             d = int(depth)
         except (TypeError, ValueError):
-            raise ProbePlanError(f"probes_io_thresholds: {depth!r} is not a queue depth") from None
+            raise ProbePlanError(f"probe_io_thresholds: {depth!r} is not a queue depth") from None
         if not isinstance(limits, dict) or set(limits) - allowed:
-            raise ProbePlanError(f"probes_io_thresholds.{depth}: expected keys among {sorted(allowed)}, got {limits!r}")
+            raise ProbePlanError(f"probe_io_thresholds.{depth}: expected keys among {sorted(allowed)}, got {limits!r}")
         values: dict[str, float] = {}
         for k, v in limits.items():
             try:
@@ -102,7 +102,7 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
             except (TypeError, ValueError):
                 values[k] = math.nan
             if isinstance(v, bool) or not math.isfinite(values[k]) or values[k] < 0:
-                raise ProbePlanError(f"probes_io_thresholds.{depth}.{k}: expected a number of 0 or more, got {v!r}")
+                raise ProbePlanError(f"probe_io_thresholds.{depth}.{k}: expected a number of 0 or more, got {v!r}")
         out[d] = IoThresholds(**values)
     return out
 

@@ -61,9 +61,9 @@ EXCLUDED: Mapping[str, str] = {
     "refdeploy-dockerd.log": "dockerd's log on a host without systemd, /var/log/refdeploy-dockerd.log",
     "gpu-smoke.json": "the stand-in's constructed GPU smoke result, /opt/replay/gpu-smoke.json (plan/standin.py)",
     # Scratch archives: a probe's output packed on the host, unpacked into the run on the controller and removed.
-    "*.tar.gz": "a probe's packed output (serving/evidence/fetched.py, refdeploy_collect, role probes' profile.yml)",
+    "*.tar.gz": "a probe's packed output (serving/evidence/fetched.py, refdeploy_collect, role profiler)",
     "bundle.tar.gz": "the capture's packed bundle, /out/bundle.tar.gz in the probe container (evidence/probe_plan.py)",
-    "profile.tar.gz": "make profile's packed traces on the controller, removed once unpacked (role probes)",
+    "profile.tar.gz": "make profile's packed traces on the controller, removed once unpacked (role profiler)",
     # Not a file: a dotted field name.
     "workload.trace": "a bench manifest's field (serving/bench/protocol.py: not a condition of a compare)",
 }

@@ -85,13 +85,13 @@ def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had
 
 
 def test_a_capture_past_its_bound_is_stopped_and_keeps_what_it_had() -> None:
-    """A 40 s window under an 8 s bound (probes_capture_timeout_s): timeout(1) stops the docker client at 8 s,
+    """A 40 s window under an 8 s bound (capture_timeout_s): timeout(1) stops the docker client at 8 s,
     the probe container goes with the role's always, and what the capture had is fetched and indexed. vLLM is
     left alone: same container, still running."""
     assert _healthy(120)
     before = inspect("refdeploy-vllm")
     assert before is not None and before["State"]["Running"]
-    r = make("capture", "SECONDS=40", "ANSIBLE_ARGS=-e probes_capture_timeout_s=8")
+    r = make("capture", "SECONDS=40", "ANSIBLE_ARGS=-e capture_timeout_s=8")
     out = " ".join(r.output.split())
     assert r.rc != 0, out[-3000:]
     assert "did not finish within 8 s and was stopped; what it had is kept in " in out, out[-3000:]

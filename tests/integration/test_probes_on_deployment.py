@@ -70,7 +70,7 @@ def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> N
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
     cached = _cached_pages(WEIGHTS)
-    r = make("probe-io", "ANSIBLE_ARGS=-e probes_io_runtime_s=3")
+    r = make("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=3")
     assert r.rc == 0, r.output[-4000:]
     assert _cached_pages(WEIGHTS) == cached < WEIGHTS.stat().st_size // 4096
     assert hashlib.sha256(WEIGHTS.read_bytes()).hexdigest() == digest
@@ -88,8 +88,8 @@ def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> N
 
 
 def test_probe_io_thresholds_that_are_missed_fail_the_check() -> None:
-    limits = json.dumps({"probes_io_thresholds": {"1": {"min_iops": 1e9}}})
-    r = make("probe-io", f"ANSIBLE_ARGS=-e probes_io_runtime_s=2 -e '{limits}'")
+    limits = json.dumps({"probe_io_thresholds": {"1": {"min_iops": 1e9}}})
+    r = make("probe-io", f"ANSIBLE_ARGS=-e probe_io_runtime_s=2 -e '{limits}'")
     assert r.rc != 0
     assert "the I/O check FAILED on localhost" in r.output
     assert "FAIL" in r.output and "IOPS" in r.output
@@ -104,7 +104,7 @@ def test_probe_io_thresholds_that_are_missed_fail_the_check() -> None:
 )
 def test_probe_io_bad_targets_fail_clearly_and_write_nothing(target: str, message: str) -> None:
     before = sorted(p.name for p in MODEL_DIR.rglob("*"))
-    r = make("probe-io", f"ANSIBLE_ARGS=-e probes_io_target={target}")
+    r = make("probe-io", f"ANSIBLE_ARGS=-e probe_io_target={target}")
     assert r.rc != 0
     assert message in r.output
     assert sorted(p.name for p in MODEL_DIR.rglob("*")) == before

@@ -98,15 +98,15 @@ def test_a_profile_value_that_cannot_be_used_is_one_line(tmp_path: Path, field: 
         (("bench", "RUNS=0"), "RUNS=0: expected a whole number of measured runs, 1 or more"),
         (("bench", "SEARCH=sideways"), "make bench: SEARCH=sideways: give SEARCH=rate (arrival rate, no cap) or"),
         (("bench", "WORKLOAD=poisson", "SEARCH=rate"), "SEARCH=rate: workload poisson draws its arrivals"),
-        # Refused by the role's argument spec (Ansible's own message), which now runs for tasks_from: io.
-        (("probe-io", "ANSIBLE_ARGS=-e probes_io_depths=sixty"), "'probes_io_depths'' is of type str and we were"),
-        (("probe-io", """ANSIBLE_ARGS=-e '{"probes_io_thresholds": {"64": {"min_iops": "fast"}}}'"""),
-         "probes_io_thresholds.64.min_iops: expected a number of 0 or more, got 'fast'"),
-        (("probe-io", """ANSIBLE_ARGS=-e '{"probes_io_thresholds": {"1": {"max_ms": -2}}}'"""),
-         "probes_io_thresholds.1.max_ms: expected a number of 0 or more, got -2"),
-        # Ansible's own words for the argument (make's echo of the command line holds only "probes_io_runtime_s=long").
-        (("probe-io", "ANSIBLE_ARGS=-e probes_io_runtime_s=long"),
-         "argument 'probes_io_runtime_s' is of type str and we were unable to convert to int"),
+        # Refused by the probe_io role's argument spec (Ansible's own message), before the probe image is provided.
+        (("probe-io", "ANSIBLE_ARGS=-e probe_io_depths=sixty"), "'probe_io_depths'' is of type str and we were"),
+        (("probe-io", """ANSIBLE_ARGS=-e '{"probe_io_thresholds": {"64": {"min_iops": "fast"}}}'"""),
+         "probe_io_thresholds.64.min_iops: expected a number of 0 or more, got 'fast'"),
+        (("probe-io", """ANSIBLE_ARGS=-e '{"probe_io_thresholds": {"1": {"max_ms": -2}}}'"""),
+         "probe_io_thresholds.1.max_ms: expected a number of 0 or more, got -2"),
+        # Ansible's own words for the argument (make's echo of the command line holds only "probe_io_runtime_s=long").
+        (("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=long"),
+         "argument 'probe_io_runtime_s' is of type str and we were unable to convert to int"),
     ],
 )  # fmt: skip
 def test_a_setting_that_cannot_be_used_is_one_line(args: tuple[str, ...], says: str) -> None:
@@ -116,8 +116,8 @@ def test_a_setting_that_cannot_be_used_is_one_line(args: tuple[str, ...], says: 
 
 
 def test_a_depth_given_on_the_command_line_is_that_depth() -> None:
-    # -e probes_io_depths=64 is the string "64": it once ran fio at QD6 and QD4.
-    r = make("probe-io", "ANSIBLE_ARGS=-e probes_io_depths=64 -e probes_io_runtime_s=2")
+    # -e probe_io_depths=64 is the string "64": it once ran fio at QD6 and QD4.
+    r = make("probe-io", "ANSIBLE_ARGS=-e probe_io_depths=64 -e probe_io_runtime_s=2")
     assert r.rc == 0, r.output[-3000:]
     fetched = re.search(r"fetched to: (\S+)/probe-io/", r.output)  # this run's, not the newest on disk
     assert fetched, r.output[-3000:]

@@ -149,11 +149,11 @@ def _write_inventory(inv: Path, key: Path, profiles: dict[str, Path], share: Pat
             "runtime_restart_stops_containers": True,
             "probes_host_dir": str(share / "probe-runs"),
             "bench_host_dir": str(share / "bench-runs"),
-            "probes_io_runtime_s": 2,
+            "probe_io_runtime_s": 2,
             # The staged data sits on this machine's virtio disk, not a class NVMe drive: the gate is real,
             # with floors it clears with margin (measured while other tests ran: QD1 11k-24k IOPS, QD64
             # 37k-75k IOPS; p99.9 at QD64 26-34 ms, 90 ms under load, so no latency cap).
-            "probes_io_thresholds": {1: {"min_iops": 1000}, 64: {"min_iops": 5000}},
+            "probe_io_thresholds": {1: {"min_iops": 1000}, 64: {"min_iops": 5000}},
         }
     # The 3090 host also has the deploy raise the engine's memlock (the drop-ins and a restart).
     groups["gpu_rtx3090"]["hosts"]["rdtest-gpu3090"]["pinned_ram_engine_memlock"] = "infinity"

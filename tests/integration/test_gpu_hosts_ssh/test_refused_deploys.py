@@ -103,7 +103,7 @@ BAD_HOSTS: list[tuple[str, Callable[[Path], None], str, str]] = [
         # (this machine's disk does ~20k IOPS at QD1; the class is given a QD1 minimum of 100 million).
         "slow-data-drive",
         lambda d: None,
-        """-e '{"probes_io_thresholds":{"1":{"min_iops":100000000},"64":{"min_iops":25000}}}'""",
+        """-e '{"probe_io_thresholds":{"1":{"min_iops":100000000},"64":{"min_iops":25000}}}'""",
         "is on a device that misses the I/O thresholds of class rtx3090-pp3: QD1:",
     ),
     (

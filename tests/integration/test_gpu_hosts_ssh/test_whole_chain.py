@@ -312,7 +312,7 @@ def test_a_group_rolls_a_batch_at_a_time_and_stops_at_its_first_failure(hosts: t
 
         # The second host now fails its checks before any change; every host is asked to restart its container.
         slow.parent.mkdir(exist_ok=True)
-        slow.write_text(yaml.safe_dump({"probes_io_thresholds": {1: {"min_iops": 100_000_000}}}))
+        slow.write_text(yaml.safe_dump({"probe_io_thresholds": {1: {"min_iops": 100_000_000}}}))
         second = make("deploy", f"INVENTORY={inv}", "HOST=fleet", "ANSIBLE_ARGS=-e serve_force_replace=true")
         out = _flat(second.output)
         assert second.rc != 0, out[-5000:]

@@ -1,7 +1,7 @@
 """Every role entry point the playbooks use has an argument spec, so Ansible validates its inputs.
 
 Ansible names an entry point by `tasks_from` verbatim: `tasks_from: io.yml` looks up a spec called "io.yml",
-finds none and validates nothing (`-e probes_io_depths=64` then ran fio at QD6 and QD4). This test reads every
+finds none and validates nothing (`-e probe_io_depths=64` then ran fio at QD6 and QD4). This test reads every
 playbook and task file for the roles they use and checks that the spec exists, and that each spec's defaults
 agree with the role's defaults/main.yml.
 """
@@ -46,7 +46,8 @@ def _specs(role: str) -> dict[str, Any]:
 
 
 def test_the_playbooks_use_roles_by_entry_point() -> None:
-    assert ("probes", "io", "probe-io.yml") in _uses()
+    assert ("probe_io", "main", "probe-io.yml") in _uses()
+    assert ("plan", "replan", "roles/serve/tasks/model.yml") in _uses()
 
 
 @pytest.mark.parametrize(("role", "entry", "where"), _uses())

@@ -31,13 +31,13 @@ def test_queue_depths_from_the_command_line_are_depths_not_digits(given: Any, de
 @pytest.mark.parametrize(
     ("settings", "says"),
     [
-        ({"depths": "sixty"}, "probes_io_depths: expected queue depths like [1, 64]"),
-        ({"depths": "0"}, "probes_io_depths must be positive queue depths"),
+        ({"depths": "sixty"}, "probe_io_depths: expected queue depths like [1, 64]"),
+        ({"depths": "0"}, "probe_io_depths must be positive queue depths"),
         (
             {"thresholds": {64: {"min_iops": "fast"}}},
-            "probes_io_thresholds.64.min_iops: expected a number of 0 or more",
+            "probe_io_thresholds.64.min_iops: expected a number of 0 or more",
         ),
-        ({"thresholds": {1: {"max_ms": -3}}}, "probes_io_thresholds.1.max_ms: expected a number of 0 or more"),
+        ({"thresholds": {1: {"max_ms": -3}}}, "probe_io_thresholds.1.max_ms: expected a number of 0 or more"),
     ],
 )
 def test_io_settings_that_cannot_be_used_are_one_line(settings: dict[str, Any], says: str) -> None:

@@ -43,7 +43,7 @@ def test_a_missed_threshold_is_a_finding_with_fios_reasons(tmp_path: Path) -> No
     ("rc", "stdout", "stderr", "line"),
     [
         (0, "PASS", "", ""),
-        (2, "", "probes_io_depths: 0 is not a queue depth\n", "ERROR: probes_io_depths: 0 is not a queue depth"),
+        (2, "", "probe_io_depths: 0 is not a queue depth\n", "ERROR: probe_io_depths: 0 is not a queue depth"),
         (
             3,
             "x\nskipped: fio is not installed\n",

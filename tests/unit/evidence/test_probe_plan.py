@@ -31,7 +31,7 @@ def test_probe_io_argv_mounts_data_read_only_at_host_paths() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"data_dirs": []}, "probes_io_data_dirs is empty"),
+        ({"data_dirs": []}, "probe_io_data_dirs is empty"),
         ({"target": "models/x"}, "models/x: probe paths must be absolute"),
         ({"target": "/dev/vda"}, r"target /dev/vda is outside the data directories \(/data\)"),
         ({"depths": [0]}, "must be positive queue depths"),
@@ -137,8 +137,8 @@ def test_every_list_of_capture_parts_is_the_one_in_probes_parts() -> None:
 
     repo = Path(__file__).resolve().parents[3]
     assert tuple(parts.PART_DIRS) == parts.PARTS and set(parts.DEFAULT_PARTS) <= set(parts.PARTS)
-    specs = yaml.safe_load((repo / "ansible/roles/probes/meta/argument_specs.yml").read_text())["argument_specs"]
-    assert specs["capture"]["options"]["probes_capture_probe"]["choices"] == ["capture", *parts.PARTS]
+    specs = yaml.safe_load((repo / "ansible/roles/capture/meta/argument_specs.yml").read_text())["argument_specs"]
+    assert specs["main"]["options"]["capture_probe"]["choices"] == ["capture", *parts.PARTS]
     makefile = (repo / "Makefile").read_text()
     m = re.search(r"PROBE=io\|([a-z|]+)", makefile)
     assert m and m.group(1).split("|") == list(parts.PARTS), "make help lists other probes than probes/capture/parts.py"

@@ -1,5 +1,5 @@
 """make profile's pieces that decide: the per-rank summary of torch profiler traces
-(serving/evidence/profiler_summary.py) and the requests container's argv (serving/bridge/playbooks.py profile_argv).
+(serving/evidence/profiler_summary.py) and the requests container's argv (serving/bridge/playbooks.py profiler_argv).
 
 The traces here are small ones in the format vLLM's torch profiler writes (Kineto's Chrome trace: `cpu_op`,
 `python_function` and `user_annotation` complete events in microseconds, `baseTimeNanoseconds`); the real ones, a
@@ -108,7 +108,7 @@ def _plan(profiler: str | None) -> dict[str, Any]:
 
 def test_the_profile_requests_run_beside_the_profiled_engine_only() -> None:
     settings = {"out": "/var/lib/refdeploy/probe-runs/x-profile", "workload": "smoke", "requests": 3}
-    got = playbooks.profile_argv(_plan("torch"), settings)
+    got = playbooks.profiler_argv(_plan("torch"), settings)
     argv = got["argv"]
     assert argv[:6] == ["docker", "run", "--rm", "--name", "refdeploy-vllm-profile", "--network"]
     assert argv[argv.index("--network") + 1] == "container:refdeploy-vllm"
@@ -116,6 +116,6 @@ def test_the_profile_requests_run_beside_the_profiled_engine_only() -> None:
     assert (spec["workload"], spec["output_len"], spec["api_key_file"]) == ("smoke", 32, "")
     assert argv[argv.index("--requests") + 1] == "3"
     assert got["timeout_s"] == 3 * 120 + 600 + 60
-    assert "error" in playbooks.profile_argv(_plan(None), settings)
-    assert "1 to 1000" in playbooks.profile_argv(_plan("torch"), {**settings, "requests": 0})["error"]
-    assert "unknown workload" in playbooks.profile_argv(_plan("torch"), {**settings, "workload": "nope"})["error"]
+    assert "error" in playbooks.profiler_argv(_plan(None), settings)
+    assert "1 to 1000" in playbooks.profiler_argv(_plan("torch"), {**settings, "requests": 0})["error"]
+    assert "unknown workload" in playbooks.profiler_argv(_plan("torch"), {**settings, "workload": "nope"})["error"]

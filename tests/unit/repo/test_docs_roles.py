@@ -20,8 +20,9 @@ def test_docs_roles_is_up_to_date_with_the_argument_specs() -> None:
 
 def test_every_role_entry_point_and_option_is_on_the_page() -> None:
     page = PAGE.read_text()
-    assert "## preflight" in page and "### probes: capture" in page and "### serve: rollback" in page
-    assert "- `probes_io_depths` (list of int, default `[1, 64]`): Queue depths to measure." in page
+    assert "## preflight" in page and "### capture (main)" in page and "### serve: rollback" in page
+    assert "### plan: replan" in page and "### probes (main)" in page
+    assert "- `probe_io_depths` (list of int, default `[1, 64]`): Queue depths to measure." in page
     assert "- `refdeploy_plan` (dict, required):" in page
     assert (
         "One of: `capture`, `samplers`, `metrics`, `stacks`, `wchan`, `perf`, `hoststate`, `record`."

@@ -1,10 +1,10 @@
-"""Action plugin refdeploy_profile_summary: the fetched torch profiler traces of `make profile`, summarised per
+"""Action plugin refdeploy_profiler_summary: the fetched torch profiler traces of `make profile`, summarised per
 rank on the controller (serving/evidence/profiler_summary.py): summary.txt and summary.json beside them; and trace.json,
 every rank's trace and the profiled requests moved onto CLOCK_MONOTONIC in one file
 (serving/evidence/profiler_trace.py).
 
   - name: Summarise every rank's trace
-    refdeploy_profile_summary:
+    refdeploy_profiler_summary:
       directory: runs/<host>/<id>/profile
     register: s                            # s.lines: summary.txt's lines; s.trace: the merged trace
 
