@@ -1,7 +1,8 @@
 """The one way an operator's YAML becomes a model: a strict base, and a loader whose errors say what to fix.
 
 Profiles, workloads and the pinned-RAM budget's inputs are typed by hand, so a misspelled key or a quoted number
-must be refused, never ignored or coerced: every such model derives from `StrictModel`. Profiles and workloads
+must be refused, never ignored or coerced: every such model derives from `StrictModel`, and so does every other
+model of serving/ (the plan, the bench's summary), so there is one set of rules to know. Profiles and workloads
 are also files an operator names on the command line (a name in the shipped directory, or a path), and a bad one
 must fail as one `InputError` line (the CLI prints it and exits 2; the Ansible plugins fail the task with it), not
 a pydantic traceback. `YamlKind` holds that path once; each kind keeps its own error class and its own wording,
@@ -22,7 +23,11 @@ from serving.errors import InputError
 
 
 class StrictModel(BaseModel):
-    """Unknown keys and wrong types are errors, and a loaded model cannot be changed behind the plan's back."""
+    """Unknown keys and wrong types are errors, and a loaded model cannot be changed behind the plan's back.
+
+    The one base of serving/'s models; it sits in config, the lowest floor that may import pydantic (standalone is
+    the standard library's alone). A model read back from JSON that holds dataclasses sets strict=False for itself
+    and says why (serving/plan/launch.py Launch)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -6,30 +6,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict, Field
 
 from serving.config.profile import Model, VllmArgs
+from serving.config.schema import StrictModel
 from serving.host import numa
 from serving.plan.images import ImagePlan
 from serving.plan.render import SPEC_LABEL, spec_digest
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GpuAccess(_Model):
+class GpuAccess(StrictModel):
     """How a probe container reaches the GPUs' driver, so that the host's nvidia-smi runs inside it."""
 
     # Docker's --gpus through the nvidia runtime, `utility` capability only (nvidia-smi, NVML; no CUDA).
-    device_requests: list[dict[str, Any]] = []
+    device_requests: list[dict[str, Any]] = Field(default_factory=list)
     # The stand-in's replayed nvidia-smi, where no driver exists (serving/plan/standin.py).
-    volumes: list[str] = []
-    env: dict[str, str] = {}
+    volumes: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
 
 
-class Launch(_Model):
+class Launch(StrictModel):
     """What `docker run` starts: the planned container, or on a GPU test host the stand-in that plays it."""
+
+    # Read back from JSON (parse_plan), its dataclasses (ImagePlan, RankExpectation) arrive as objects, which strict
+    # validation refuses; the plan is written by build_plan, never by hand, so nothing it forgives is an operator's.
+    model_config = ConfigDict(strict=False)
 
     spec: dict[str, Any]  # community.docker.docker_container parameters, labels included
     spec_digest: str

@@ -21,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from serving.config.profile import Profile
 from serving.config.redact import secret_env_names
+from serving.config.schema import StrictModel
 from serving.errors import InputError
 from serving.host import numa
 from serving.plan import gpu_plan, gpu_smoke, startup
@@ -59,11 +60,7 @@ class PlanError(InputError):
     pass
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ProbeTargets(_Model):
+class ProbeTargets(StrictModel):
     data_dirs: list[str]  # what the probes may read (read-only): the served directories
     data_file: str | None  # the largest served file: fio's target and the page-cache reading
     data_file_bytes: int | None
@@ -72,7 +69,7 @@ class ProbeTargets(_Model):
     gpu_access: GpuAccess | None  # None where the profile has no GPUs
 
 
-class BenchTargets(_Model):
+class BenchTargets(StrictModel):
     served_name: str
     tokenizer: str  # a path inside the serving container's volumes (the client mounts the same volumes)
     volumes: list[str]  # host:container:ro, as the serving container sees them
@@ -84,7 +81,7 @@ class BenchTargets(_Model):
     runtime_uid: int = RUNTIME_UID
 
 
-class Api(_Model):
+class Api(StrictModel):
     """Where the server's API answers and how it is protected."""
 
     # The host address Docker publishes it on, and whether that address is loopback only.
@@ -102,13 +99,16 @@ class Api(_Model):
     secret_env: list[str]
 
 
-class Profiler(_Model):
+class Profiler(StrictModel):
     kind: str
     host_dir: str
     container_dir: str
 
 
-class Plan(_Model):
+class Plan(StrictModel):
+    # As Launch's: read back from JSON, its ImagePlan arrives as an object (serving/plan/launch.py).
+    model_config = ConfigDict(strict=False)
+
     schema_version: Literal[1] = 1
     host: str
     profile: Profile
