@@ -28,7 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict
+
 from serving.config.profile import Gpu, Profile
+from serving.config.schema import StrictModel
 from serving.errors import InputError
 from serving.host import gpu_facts, limits, numa, nvme, pinned_ram
 from serving.host.numa import NumaPlan
@@ -444,6 +447,33 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "slice": plan.slice_unit,
         "toolkit_install": plan.toolkit_install,
     }
+
+
+class GpuFacts(StrictModel):
+    """A GPU host's facts and decisions as the deployment plan holds them (Plan.gpu): to_json's, less what the plan
+    holds in its own fields (the container spec, the host, ok, failures), and the memlock limit the runtime role
+    writes. Its JSON is to_json's field for field: manifests and `make verify` compare it so."""
+
+    # Read back from JSON (serving/plan/plan.py parse_plan), each GpuInfo arrives as an object, which strict
+    # validation refuses (as Launch's dataclasses, serving/plan/launch.py).
+    model_config = ConfigDict(strict=False)
+
+    schema_version: int
+    gpus: list[gpu_facts.GpuInfo]
+    numa_plan: dict[str, Any] | None
+    ram_budget: dict[str, Any] | None
+    ram_budget_table: str
+    data: list[dict[str, Any]] | None
+    slice: dict[str, Any] | None
+    toolkit_install: bool
+    # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
+    engine_memlock: str
+
+
+def facts_of(plan: GpuHostPlan, engine_memlock: str | None) -> GpuFacts:
+    """The plan's GpuFacts of a host's GPU plan, with the inventory's memlock limit for the engine (or None)."""
+    own = {k: v for k, v in to_json(plan).items() if k not in ("container_spec", "host", "ok", "failures")}
+    return GpuFacts(**own, engine_memlock=systemd_memlock(engine_memlock) if engine_memlock else "")
 
 
 def dumps(plan: GpuHostPlan) -> str:

@@ -24,7 +24,7 @@ from pydantic import Field
 from serving.config.redact import is_secret_name
 from serving.config.schema import StrictModel
 from serving.errors import InputError
-from serving.host.gpu_facts import GpuFactsError, normalise_bus_id
+from serving.host.gpu_facts import GpuFactsError, GpuInfo, normalise_bus_id
 
 SMOKE_IN_IMAGE = "/opt/refdeploy/gpu_smoke.py"
 SMOKE_SUFFIX = "-gpu-smoke"
@@ -172,21 +172,18 @@ def judge(
 
 def plan_smoke(
     spec: Mapping[str, Any],
-    host_gpus: Sequence[Mapping[str, Any]],
+    host_gpus: Sequence[GpuInfo],
     devices: Sequence[int],
     model_substring: str,
     gpu_memory_utilization: float | None,
 ) -> GpuSmoke:
     """The smoke test of the serving container `spec` (its launch spec), on the host's GPUs `devices` (indices
     into `host_gpus`, nvidia-smi's rows as serving/plan/gpu_plan.py keeps them), in rank order."""
-    by_index = {int(g["index"]): g for g in host_gpus}
+    by_index = {g.index: g for g in host_gpus}
     return GpuSmoke(
         argv=smoke_argv(spec),
         container=smoke_container(spec),
-        gpus=[
-            PlannedGpu(index=d, name=str(by_index[d]["name"]), pci_bus_id=by_index[d].get("pci_bus_id"))
-            for d in devices
-        ],
+        gpus=[PlannedGpu(index=d, name=by_index[d].name, pci_bus_id=by_index[d].pci_bus_id) for d in devices],
         model_substring=model_substring,
         gpu_memory_utilization=gpu_memory_utilization,
     )

@@ -128,7 +128,7 @@ class Plan(StrictModel):
     probes: ProbeTargets
     bench: BenchTargets | None
     # A GPU host's facts and decisions (serving/plan/gpu_plan.py): GPUs, NUMA plan, RAM budget, data drive, slice.
-    gpu: dict[str, Any] | None
+    gpu: gpu_plan.GpuFacts | None
     failures: list[str]
     ok: bool
     # make profile: the profiler the engine runs with (vLLM's --profiler-config; serving/plan/render.py
@@ -217,7 +217,7 @@ def _place_on_gpu_host(
     data_disk: str | None,
     engine_memlock: str | None,
     install_toolkit: bool = False,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[numa.RankExpectation], tuple[str, str], list[str]]:
+) -> tuple[dict[str, Any] | None, gpu_plan.GpuFacts | None, list[numa.RankExpectation], tuple[str, str], list[str]]:
     """A GPU profile on a host (serving/plan/gpu_plan.py): (container spec or None, the host's facts and decisions,
     the ranks, the CPUs kept for the bench client and the probes, failures)."""
     if not readings.get("hostname"):
@@ -244,9 +244,7 @@ def _place_on_gpu_host(
         cuda_runtime=images.cuda_runtime,
         install_toolkit=install_toolkit,
     )
-    facts = {k: v for k, v in gpu_plan.to_json(gp).items() if k not in ("container_spec", "host", "ok", "failures")}
-    # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
-    facts["engine_memlock"] = gpu_plan.systemd_memlock(engine_memlock) if engine_memlock else ""
+    facts = gpu_plan.facts_of(gp, engine_memlock)
     placement = gp.placement
     if placement is None:
         return gp.container_spec, facts, [], ("", ""), gp.failures
@@ -366,7 +364,7 @@ def build_plan(
     served_dirs = profile.served_dirs
     data_file, data_bytes, data_note, model_action, served_failures = _served_state(profile, readings)
     failures += served_failures
-    gpu: dict[str, Any] | None = None
+    gpu: gpu_plan.GpuFacts | None = None
     client_cpus = probe_cpus = ""
     gpu_access: GpuAccess | None = None
     spec: dict[str, Any] | None
@@ -391,7 +389,7 @@ def build_plan(
         spec = launch.spec
         if profile.gpu is not None and gpu is not None and gpu_class is not None:
             smoke = gpu_smoke.plan_smoke(
-                launch.spec, gpu["gpus"], profile.gpu.devices, str(gpu_class["model_substring"]),
+                launch.spec, gpu.gpus, profile.gpu.devices, str(gpu_class["model_substring"]),
                 profile.vllm.gpu_memory_utilization,
             )  # fmt: skip
         if stand_in is not None:

@@ -121,7 +121,8 @@ def test_a_gpu_plan_is_the_class_hosts_container_ranks_and_reserved_cpus() -> No
         (2, 2, "0-27", "0"),
     ]
     assert plan.bench.client_cpus == "30-31" and plan.probes.cpus == "28-29"
-    assert plan.gpu["numa_plan"]["cpuset_cpus"] == "0-27" and "container_spec" not in plan.gpu
+    assert plan.gpu.numa_plan is not None and plan.gpu.numa_plan["cpuset_cpus"] == "0-27"
+    assert "container_spec" not in plan.gpu.model_dump()
     # The probe containers get the GPUs' driver (nvidia-smi), not the GPUs' compute.
     access = {"driver": "nvidia", "device_ids": ["0", "1", "2"], "capabilities": [["utility"]]}
     assert plan.probes.gpu_access is not None and plan.probes.gpu_access.device_requests == [access]
