@@ -14,7 +14,6 @@ and the samplers' and gauges' series on the bench's timeline with the runs marke
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from serving.bench import trace_events as bench_trace
 from serving.bench.page import render_html
 from serving.bench.summary import KNEE_SVG, build_summary, write_cgroup_readings
+from serving.bench.summary_schema import BenchSummary
 from serving.bench.text import render_text
 from serving.record import memory_phases
 
@@ -31,8 +31,10 @@ REPORT_HTML = "report.html"
 
 
 def write_report(bench_dir: Path) -> dict[str, Any]:
-    s = build_summary(bench_dir)
-    (bench_dir / SUMMARY_JSON).write_text(json.dumps(s, indent=2, sort_keys=True, default=str) + "\n")
+    # Through the schema: a figure it does not name, or of the wrong type, fails here, not in a reader of the file.
+    summary = BenchSummary.model_validate(build_summary(bench_dir))
+    (bench_dir / SUMMARY_JSON).write_text(summary.dumps())
+    s = summary.dump()
     (bench_dir / REPORT_TXT).write_text(render_text(s))
     if s.get("knee") and s["knee"]["result"]:
         from serving.bench.knee_plot import draw_knee
