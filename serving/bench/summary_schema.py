@@ -133,7 +133,7 @@ class RunSummary(StrictModel):
     achieved_rate_req_s: float | None
     achieved_over_requested: float | None
     outstanding: Outstanding
-    vllm_reported: dict[str, Any]
+    vllm_reported: dict[str, Num | None]  # vLLM's own aggregates of the run, beside ours
     server: ServerFigures | None
     prefix_cache_hit_rate: float | None = None
     page_cache: RunPageCache | None = None
@@ -171,6 +171,16 @@ class PointSummary(StrictModel):
     goodput_req_s: Stat | None = None
     ttft_ms_by_turn: dict[str, Stat] | None = None
     gpu_health: dict[str, Any] | None = None
+
+
+class ReferenceBeside(StrictModel):
+    """A class reference figure beside the measured one of its definition (serving/bench/reference.py)."""
+
+    key: str
+    what: str
+    concurrency: int
+    reference: Any  # as the inventory's gpu_class.reference gives it
+    measured: float | None
 
 
 class PrefixCache(StrictModel):
@@ -213,7 +223,7 @@ class BenchSummary(StrictModel):
     runs: list[RunSummary]
     points: list[PointSummary]
     reference: dict[str, Any] | None
-    reference_beside_measured: list[dict[str, Any]]
+    reference_beside_measured: list[ReferenceBeside]
     weight_read_bound: dict[str, float] | None
     gpu_links: dict[str, Any] | None = None
     energy: dict[str, Any] | None = None
