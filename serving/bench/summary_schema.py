@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from serving.bench.protocol import SCHEMA_VERSION
 from serving.config.schema import StrictModel, one_line
@@ -141,7 +141,7 @@ class RunSummary(StrictModel):
 
 
 class PointSummary(StrictModel):
-    """A point's measured runs pooled (serving/bench/runs.py pool_point), and its GPU health mark
+    """A point's valid measured runs pooled (serving/bench/runs.py pool_point), and its GPU health mark
     (serving/bench/health.py gpu_health)."""
 
     point: str
@@ -150,6 +150,9 @@ class PointSummary(StrictModel):
     runs: int
     runs_ok: int
     runs_valid: int
+    # "<run id>: <its first flag>" for each measured run left out of the pool (a summary before issue 30 has none:
+    # its points pooled every completed run).
+    left_out: list[str] = Field(default_factory=list)
     ttft_ms: Stat
     tpot_ms: Stat
     decode_tok_s: Stat

@@ -80,7 +80,6 @@ def test_the_host_and_the_controller_count_the_same_requests_as_meeting_the_slo(
     assert all(0 < c < n for c in counts[:5]) and counts[5:] == [n - len(failed), 0], counts
 
 
-
 def test_the_edge_cases_are_judged_alike_on_both_sides() -> None:
     """Three requests the two readers once judged differently (the last stop's note): one whose 32 tokens all came
     with its first (e2e = TTFT: TPOT 0, which meets the TPOT threshold, as in vLLM's goodput), one with a NaN TTFT (no

@@ -14,7 +14,7 @@ import pytest
 from serving.bench import report as bench_report
 from serving.bench.summary_schema import read_summary
 from serving.errors import InputError
-from tests.unit.test_compare import make_bench
+from tests.helpers.bench_dirs import make_bench
 
 
 def test_a_written_summary_reads_back_to_the_same_bytes(tmp_path: Path) -> None:
