@@ -75,6 +75,7 @@ def test_the_closing_line_counts_a_failure_outside_pytest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KEEP_GOING", raising=False)  # a make test run with KEEP_GOING=1 around this one
     monkeypatch.setattr(schedule, "REPO", tmp_path)
     monkeypatch.setattr(
         schedule,
