@@ -8,14 +8,14 @@ scale down to their grid cell and the text wraps (tests/integration/test_report_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from probes.readers.samplers import parse_vmstat, read_log
 from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench.summary import KNEE_SVG, load_json
+from serving.bench.summary_schema import BenchSummary, PointSummary, Stat
 from serving.bench.text import point_label, render_text, stat
 from serving.evidence.plots import BACKGROUND, PANEL_COLOURS, TEXT, escape, xy_panel
 
@@ -34,12 +34,12 @@ def _colour(panel: str, i: int) -> str:
     return cols[i % len(cols)]
 
 
-def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
-    manifest = s["manifest"]
+def render_html(s: BenchSummary, bench_dir: Path) -> str:
+    manifest = s.manifest
     panels: list[str] = []
-    for p in s["points"]:
-        measured = [r for r in s["runs"] if r["point"] == p["point"] and r["phase"] == "measured"]
-        results = {r["id"]: load_json(bench_dir / "runs" / r["id"] / bench.RESULT_FILE) or {} for r in measured}
+    for p in s.points:
+        measured = [r for r in s.runs if r.point == p.point and r.phase == "measured"]
+        results = {r.id: load_json(bench_dir / "runs" / r.id / bench.RESULT_FILE) or {} for r in measured}
         obs = {rid: [o for o in bench_runs.parse_requests(res) if o.success] for rid, res in results.items()}
         label = point_label(p)
         for title, axis, field, colours in (
@@ -53,7 +53,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
             panels.append(xy_panel(f"{label}: {title} CDF per run", series, axis, "fraction of requests"))
         itl_title = (
             f"{label}: chunk intervals over time (chunks carried several tokens: NOT inter-token latency)"
-            if p["grouped_streaming"]
+            if p.grouped_streaming
             else f"{label}: inter-token latency over time (one token per chunk)"
         )
         series = []
@@ -68,12 +68,13 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
         panels.append(
             xy_panel(itl_title, series, "seconds since the run's first request", "interval (ms)", mode="dots")
         )
-    conc = [p for p in s["points"] if p.get("max_concurrency") is not None and p["output_tok_s"]["n"]]
+    # A described figure with n > 0 has its median, min and max (serving/bench/stats.py describe).
+    conc = [(float(c), p) for p in s.points if (c := p.max_concurrency) is not None and p.output_tok_s.n]
     if conc:
-        agg = [(float(p["max_concurrency"]), p["output_tok_s"]["median"]) for p in conc]
-        lo = [(float(p["max_concurrency"]), p["output_tok_s"]["min"]) for p in conc]
-        hi = [(float(p["max_concurrency"]), p["output_tok_s"]["max"]) for p in conc]
-        per = [(float(p["max_concurrency"]), p["decode_tok_s"]["median"]) for p in conc if p["decode_tok_s"]["n"]]
+        agg = [(c, v) for c, p in conc if (v := p.output_tok_s.median) is not None]
+        lo = [(c, v) for c, p in conc if (v := p.output_tok_s.min) is not None]
+        hi = [(c, v) for c, p in conc if (v := p.output_tok_s.max) is not None]
+        per = [(c, v) for c, p in conc if p.decode_tok_s.n and (v := p.decode_tok_s.median) is not None]
         panels.append(
             xy_panel(
                 "concurrency scaling: aggregate output tok/s (median, min, max over runs) and per-request decode rate",
@@ -84,7 +85,7 @@ def render_html(s: Mapping[str, Any], bench_dir: Path) -> str:
         )  # fmt: skip
     panels.append(_timeline(s, bench_dir))
     knee_svg = bench_dir / KNEE_SVG
-    if s.get("knee") and knee_svg.is_file():
+    if s.knee and knee_svg.is_file():
         # Inline, as every panel here: the page is one file to attach to an incident.
         svg = knee_svg.read_text()
         panels.insert(0, '<div id="knee">' + svg[svg.find("<svg") :] + "</div>")
@@ -115,25 +116,24 @@ _CSS = (
     "#plots figure{margin:0;min-width:0}#plots svg{width:100%;height:auto}"
     "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
 )
-_ANSWER_FIGURES = (
-    ("TTFT ms", "ttft_ms"), ("TPOT ms", "tpot_ms"), ("decode tok/s/req", "decode_tok_s"), ("e2e ms", "e2el_ms"),
-    ("aggregate tok/s", "output_tok_s"),
+_ANSWER_FIGURES: tuple[tuple[str, Callable[[PointSummary], Stat]], ...] = (
+    ("TTFT ms", lambda p: p.ttft_ms), ("TPOT ms", lambda p: p.tpot_ms), ("decode tok/s/req", lambda p: p.decode_tok_s),
+    ("e2e ms", lambda p: p.e2el_ms), ("aggregate tok/s", lambda p: p.output_tok_s),
 )  # fmt: skip
 
 
-def _answer(s: Mapping[str, Any]) -> str:
+def _answer(s: BenchSummary) -> str:
     """The first screen: the verdict, each point's figures over its valid runs (median [min-max] n), the flags."""
-    ok = s["status"] == "ok"
+    ok = s.status == "ok"
     verdict = (
-        f'<p><span class="verdict {"ok" if ok else "bad"}">{escape(s["status"].upper())}</span> '
-        f"{escape(s['reason'])}</p>"
+        f'<p><span class="verdict {"ok" if ok else "bad"}">{escape(s.status.upper())}</span> {escape(s.reason)}</p>'
     )
     head = "".join(f"<th>{escape(h)}</th>" for h in ("point", "valid runs", *(h for h, _ in _ANSWER_FIGURES)))
     rows = "".join(
-        f"<tr><td>{escape(point_label(p))}</td><td>{p['runs_valid']} of {p['runs']}</td>"
-        + "".join(f"<td>{escape(stat(p[k]))}</td>" for _, k in _ANSWER_FIGURES)
+        f"<tr><td>{escape(point_label(p))}</td><td>{p.runs_valid} of {p.runs}</td>"
+        + "".join(f"<td>{escape(stat(figure(p)))}</td>" for _, figure in _ANSWER_FIGURES)
         + "</tr>"
-        for p in s["points"]
+        for p in s.points
     )
     table = f'<div class="table"><table><tr>{head}</tr>{rows}</table></div>'
     flags = [escape(f) for f in _flags(s)]
@@ -144,32 +144,32 @@ def _answer(s: Mapping[str, Any]) -> str:
     )
 
 
-def _flags(s: Mapping[str, Any]) -> list[str]:
+def _flags(s: BenchSummary) -> list[str]:
     """What qualifies the figures, in the words report.txt uses."""
-    m = s["manifest"]
+    m = s.manifest
     out = []
     if m.get("profiler"):
         out.append(f"PROFILED: the engine ran with the {m['profiler']} profiler configured: not results")
     if (m.get("stand_in") or {}).get("what"):
         out.append(f"a STAND-IN engine ran, not the profile's: {m['stand_in']['what']}")
-    if s["grouped_streaming"]:
+    if s.grouped_streaming:
         out.append("chunks carried several tokens in some runs: chunk intervals are not inter-token latency")
-    out += [f"left out of the pool: {x}" for p in s["points"] for x in p.get("left_out") or []]
+    out += [f"left out of the pool: {x}" for p in s.points for x in p.left_out]
     return out
 
 
-def _timeline(s: Mapping[str, Any], bench_dir: Path) -> str:
+def _timeline(s: BenchSummary, bench_dir: Path) -> str:
     """vmstat CPU and the load gauges on the bench's clock (seconds since the client started), runs as bands."""
-    client = s.get("client") or {}
+    client = s.client or {}
     t0 = client.get("started_mono_s")
     if not isinstance(t0, int | float):
         return xy_panel("samplers and gauges over the bench", [], "s", "", message="no client.json: no timeline")
     bands = []
-    for r in s["runs"]:
-        st = load_json(bench_dir / "runs" / r["id"] / "status.json") or {}
+    for r in s.runs:
+        st = load_json(bench_dir / "runs" / r.id / "status.json") or {}
         a, b = st.get("started_mono_s"), st.get("ended_mono_s")
         if isinstance(a, int | float) and isinstance(b, int | float):
-            bands.append((a - t0, b - t0, r["id"]))
+            bands.append((a - t0, b - t0, r.id))
     series: list[tuple[str, Sequence[tuple[float, float]], str]] = []
     vm = parse_vmstat(read_log(bench_dir / "samplers" / "vmstat.log", include_rotated=False))
     for i, col in enumerate(("us", "sy", "wa")):

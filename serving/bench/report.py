@@ -34,13 +34,13 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
     # Through the schema: a figure it does not name, or of the wrong type, fails here, not in a reader of the file.
     summary = BenchSummary.model_validate(build_summary(bench_dir))
     (bench_dir / SUMMARY_JSON).write_text(summary.dumps())
-    s = summary.dump()
-    (bench_dir / REPORT_TXT).write_text(render_text(s))
-    if s.get("knee") and s["knee"]["result"]:
+    (bench_dir / REPORT_TXT).write_text(render_text(summary))
+    if summary.knee and summary.knee["result"]:
         from serving.bench.knee_plot import draw_knee
 
-        draw_knee(s["knee"]["result"], s["knee"]["runs"], bench_dir / KNEE_SVG)
-    (bench_dir / REPORT_HTML).write_text(render_html(s, bench_dir))
+        draw_knee(summary.knee["result"], summary.knee["runs"], bench_dir / KNEE_SVG)
+    (bench_dir / REPORT_HTML).write_text(render_html(summary, bench_dir))
+    s = summary.dump()
     bench_trace.write_trace(bench_dir)
     # The field's format last: its documents reference the files above (serving/bench/br_export.py).
     from serving.bench import br_export

@@ -1,6 +1,8 @@
-"""A bench's report.txt, from its summary (serving/bench/summary.py): the header (what ran, how, where), the
-streaming, the knee search, the GPUs' health, the pooled points, the SLO, the runs and their flags, the class's
-reference figures, the server's cgroups and the memory at decode, and where the raw files are.
+"""A bench's report.txt, from its summary (serving/bench/summary.py) as the schema reads it
+(serving/bench/summary_schema.py BenchSummary): the header (what ran, how, where), the streaming, the knee search,
+the GPUs' health, the pooled points, the SLO, the runs and their flags, the class's reference figures, the server's
+cgroups and the memory at decode, and where the raw files are. The parts the schema leaves as mappings (the manifest,
+the knee search, health, energy, PCIe links) are read as such.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from serving.bench import energy as bench_energy
 from serving.bench import health as bench_health
 from serving.bench import runs as bench_runs
 from serving.bench.summary import KNEE_SVG
+from serving.bench.summary_schema import BenchSummary, PageCache, PointSummary, RunPageCache, Stat
 from serving.standalone import knee_runs
 
 
@@ -25,36 +28,43 @@ def _f(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def stat(d: Mapping[str, Any] | None) -> str:
+def stat(d: Stat | None) -> str:
     """A described figure as the reports print it: median [min-max] n=N, or - where there is none."""
-    if not d or not d.get("n"):
+    if not d or not d.n:
         return "-"
-    return f"{_f(d['median'])} [{_f(d['min'])}-{_f(d['max'])}] n={d['n']}"
+    return f"{_f(d.median)} [{_f(d.min)}-{_f(d.max)}] n={d.n}"
 
 
-def point_label(p: Mapping[str, Any]) -> str:
-    if p.get("point") == "trace":
+def point_label(p: PointSummary | Mapping[str, Any]) -> str:
+    """A point in words: "concurrency 4", "rate 2 req/s", "trace replay". A point of the schema, or one as
+    summary.json holds it (serving/bench/br_export.py reads the file's form)."""
+    name: str | None
+    if isinstance(p, PointSummary):
+        name, rate, concurrency = p.point, p.request_rate, p.max_concurrency
+    else:
+        name, rate, concurrency = p.get("point"), p.get("request_rate"), p.get("max_concurrency")
+    if name == "trace":
         return "trace replay"
-    if p.get("request_rate") is not None:
-        return f"rate {p['request_rate']:g} req/s"
-    return f"concurrency {p.get('max_concurrency')}"
+    if rate is not None:
+        return f"rate {rate:g} req/s"
+    return f"concurrency {concurrency}"
 
 
-def render_text(s: Mapping[str, Any]) -> str:
-    labels, health = {p["point"]: point_label(p) for p in s["points"]}, s.get("gpu_health")
-    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s) + bench_health.health_lines(health, labels)
-    lines += _point_tables(s) + _turn_lines(s) + bench_energy.energy_lines(s.get("energy"), labels, health)
+def render_text(s: BenchSummary) -> str:
+    labels, health = {p.point: point_label(p) for p in s.points}, s.gpu_health
+    lines = _header_lines(s) + _streaming_lines(s) + _knee_lines(s.knee) + bench_health.health_lines(health, labels)
+    lines += _point_tables(s) + _turn_lines(s.points) + bench_energy.energy_lines(s.energy, labels, health)
     lines += _run_lines(s)
     lines += _class_lines(s)
-    cg = s.get("server_cgroup") or []
+    cg = s.server_cgroup or []
     if cg:
         lines += ["", "the server's cgroups over the bench (cgroup-before.json, cgroup-after.json):"]
         lines += [f"  {ln}" for ln in cg]
-    mem = s.get("memory_at_decode") or []
+    mem = s.memory_at_decode or []
     if mem:
         lines += ["", "each worker's memory while decoding, logged inside it (memory-phases.json, patch 0003):"]
         lines += [f"  {ln}" for ln in mem]
-    conversations = (s.get("manifest") or {}).get("workload", {}).get("dataset") == "conversations"
+    conversations = (s.manifest or {}).get("workload", {}).get("dataset") == "conversations"
     writer = "vllm bench serve --save-detailed"
     writer = f"the conversations client, in the format of {writer}" if conversations else writer
     lines += ["", f"raw: runs/<id>/result.json ({writer}), metrics-before/after.txt,"]
@@ -68,8 +78,8 @@ def _as_point(x: Any) -> str:
     return f"{x:g}" if isinstance(x, int | float) else str(x)
 
 
-def _knee_lines(s: Mapping[str, Any]) -> list[str]:
-    k = s.get("knee")
+def _knee_lines(k: Mapping[str, Any] | None) -> list[str]:
+    """The knee search's result (the summary's free-form "knee": its keys follow the search's own record)."""
     if not k:
         return []
     result = k["result"] or {}
@@ -103,19 +113,19 @@ def _pct(x: Any) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
-def _page_cache_line(pc: Mapping[str, Any]) -> str:
-    if not pc["recorded"]:
-        return f"page cache of the served files: {pc['how']}; not recorded (a bench from before it was)"
-    size = pc["size_bytes"] / 2**20 if pc["size_bytes"] is not None else None
+def _page_cache_line(pc: PageCache) -> str:
+    if not pc.recorded:
+        return f"page cache of the served files: {pc.how}; not recorded (a bench from before it was)"
+    size = pc.size_bytes / 2**20 if pc.size_bytes is not None else None
     unreadable = (
-        f"; engine pids unreadable: {', '.join(pc['engine_pids_unreadable'])}" if pc["engine_pids_unreadable"] else ""
+        f"; engine pids unreadable: {', '.join(pc.engine_pids_unreadable)}" if pc.engine_pids_unreadable else ""
     )
     return (
-        f"page cache of the served files ({pc['files']} files, {_f(size)} MiB): {pc['state']}, {pc['how']}; "
-        f"resident at the start of measured runs {_pct(pc['resident_before']['min'])}-"
-        f"{_pct(pc['resident_before']['max'])}, at their end {_pct(pc['resident_after']['min'])}-"
-        f"{_pct(pc['resident_after']['max'])}; the engine read {_f(pc['engine_read_bytes'])} bytes from storage "
-        f"(read_bytes) and {_f(pc['engine_rchar'])} through read calls (rchar) over them{unreadable}"
+        f"page cache of the served files ({pc.files} files, {_f(size)} MiB): {pc.state}, {pc.how}; "
+        f"resident at the start of measured runs {_pct(pc.resident_before.min)}-"
+        f"{_pct(pc.resident_before.max)}, at their end {_pct(pc.resident_after.min)}-"
+        f"{_pct(pc.resident_after.max)}; the engine read {_f(pc.engine_read_bytes)} bytes from storage "
+        f"(read_bytes) and {_f(pc.engine_rchar)} through read calls (rchar) over them{unreadable}"
     )
 
 
@@ -160,16 +170,16 @@ def slo_line(slo: Mapping[str, Any]) -> str:
     return ", ".join(given) + f"; a load holds it when {float(slo.get('min_share', 0.9)):.0%} of requests meet all"
 
 
-def holds_line(p: Mapping[str, Any], slo: Mapping[str, Any]) -> str:
+def holds_line(p: PointSummary, slo: Mapping[str, Any]) -> str:
     """Whether the point held the SLO: the median share of its runs meeting it, against min_share."""
-    share = (p.get("slo_share_met") or {}).get("median")
+    share = p.slo_share_met.median if p.slo_share_met else None
     if share is None:
         return "-"
     return "yes" if share >= float(slo.get("min_share", 0.9)) else "no"
 
 
-def _header_lines(s: Mapping[str, Any]) -> list[str]:
-    m = s["manifest"]
+def _header_lines(s: BenchSummary) -> list[str]:
+    m = s.manifest
     w = m["workload"]
     c = m["client"]
     profiled = (
@@ -179,164 +189,159 @@ def _header_lines(s: Mapping[str, Any]) -> list[str]:
         else []
     )  # fmt: skip
     return [
-        f"bench {s['bench_dir']}",
+        f"bench {s.bench_dir}",
         *profiled,
-        f"status: {s['status'].upper()}" + (f": {s['reason']}" if s["reason"] else ""),
+        f"status: {s.status.upper()}" + (f": {s.reason}" if s.reason else ""),
         f"host {m['host']}, profile {m['profile'].get('name')}, image {m['runtime_image']}",
         f"workload {w['name']}: {workload_line(w, m.get('workload_data'))}, seed {w['seed']}, "
         f"{w['warmups']} warm-up + {w['runs']} measured runs per point, --ignore-eos",
         *([f"  {m['sized']}"] if m.get("sized") else []),
         *([f"  SLO per request: {slo_line(w['slo'])}"] if w.get("slo") else []),
         f"client CPUs {c['client_cpus']} (server {c['server_cpus']}): {c['note']}",
-        f"prefix cache: {s['prefix_cache']['note']}; "
-        f"hits in measured runs: {_f(s['prefix_cache']['hits_in_measured_runs'])} tokens"
+        f"prefix cache: {s.prefix_cache.note}; "
+        f"hits in measured runs: {_f(s.prefix_cache.hits_in_measured_runs)} tokens"
         + (
-            f" of {_f(pc['queries_in_measured_runs'])} queried (hit rate {_pct(pc['hit_rate'])})"
-            if (pc := s["prefix_cache"]).get("queries_in_measured_runs")
+            f" of {_f(pc.queries_in_measured_runs)} queried (hit rate {_pct(pc.hit_rate)})"
+            if (pc := s.prefix_cache).queries_in_measured_runs
             else ""
         ),
-        *([_page_cache_line(s["page_cache"])] if "page_cache" in s else []),
+        *([_page_cache_line(s.page_cache)] if s.page_cache is not None else []),
         "definitions: TTFT = t1 - t0; TPOT = (tN - t1)/(N - 1); decode rate = (N - 1)/(tN - t1); "
         "N from the server's usage",
     ]
 
 
-def _streaming_lines(s: Mapping[str, Any]) -> list[str]:
+def _streaming_lines(s: BenchSummary) -> list[str]:
     """Whether chunk intervals are token intervals: one token per chunk, and no run that arrived in bursts."""
     lines: list[str] = []
-    if s["grouped_streaming"]:
+    if s.grouped_streaming:
         lines.append("streaming: some chunks carried several tokens (grouped streaming), so chunk intervals are NOT")
         lines.append(
             "  inter-token latency; requests affected: "
-            + ", ".join(f"{point_label(p)} {p['grouped_requests']}/{p['requests_ok']}" for p in s["points"])
+            + ", ".join(f"{point_label(p)} {p.grouped_requests}/{p.requests_ok}" for p in s.points)
         )
     else:
         lines.append("streaming: one token per chunk in every request")
-    buffered = [r["id"] for r in s["runs"] if any(f.startswith(bench_runs.BUFFERED_STREAM) for f in r["flags"])]
+    buffered = [r.id for r in s.runs if any(f.startswith(bench_runs.BUFFERED_STREAM) for f in r.flags)]
     if buffered:
         lines.append(
             f"  but {len(buffered)} run(s) reached the client in bursts or late ({', '.join(buffered)}; flags below): "
             "their chunk intervals are not token intervals; the server's TPOT and TTFT are the figures there"
         )
-    elif not s["grouped_streaming"]:
+    elif not s.grouped_streaming:
         lines.append(
             "  and the client's TPOT and TTFT agree with the server's, so chunk intervals are token intervals (ITL)"
         )
     return lines
 
 
-def _point_tables(s: Mapping[str, Any]) -> list[str]:
+def _point_tables(s: BenchSummary) -> list[str]:
     lines: list[str] = []
     lines += ["", "pooled over the valid measured runs (median [min-max] n):"]
-    itl = "chunk interval ms (not ITL)" if s["grouped_streaming"] else "ITL ms"
+    itl = "chunk interval ms (not ITL)" if s.grouped_streaming else "ITL ms"
     header = ("point", "valid runs", "TTFT ms", "TPOT ms", "decode tok/s/req", "e2e ms", itl,
               "aggregate tok/s (per run)")  # fmt: skip
     rows: list[tuple[str, ...]] = [
-        (point_label(p), f"{p['runs_valid']} of {p['runs']}", stat(p["ttft_ms"]), stat(p["tpot_ms"]),
-         stat(p["decode_tok_s"]), stat(p["e2el_ms"]), stat(p["chunk_interval_ms"]), stat(p["output_tok_s"]))
-        for p in s["points"]
+        (point_label(p), f"{p.runs_valid} of {p.runs}", stat(p.ttft_ms), stat(p.tpot_ms), stat(p.decode_tok_s),
+         stat(p.e2el_ms), stat(p.chunk_interval_ms), stat(p.output_tok_s))
+        for p in s.points
     ]  # fmt: skip
     lines += _table(header, rows)
-    left_out = [x for p in s["points"] for x in p.get("left_out") or []]
+    left_out = [x for p in s.points for x in p.left_out]
     if left_out:
         lines.append(f"  left out of the pool, flagged ({len(left_out)}; their own figures are in the runs table):")
         lines += [f"    {x}" for x in left_out]
     lines += ["", "server histogram deltas, mean per run (median [min-max] over runs):"]
     rows = [
-        (point_label(p), stat(p["server_ttft_mean_ms"]), stat(p["server_tpot_mean_ms"]),
-         stat(p["server_queue_mean_ms"]))
-        for p in s["points"]
+        (point_label(p), stat(p.server_ttft_mean_ms), stat(p.server_tpot_mean_ms), stat(p.server_queue_mean_ms))
+        for p in s.points
     ]  # fmt: skip
     lines += _table(("point", "server TTFT ms", "server TPOT ms", "server queue ms"), rows)
-    slo = (s["manifest"]["workload"] or {}).get("slo")
+    slo = (s.manifest["workload"] or {}).get("slo")
     if slo:
         lines += ["", f"SLO per request ({slo_line(slo)}); per run, median [min-max] over runs:"]
-        rows = [(point_label(p), stat(p.get("slo_share_met")), stat(p.get("goodput_req_s")), stat(p["request_s"]),
-                 holds_line(p, slo)) for p in s["points"]]  # fmt: skip
+        rows = [(point_label(p), stat(p.slo_share_met), stat(p.goodput_req_s), stat(p.request_s),
+                 holds_line(p, slo)) for p in s.points]  # fmt: skip
         lines += _table(("point", "share meeting all", "goodput req/s", "completed req/s", "holds"), rows)
-    rate_points = [p for p in s["points"] if p.get("request_rate") is not None]
+    rate_points = [p for p in s.points if p.request_rate is not None]
     if rate_points:
         lines += ["", "fixed arrival rate:"]
-        rows = [(point_label(p), stat(p["achieved_over_requested"]), stat(p["outstanding_max"])) for p in rate_points]
+        rows = [(point_label(p), stat(p.achieved_over_requested), stat(p.outstanding_max)) for p in rate_points]
         lines += _table(("point", "achieved/requested", "max outstanding"), rows)
     return lines
 
 
-def _turn_lines(s: Mapping[str, Any]) -> list[str]:
+def _turn_lines(all_points: Sequence[PointSummary]) -> list[str]:
     """Conversations: TTFT by turn number, pooled over the valid measured runs (turn 1 prefills its own message; a later
     turn the whole history, which the turn before it left in the prefix cache)."""
-    points = [p for p in s["points"] if p.get("ttft_ms_by_turn")]
-    if not points:
+    by_turn = [(p, p.ttft_ms_by_turn) for p in all_points if p.ttft_ms_by_turn]
+    if not by_turn:
         return []
-    turns = sorted({int(t) for p in points for t in p["ttft_ms_by_turn"]})
+    turns = sorted({int(t) for _, stats in by_turn for t in stats})
     lines = ["", "TTFT ms by turn, pooled over the valid measured runs (median [min-max] n; turn 1 has no history, "
              "later turns resend it):"]  # fmt: skip
-    rows = [(point_label(p), *(stat(p["ttft_ms_by_turn"].get(str(t))) for t in turns)) for p in points]
+    rows = [(point_label(p), *(stat(stats.get(str(t))) for t in turns)) for p, stats in by_turn]
     return lines + _table(("point", *(f"turn {t}" for t in turns)), rows)
 
 
-def _resident(pc: Mapping[str, Any] | None) -> str:
+def _resident(pc: RunPageCache | None) -> str:
     """The served files' residency at a run's start and end: "0%>100%"."""
-    return f"{_pct(pc.get('resident_before'))}>{_pct(pc.get('resident_after'))}" if pc else "-"
+    return f"{_pct(pc.resident_before)}>{_pct(pc.resident_after)}" if pc else "-"
 
 
-def _run_lines(s: Mapping[str, Any]) -> list[str]:
+def _run_lines(s: BenchSummary) -> list[str]:
     lines: list[str] = []
     lines += ["", "runs:"]
     rows = []
-    for r in s["runs"]:
-        server = r["server"] or {}
+    for r in s.runs:
+        server, pc = r.server, r.page_cache
         rows.append(
-            (r["id"], r["phase"], r["status"], str(r["seed"]), f"{r['requests_ok']}/{r['requests']}",
-             _f(r["ttft_ms"]["median"]), _f(r["tpot_ms"]["median"]), _f(r["output_tok_s"]),
-             _f((server.get("ttft") or {}).get("mean_ms")), _f((server.get("tpot") or {}).get("mean_ms")),
-             _f(server.get("prefix_cache_hits")), _f(r["achieved_over_requested"]),
-             _resident(r.get("page_cache")), _f((r.get("page_cache") or {}).get("engine_read_bytes")))
+            (r.id, r.phase, r.status, str(r.seed), f"{r.requests_ok}/{r.requests}",
+             _f(r.ttft_ms.median), _f(r.tpot_ms.median), _f(r.output_tok_s),
+             _f(server.ttft.mean_ms if server else None), _f(server.tpot.mean_ms if server else None),
+             _f(server.prefix_cache_hits if server else None), _f(r.achieved_over_requested),
+             _resident(pc), _f(pc.engine_read_bytes if pc else None))
         )  # fmt: skip
     lines += _table(
         ("run", "phase", "status", "seed", "ok", "TTFT p50", "TPOT p50", "tok/s", "srv TTFT", "srv TPOT", "hits",
          "rate ratio", "resident", "eng read B"),
         rows,
     )  # fmt: skip
-    flagged = [r for r in s["runs"] if r["flags"]]
+    flagged = [r for r in s.runs if r.flags]
     if flagged:
         lines += ["", "flags:"]
-        lines += [f"  {r['id']}: {f}" for r in flagged for f in r["flags"]]
+        lines += [f"  {r.id}: {f}" for r in flagged for f in r.flags]
     return lines
 
 
-def _class_lines(s: Mapping[str, Any]) -> list[str]:
+def _class_lines(s: BenchSummary) -> list[str]:
     """The class's reference figures beside the measured ones, its PCIe links and its weight-read bound."""
-    m = s["manifest"]
+    m = s.manifest
     lines: list[str] = []
-    if s["reference"]:
+    if s.reference:
         lines += ["", f"class reference figures ({(m.get('gpu_class') or {}).get('name', 'class')}), each beside the "
                   "figure measured here with the same definition:"]  # fmt: skip
-        beside = {b["key"]: b for b in s["reference_beside_measured"]}
-        for k, v in sorted(s["reference"].items()):
+        beside = {b.key: b for b in s.reference_beside_measured}
+        for k, v in sorted(s.reference.items()):
             b = beside.get(k)
             lines.append(
                 f"  {k}: {v}"
-                + (
-                    f"   measured here at concurrency {b['concurrency']}: {_f(b['measured'])} ({b['what']})"
-                    if b
-                    else ""
-                )
+                + (f"   measured here at concurrency {b.concurrency}: {_f(b.measured)} ({b.what})" if b else "")
             )
         if m.get("stand_in"):
             lines.append(
                 "  (a STAND-IN engine ran here, not the class's GPUs: the measured figures are not the class's)"
             )
-    links = s.get("gpu_links") or {}
+    links = s.gpu_links or {}
     if links.get("judged"):
         lines += ["", f"PCIe links while busy, against the class's Gen {links['class_min']['gen']} "
                   f"x{links['class_min']['width']} ({links.get('log', 'samplers/nvidia-smi.log')}):"]  # fmt: skip
         lines += [f"  FLAG {f}" for f in links["flags"]] or ["  every busy GPU's link reached it"]
-    if s["weight_read_bound"]:
-        b = s["weight_read_bound"]
+    if s.weight_read_bound:
+        w = s.weight_read_bound
         lines.append(
-            f"weight-read bound: {b['weight_bytes_per_token_gb']:g} GB/token / {b['memory_bandwidth_gb_s']:g} GB/s = "
-            f"{b['ms_per_token']:.2f} ms/token ({b['tok_s']:.0f} tok/s) at concurrency 1"
+            f"weight-read bound: {w['weight_bytes_per_token_gb']:g} GB/token / {w['memory_bandwidth_gb_s']:g} GB/s = "
+            f"{w['ms_per_token']:.2f} ms/token ({w['tok_s']:.0f} tok/s) at concurrency 1"
         )
     return lines
 

@@ -21,6 +21,7 @@ from serving.bench import protocol as bench
 from serving.bench import report as bench_report
 from serving.bench import runs as bench_runs
 from serving.bench import text as bench_text
+from serving.bench.summary_schema import PointSummary
 from serving.config import workload
 from serving.errors import InputError
 from tests.helpers.bench_dirs import RUN, fixture
@@ -281,7 +282,7 @@ def test_the_report_states_the_workload_and_gives_ttft_by_turn(tmp_path: Path, m
 
 def test_a_random_workloads_report_has_no_turn_table() -> None:
     points = [{"point": "c1", "max_concurrency": 1, "ttft_ms_by_turn": {}}]
-    assert bench_text._turn_lines({"points": points}) == []
+    assert bench_text._turn_lines([PointSummary.model_construct(**p) for p in points]) == []
     line = bench_text.workload_line(workload.load_workload("chat").model_dump(mode="json"), None)
     assert "turns" not in line and "16 prompts per run" in line
 

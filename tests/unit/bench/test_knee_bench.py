@@ -197,7 +197,7 @@ def test_a_bracketing_load_is_named_as_its_point_is() -> None:
              for x, v in ((64.0, "holds"), (90.5, "fails"))]  # fmt: skip
     knee = {"kind": "rate", "unit": "req/s", "left_out_here": [],
             "result": {"summary": "knee 64 req/s", "bracket_loads": loads}}  # fmt: skip
-    text = "\n".join(bench_text._knee_lines({"knee": knee}))
+    text = "\n".join(bench_text._knee_lines(knee))
     assert "bracket 64 req/s: holds (r)" in text and "bracket 90.5 req/s: fails (r)" in text, text
 
 

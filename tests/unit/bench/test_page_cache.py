@@ -17,6 +17,7 @@ from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench import summary as bench_summary
 from serving.bench import text as bench_text
+from serving.bench.summary_schema import PageCache
 from tests.helpers.bench_dirs import RUN, SMOKE, fixture, serving_plan
 from tests.helpers.image_scripts import image_script
 
@@ -173,7 +174,7 @@ def test_a_run_from_before_the_state_was_recorded_has_none() -> None:
 def test_the_report_states_the_page_cache_state_and_its_readings() -> None:
     runs = [summarize(status_with("cold", 0.0)) for _ in range(2)]
     pc = bench_summary.page_cache_summary({"page_cache": "cold"}, runs)
-    line = bench_text._page_cache_line(pc)
+    line = bench_text._page_cache_line(PageCache.model_validate(pc))
     assert line.startswith("page cache of the served files (7 files, 0.381 MiB): cold, evicted before each run")
     assert "resident at the start of measured runs 0%-0%, at their end 100%-100%" in line
     assert "the engine read 8192 bytes from storage" in line and "154" in line

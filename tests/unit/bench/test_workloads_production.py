@@ -19,6 +19,7 @@ from serving.bench import conditions as bench_conditions
 from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench import text as bench_text
+from serving.bench.summary_schema import BenchSummary, PointSummary, Stat
 from serving.config import workload
 from serving.config.profile import load_profile
 from serving.errors import InputError
@@ -310,22 +311,24 @@ def test_a_failed_request_meets_no_slo() -> None:
 
 
 def test_the_report_gives_goodput_and_the_share_that_met_the_slo(tmp_path: Path) -> None:
+    # Only the parts the tables read: a summary built field by field, unvalidated.
+    none = Stat(n=0, median=None, min=None, max=None)
     lines = bench_text._point_tables(
-        {
-            "manifest": {"workload": {"slo": {"ttft": "1s", "min_share": 0.9}}},
-            "grouped_streaming": False,
-            "points": [
-                {
-                    "point": "r2", "request_rate": 2.0, "max_concurrency": None, "runs": 3, "runs_valid": 3,
-                    **{k: {"n": 0} for k in ("ttft_ms", "tpot_ms", "decode_tok_s", "e2el_ms", "chunk_interval_ms",
-                                             "output_tok_s", "server_ttft_mean_ms", "server_tpot_mean_ms",
-                                             "server_queue_mean_ms", "achieved_over_requested", "outstanding_max")},
-                    "request_s": {"n": 3, "median": 2.0, "min": 1.9, "max": 2.0},
-                    "slo_share_met": {"n": 3, "median": 0.95, "min": 0.9, "max": 1.0},
-                    "goodput_req_s": {"n": 3, "median": 1.9, "min": 1.8, "max": 2.0},
-                }
+        BenchSummary.model_construct(
+            manifest={"workload": {"slo": {"ttft": "1s", "min_share": 0.9}}},
+            grouped_streaming=False,
+            points=[
+                PointSummary.model_construct(
+                    point="r2", request_rate=2.0, max_concurrency=None, runs=3, runs_valid=3,
+                    **{k: none for k in ("ttft_ms", "tpot_ms", "decode_tok_s", "e2el_ms", "chunk_interval_ms",
+                                         "output_tok_s", "server_ttft_mean_ms", "server_tpot_mean_ms",
+                                         "server_queue_mean_ms", "achieved_over_requested", "outstanding_max")},
+                    request_s=Stat(n=3, median=2.0, min=1.9, max=2.0),
+                    slo_share_met=Stat(n=3, median=0.95, min=0.9, max=1.0),
+                    goodput_req_s=Stat(n=3, median=1.9, min=1.8, max=2.0),
+                )
             ],
-        }
+        )
     )  # fmt: skip
     text = "\n".join(lines)
     assert "SLO per request (ttft <= 1s; a load holds it when 90% of requests meet all)" in text
