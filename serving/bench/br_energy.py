@@ -18,13 +18,14 @@ document's notes say why.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from llmd_benchmark_report.base import Units
 
 from probes.readers.nvml import LOG_NAME
 from serving.bench.health import export_notes
+from serving.bench.summary_schema import BenchSummary
 
 DEFINITION = (
     "per pooled run, the NVML total energy counter's rise over the run's window (status.json started_mono_s to "
@@ -42,12 +43,12 @@ def _watts(values: Sequence[float]) -> dict[str, Any]:
     return out
 
 
-def point_energy(summary: Mapping[str, Any], point: str, pooled: Sequence[str], label: str) -> dict[str, Any]:
+def point_energy(summary: BenchSummary, point: str, pooled: Sequence[str], label: str) -> dict[str, Any]:
     """For point's document, pooling the runs `pooled` (ids), its engine component labelled `label`: "results"
     (its observability, or nothing), "notes" (why power is absent, or what it is; the point's GPU health mark) and
     "evidence" (energy and J per output token)."""
-    energy = summary.get("energy") or {}
-    health = export_notes(summary.get("gpu_health"), point)
+    energy = summary.energy or {}
+    health = export_notes(summary.gpu_health, point)
     if not energy.get("measured"):
         why = energy.get("why") or "the bench summary has no energy (a bench from before it was read)"
         return {"results": {}, "notes": [f"power_consumption left out: energy not measured ({why})", *health],

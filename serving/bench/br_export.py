@@ -52,6 +52,7 @@ from serving.bench import runs as bench_runs
 from serving.bench import trace_events as bench_trace
 from serving.bench.br_results import DEFINITIONS, aggregate, grouped_requests
 from serving.bench.br_stack import argv_mapping, digest, engine_component, vllm_release
+from serving.bench.summary_schema import BenchSummary, PointSummary, RunSummary
 from serving.config.redact import redact
 from serving.record import memory_phases
 
@@ -76,10 +77,10 @@ class ReportInvalid(ValueError):
     """A document the published validator refuses: a defect in this export, not in the bench."""
 
 
-def point_label(point: Mapping[str, Any]) -> str:
-    if point.get("request_rate") is not None:
-        return f"rate {point['request_rate']:g} req/s"
-    return f"concurrency {point.get('max_concurrency')}"
+def point_label(point: PointSummary) -> str:
+    if point.request_rate is not None:
+        return f"rate {point.request_rate:g} req/s"
+    return f"concurrency {point.max_concurrency}"
 
 
 def _run_argv(bench_dir: Path, run_id: str) -> list[str]:
@@ -135,7 +136,7 @@ def _lengths(fixed: Any, observed: Sequence[int | None]) -> dict[str, Any]:
 
 def _load(
     manifest: Mapping[str, Any],
-    point: Mapping[str, Any],
+    point: PointSummary,
     args: Mapping[str, Any],
     evidence: Mapping[str, Any],
     requests: Sequence[bench_runs.RequestObs] = (),
@@ -169,14 +170,16 @@ def _load(
             "num_users_per_group": max(1, int(w["num_prompts"]) // int(w["num_prefixes"])),
             "num_prefixes": 1,
         }
-    if point.get("point") == "trace":
+    if point.point == "trace":
         # A trace replayed on its own timestamps: neither a fixed rate nor a cap.
         pass
-    elif point.get("request_rate") is not None:
-        standardized["rate_qps"] = float(point["request_rate"])
+    elif point.request_rate is not None:
+        standardized["rate_qps"] = float(point.request_rate)
         standardized["concurrency"] = math.inf  # no cap: the schema's .inf
     else:
-        standardized["concurrency"] = int(point["max_concurrency"])
+        # Neither the trace nor a rate: a concurrency point, which pool_point (serving/bench/runs.py) gives its cap.
+        assert point.max_concurrency is not None, point.point
+        standardized["concurrency"] = int(point.max_concurrency)
     description = f"workload {w.get('name')} at {point_label(point)}"
     if w.get("description"):
         description += f": {w['description']}"
@@ -206,9 +209,9 @@ def _iso(unix_s: Any) -> str | None:
 
 def _evidence(
     bench_dir: Path,
-    summary: Mapping[str, Any],
-    point: Mapping[str, Any],
-    pooled: Sequence[Mapping[str, Any]],
+    summary: BenchSummary,
+    point: PointSummary,
+    pooled: Sequence[RunSummary],
     own_args: Mapping[str, Mapping[str, Any]],
     notes: Sequence[str],
 ) -> dict[str, Any]:
@@ -233,8 +236,8 @@ def _evidence(
         "cgroup_after": CGROUP_FILES[1],
         "memory_phases": memory_phases.FILE,
     }
-    measured = [r for r in summary["runs"] if r["point"] == point["point"] and r["phase"] == "measured"]
-    warmups = [r for r in summary["runs"] if r["point"] == point["point"] and r["phase"] == "warmup"]
+    measured = [r for r in summary.runs if r.point == point.point and r.phase == "measured"]
+    warmups = [r for r in summary.runs if r.point == point.point and r.phase == "warmup"]
 
     def run_dir(rid: str) -> str | None:
         return f"runs/{rid}/" if (bench_dir / "runs" / rid).is_dir() else None
@@ -252,44 +255,44 @@ def _evidence(
         "runs_pooled": [
             without_none(
                 {
-                    "id": r["id"],
-                    "dir": run_dir(r["id"]),
-                    "result": f"runs/{r['id']}/{bench.RESULT_FILE}",
-                    "seed": r.get("seed"),
-                    "started": _iso(r.get("started_unix_s")),
-                    "ended": _iso(r.get("ended_unix_s")),
-                    "requests": r.get("requests"),
-                    "args": dict(own_args.get(r["id"]) or {}) or None,  # the run's own: its seed, its result dir
+                    "id": r.id,
+                    "dir": run_dir(r.id),
+                    "result": f"runs/{r.id}/{bench.RESULT_FILE}",
+                    "seed": r.seed,
+                    "started": _iso(r.started_unix_s),
+                    "ended": _iso(r.ended_unix_s),
+                    "requests": r.requests,
+                    "args": dict(own_args.get(r.id) or {}) or None,  # the run's own: its seed, its result dir
                 }
             )
             for r in pooled
         ],
         "runs_left_out": [
-            without_none({"id": r["id"], "dir": run_dir(r["id"]), "status": r["status"], "flags": list(r["flags"])})
+            without_none({"id": r.id, "dir": run_dir(r.id), "status": r.status, "flags": list(r.flags)})
             for r in measured
-            if not r["valid"]
+            if not r.valid
         ],
-        "warmup_runs": [without_none({"id": r["id"], "dir": run_dir(r["id"])}) for r in warmups],
+        "warmup_runs": [without_none({"id": r.id, "dir": run_dir(r.id)}) for r in warmups],
         "notes": list(notes),
     }
 
 
-def _notes(summary: Mapping[str, Any], point: Mapping[str, Any], pooled: Sequence[Mapping[str, Any]], grouped: int,
+def _notes(summary: BenchSummary, point: PointSummary, pooled: Sequence[RunSummary], grouped: int,
            requests_ok: int) -> list[str]:  # fmt: skip
     """The conditions a reader of the figures must know, in the report's words."""
-    m = summary["manifest"]
+    m = summary.manifest
     notes: list[str] = []
-    if summary.get("status") != "ok":
-        notes.append(f"the bench FAILED: {summary.get('reason') or 'no reason recorded'}; this point's valid runs "
+    if summary.status != "ok":
+        notes.append(f"the bench FAILED: {summary.reason or 'no reason recorded'}; this point's valid runs "
                      "completed, and the figures stand on them alone")  # fmt: skip
     client = m.get("client") or {}
     if client.get("note"):
         notes.append(f"client placement: {client['note']}")
-    if (summary.get("prefix_cache") or {}).get("note"):
-        notes.append(f"prefix cache: {summary['prefix_cache']['note']}")
-    page_cache = summary.get("page_cache") or {}
-    if page_cache.get("state"):
-        notes.append(f"page cache of the served files: {page_cache['state']}, {page_cache.get('how')}")
+    if summary.prefix_cache.note:
+        notes.append(f"prefix cache: {summary.prefix_cache.note}")
+    page_cache = summary.page_cache
+    if page_cache is not None and page_cache.state:
+        notes.append(f"page cache of the served files: {page_cache.state}, {page_cache.how}")
     if (m.get("stand_in") or {}).get("what"):
         notes.append(f"a STAND-IN engine ran, not the profile's: {m['stand_in']['what']}")
     if m.get("via"):
@@ -308,53 +311,51 @@ def bench_id(bench_dir: Path) -> str:
     return "/".join(bench_dir.resolve().parts[-3:])
 
 
-def point_document(
-    bench_dir: Path, summary: Mapping[str, Any], point: Mapping[str, Any]
-) -> tuple[dict[str, Any] | None, str]:
+def point_document(bench_dir: Path, summary: BenchSummary, point: PointSummary) -> tuple[dict[str, Any] | None, str]:
     """(the point's document, not yet validated; "") or (None, why there is none)."""
-    manifest = summary["manifest"]
-    pid = point["point"]
+    manifest = summary.manifest
+    pid = point.point
     if manifest.get("profiler"):
         return None, (
             f"a profiled bench: the engine ran with the {manifest['profiler']} profiler configured (make profile), "
             "so its figures carry the profiler's overhead and are not results (seed 000 §6)"
         )
-    measured = [r for r in summary["runs"] if r["point"] == pid and r["phase"] == "measured"]
-    pooled = [r for r in measured if r["valid"]]
+    measured = [r for r in summary.runs if r.point == pid and r.phase == "measured"]
+    pooled = [r for r in measured if r.valid]
     if not pooled:
-        why = "; ".join(f"{r['id']}: {r['flags'][0] if r['flags'] else r['status']}" for r in measured)
+        why = "; ".join(f"{r.id}: {r.flags[0] if r.flags else r.status}" for r in measured)
         return None, f"no valid measured run at {point_label(point)}" + (f" ({why})" if why else "")
     runs: dict[str, list[bench_runs.RequestObs]] = {}
     durations: dict[str, float | None] = {}
     argvs: dict[str, dict[str, Any]] = {}
     for r in pooled:
         try:
-            result = json.loads((bench_dir / "runs" / r["id"] / bench.RESULT_FILE).read_text())
+            result = json.loads((bench_dir / "runs" / r.id / bench.RESULT_FILE).read_text())
         except (OSError, ValueError) as e:
             # summarize_run judged the run valid from this very file: gone now, the bench directory changed since.
-            raise ReportInvalid(f"point {pid}: the valid run {r['id']}'s {bench.RESULT_FILE} is unreadable: {e}") from e
-        runs[r["id"]] = bench_runs.parse_requests(result)
+            raise ReportInvalid(f"point {pid}: the valid run {r.id}'s {bench.RESULT_FILE} is unreadable: {e}") from e
+        runs[r.id] = bench_runs.parse_requests(result)
         d = result.get("duration")
-        durations[r["id"]] = float(d) if isinstance(d, int | float) and math.isfinite(d) else None
-        argvs[r["id"]] = _run_args(bench_dir, r["id"])
+        durations[r.id] = float(d) if isinstance(d, int | float) and math.isfinite(d) else None
+        argvs[r.id] = _run_args(bench_dir, r.id)
     common, own = _split_args(argvs)
     ok = [o for obs in runs.values() for o in obs if o.success]
     notes = _notes(summary, point, pooled, grouped_requests(ok), len(ok))
     stack = [engine_component(manifest)]
-    energy = br_energy.point_energy(summary, pid, [r["id"] for r in pooled], stack[0]["metadata"]["label"])
+    energy = br_energy.point_energy(summary, pid, [r.id for r in pooled], stack[0]["metadata"]["label"])
     evidence = _evidence(bench_dir, summary, point, pooled, own, notes + energy["notes"])
     evidence["energy"] = energy["evidence"]  # J per output token, which the schema has no field for (br_energy.py)
     eid = f"refdeploy:{bench_id(bench_dir)}"
-    left_out = [r["id"] for r in measured if not r["valid"]]
+    left_out = [r.id for r in measured if not r.valid]
     description = (
         f"refdeploy bench {bench_id(bench_dir)} at {point_label(point)}: pooled over its valid measured runs, "
-        f"{len(pooled)} of {len(measured)} ({', '.join(r['id'] for r in pooled)})"
+        f"{len(pooled)} of {len(measured)} ({', '.join(r.id for r in pooled)})"
         + (f"; left out: {', '.join(left_out)}" if left_out else "")
     )
     # Start and end of the pooled runs. No duration: a run left out between two pooled ones is inside the span.
     time = {
-        "start": _iso(min((r["started_unix_s"] for r in pooled if r.get("started_unix_s") is not None), default=None)),
-        "end": _iso(max((r["ended_unix_s"] for r in pooled if r.get("ended_unix_s") is not None), default=None)),
+        "start": _iso(min((r.started_unix_s for r in pooled if r.started_unix_s is not None), default=None)),
+        "end": _iso(max((r.ended_unix_s for r in pooled if r.ended_unix_s is not None), default=None)),
     }
     doc = {
         "version": VERSION,
@@ -384,28 +385,29 @@ def validate_document(point_id: str, doc: Mapping[str, Any]) -> dict[str, Any]:
     return report.dump()
 
 
-def _yaml(point: Mapping[str, Any], data: Mapping[str, Any]) -> str:
+def _yaml(point: PointSummary, data: Mapping[str, Any]) -> str:
     head = (
-        f"# llm-d Benchmark Report v{VERSION}: bench point {point['point']} ({point_label(point)}), written by\n"
+        f"# llm-d Benchmark Report v{VERSION}: bench point {point.point} ({point_label(point)}), written by\n"
         "# serving/bench/br_export.py from the bench directory (..): figures from the point's valid measured runs'\n"
         "# result.json with refdeploy's definitions; what they stand on: scenario.load.native.config.\n"
     )
     return head + yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True, width=120)
 
 
-def export_bench(bench_dir: Path, summary: Mapping[str, Any]) -> list[Path]:
+def export_bench(bench_dir: Path, summary: BenchSummary) -> list[Path]:
     """Write bench_dir/benchmark-report/<point id>.yaml for each operating point with a valid measured run, and
     index.json: per point its document and runs, or why it has none. Returns the documents written.
 
-    `summary` is bench_summary.build_summary(bench_dir) (or summary.json read back). Every document is validated
+    `summary` is the bench's summary as the schema reads it (the one write_report wrote, or summary.json read back
+    with read_summary). Every document is validated
     before any is written: a ReportInvalid leaves the directory as it was. Documents of an earlier export are
     replaced, so a point that lost its valid runs loses its document. Call it once summary.json and report.html
     are written, so that the documents reference them."""
     out_dir = bench_dir / BR_DIR
     ready: list[tuple[Path, str]] = []
     index: list[dict[str, Any]] = []
-    for point in summary["points"]:
-        pid = str(point["point"])
+    for point in summary.points:
+        pid = str(point.point)
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", pid):
             raise ReportInvalid(f"point id {pid!r} is not a file name")
         doc, why = point_document(bench_dir, summary, point)

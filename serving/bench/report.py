@@ -46,7 +46,7 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
     from serving.bench import br_export
 
     try:
-        written = br_export.export_bench(bench_dir, s)
+        written = br_export.export_bench(bench_dir, summary)
         line = (
             f"Benchmark Report v{br_export.BR_VERSION} (llm-d, validated): "
             + (", ".join(f"{br_export.BR_DIR}/{p.name}" for p in written) or "no point had a valid run")

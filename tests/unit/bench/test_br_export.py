@@ -22,6 +22,7 @@ from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV021
 from serving.bench import br_export, br_results, br_stack
 from serving.bench import report as bench_report
 from serving.bench import summary as bench_summary
+from serving.bench.summary_schema import BenchSummary, PointSummary, read_summary
 from serving.config import workload
 from tests.helpers.bench_dirs import SCHEMA, SMOKE, bench_dir, flag
 
@@ -32,7 +33,7 @@ TO_MS = {"ms": 1.0, "s": 1000.0, "ms/token": 1.0, "s/token": 1000.0}
 def export(d: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The bench's summary (written as make bench writes it) and its documents by point, read back from YAML."""
     s = bench_report.write_report(d)
-    paths = br_export.export_bench(d, s)
+    paths = br_export.export_bench(d, read_summary(d / bench_report.SUMMARY_JSON))
     return s, {p.stem: yaml.safe_load(p.read_text()) for p in paths}
 
 
@@ -42,6 +43,10 @@ def run_summary(s: dict[str, Any], run_id: str) -> dict[str, Any]:
 
 def point_summary(s: dict[str, Any], point: str) -> dict[str, Any]:
     return next(p for p in s["points"] if p["point"] == point)
+
+
+def typed_point(s: BenchSummary, point: str) -> PointSummary:
+    return next(p for p in s.points if p.point == point)
 
 
 def evidence(doc: dict[str, Any]) -> dict[str, Any]:
@@ -87,8 +92,9 @@ def test_a_document_the_validator_refuses_is_an_error_naming_the_point_and_nothi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = bench_dir(tmp_path)
-    s = bench_report.write_report(d)
-    good, _ = br_export.point_document(d, s, point_summary(s, "c4"))
+    bench_report.write_report(d)
+    typed = read_summary(d / bench_report.SUMMARY_JSON)
+    good, _ = br_export.point_document(d, typed, typed_point(typed, "c4"))
     assert good is not None
     good["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]["units"] = "tokens/s"
     with pytest.raises(br_export.ReportInvalid, match=r"(?s)document of point c4 does not validate .*tokens/s"):
@@ -99,7 +105,7 @@ def test_a_document_the_validator_refuses_is_an_error_naming_the_point_and_nothi
     assert before
     monkeypatch.setattr(br_stack, "_accelerator", lambda m, a: {"model": "CPU", "count": -1, "parallelism": {}})
     with pytest.raises(br_export.ReportInvalid, match="point c1"):
-        br_export.export_bench(d, s)
+        br_export.export_bench(d, typed)
     assert {f.name: f.read_bytes() for f in (d / br_export.BR_DIR).iterdir()} == before
 
 
@@ -215,8 +221,8 @@ def test_no_environment_and_no_secret_reaches_a_document(tmp_path: Path) -> None
     manifest = json.loads((d / "manifest.json").read_text())
     manifest["server"]["argv"] += ["--api-key", "sekrit-123"]
     (d / "manifest.json").write_text(json.dumps(manifest))
-    s = bench_report.write_report(d)
-    texts = [p.read_text() for p in br_export.export_bench(d, s)]
+    bench_report.write_report(d)
+    texts = [p.read_text() for p in br_export.export_bench(d, read_summary(d / bench_report.SUMMARY_JSON))]
     assert texts and not any("sekrit-123" in t for t in texts)
     assert all("--api-key: <redacted>" in t for t in texts)
     assert not any("VLLM_CPU_KVCACHE_SPACE" in t or "envars" in t for t in texts)
@@ -249,8 +255,8 @@ def test_a_profiled_bench_gets_no_document(tmp_path: Path) -> None:
     manifest = json.loads((d / "manifest.json").read_text())
     manifest["profiler"] = "torch"
     (d / "manifest.json").write_text(json.dumps(manifest))
-    s = bench_report.write_report(d)
-    assert br_export.export_bench(d, s) == []
+    bench_report.write_report(d)
+    assert br_export.export_bench(d, read_summary(d / bench_report.SUMMARY_JSON)) == []
     index = json.loads((d / br_export.BR_DIR / br_export.INDEX_FILE).read_text())
     assert all(p["document"] is None and "not results" in p["why"] for p in index["points"])
 

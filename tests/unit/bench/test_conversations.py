@@ -21,7 +21,7 @@ from serving.bench import protocol as bench
 from serving.bench import report as bench_report
 from serving.bench import runs as bench_runs
 from serving.bench import text as bench_text
-from serving.bench.summary_schema import PointSummary
+from serving.bench.summary_schema import PointSummary, read_summary
 from serving.config import workload
 from serving.errors import InputError
 from tests.helpers.bench_dirs import RUN, fixture
@@ -291,8 +291,8 @@ def test_a_conversations_point_exports_with_its_spec_and_the_requests_own_input_
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     d = conversations_bench(tmp_path, monkeypatch, CountingChat(decode_s=0.0002))
-    s = bench_report.write_report(d)
-    docs = {p.stem: yaml.safe_load(p.read_text()) for p in br_export.export_bench(d, s)}
+    bench_report.write_report(d)
+    docs = {p.stem: yaml.safe_load(p.read_text()) for p in br_export.export_bench(d, read_summary(d / "summary.json"))}
     assert sorted(docs) == ["c1", "c4"]
     for point, doc in docs.items():
         BenchmarkReportV021.model_validate(doc)
