@@ -57,7 +57,11 @@ STAMP     := $(VENV)/.installed
 export ANSIBLE_CONFIG := $(CURDIR)/ansible/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-PLAYBOOK_ANY = $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
+# Every playbook runs under serving/bridge/play.py: it names the run (the host lock's holder, the label of its
+# containers) and cleans up after a run that ends early (Ctrl-C, a dropped connection). make profile and make
+# validate hold the host's lock from their first play to their last (--hold).
+PLAYBOOK_ANY = $(BIN)/python -m serving.bridge.play $(if $(filter profile validate,$@),--hold,) $@ -- \
+               $(BIN)/ansible-playbook -i $(INVENTORY) --limit $(HOST) \
                $(if $(PROFILE),-e serving_profile=$(PROFILE),) $(ANSIBLE_ARGS)
 # make profile sets the profiler per play; every other target plans the profiled engine only with PROFILER=.
 PLAYBOOK = $(PLAYBOOK_ANY) $(if $(PROFILER),-e refdeploy_profiler=$(PROFILER),)

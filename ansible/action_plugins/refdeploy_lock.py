@@ -4,21 +4,23 @@
     refdeploy_lock:
       path: "{{ refdeploy_state_dir }}/lock"
       operation: deploy
-      state: acquired          # or released
+      state: acquired          # or released; or cleaned (with run: and note:), ansible/interrupted.yml
 
 Acquired: `mkdir` of the lock directory on the host, then its holder.json; a lock held by another run fails the
 task with the one line that names the holder (a dead run of this controller is taken over, and the result says
-so). Released: removes the lock only if this run holds it. In check mode nothing is written; a held lock still
-fails the task. The host side is a shell round trip per step (serving/bridge/hostlock.py take_command, read_command,
-remove_command; a second only to take over a stale lock or to release): a module run would cost a Python start
-on the host, and the lock is on every operation's path.
+so; so does a note an interrupted run's cleanup left). Released: removes the lock only if this run holds it and
+no make target holds it across its plays (REFDEPLOY_RUN_HOLD: make profile, make validate). In check mode
+nothing is written; a held lock still fails the task. Cleaned (ansible/interrupted.yml, for a run that ended
+early): the run's containers removed, its lock released, a note left. The host side is a shell round trip per
+step (serving/bridge/hostlock.py take_command, read_command, remove_command, cleanup_command; a second only to
+take over a stale lock or to release): a module run would cost a Python start on the host, and the lock is on
+every operation's path.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 from typing import Any
 
 from ansible.errors import AnsibleError
@@ -27,7 +29,7 @@ from ansible.plugins.action import ActionBase
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "operation", "state"))
+    _VALID_ARGS = frozenset(("path", "operation", "state", "run", "note"))
 
     def _host(self, command: str) -> tuple[str, str]:
         """The reply of one of hostlock's shell commands: (word, text)."""
@@ -49,28 +51,43 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         operation = str(self._task.args.get("operation", "deploy"))
         state = str(self._task.args.get("state", "acquired"))
         host = str(task_vars.get("inventory_hostname", ""))
-        controller = socket.gethostname()
-        # Ansible runs each task in a worker forked from ansible-playbook: its parent is the run.
-        pid = os.getppid()
+        # Ansible runs each task in a worker forked from ansible-playbook: its parent is the run, unless the
+        # wrapper (serving/bridge/play.py) named the run.
+        run = hostlock.this_run(os.getppid())
+
+        if state == "cleaned":  # ansible/interrupted.yml, for a run that ended early (serving/bridge/play.py)
+            clean = hostlock.cleanup_command(path, str(self._task.args["run"]), dict(self._task.args.get("note") or {}))
+            # The play's environment (DOCKER_HOST, a test host's replay seam) before it, as a module would have it.
+            word, text = self._host(f"{self._compute_environment_string()} {clean}".strip())
+            lock, _, names = text.partition(" ")
+            removed = names.split()
+            said = (
+                f"{host}: removed {', '.join(removed) if removed else 'no container'} of run {self._task.args['run']}; "
+                f"the lock: {lock}"
+            )
+            changed = bool(removed) or lock == "released"
+            return {**result, "changed": changed, "msg": said, "removed": removed, "lock": lock}
 
         if state == "released":
             if self._task.check_mode:  # a check-mode run took nothing
                 return {**result, "changed": False, "msg": "not held by this run: left as it is"}
+            if not hostlock.releases(run, operation):
+                return {**result, "changed": False, "msg": f"kept for make {run.hold}, which holds it to its end"}
             word, text = self._host(hostlock.read_command(path))
-            mine = word == "held" and hostlock.is_ours(hostlock.parse_holder(text), controller, pid)
+            mine = word == "held" and hostlock.is_ours(hostlock.parse_holder(text), run)
             if not mine or self._host(hostlock.remove_command(path, text))[0] != "removed":
                 return {**result, "changed": False, "msg": "not held by this run: left as it is"}
             return {**result, "changed": False, "msg": f"released {path}"}
 
-        record = json.dumps(hostlock.holder(operation, controller, pid))
+        record = json.dumps(hostlock.holder(operation, run))
         take = hostlock.read_command(path) if self._task.check_mode else hostlock.take_command(path, record)
         word, text = self._host(take)
         took_over = None
         if word == "held":
             held = hostlock.parse_holder(text) if text else None
-            if hostlock.is_ours(held, controller, pid):
+            if hostlock.is_ours(held, run):
                 return {**result, "changed": False, "msg": "already held by this run"}
-            if not hostlock.is_stale(held, controller):
+            if not hostlock.is_stale(held, run):
                 return {**result, "failed": True, "msg": hostlock.refusal(host, operation, path, held)}
             took_over = held
             if not self._task.check_mode:
@@ -82,10 +99,15 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if word != "took":  # another run took it between the test and the mkdir
             held = hostlock.parse_holder(text) if text else None
             return {**result, "failed": True, "msg": hostlock.refusal(host, operation, path, held)}
-        msg = f"took {path} for make {operation}"
+        msg = f"took {path} for make {run.hold or operation}"
+        warnings: list[str] = []
         if took_over:
             msg += f" (taken over from a run of this controller that is gone: pid {took_over.get('pid')})"
-        out = {**result, "changed": False, "msg": msg, "taken_over": took_over}
-        if took_over:
-            out["warnings"] = [*out.get("warnings", []), msg]  # shown at every verbosity
+            warnings.append(msg)
+        note = hostlock.parse_holder(text) if text else None
+        if note:  # shown once, at every verbosity: what the last interrupted run left, and what was cleaned
+            warnings.append(hostlock.interrupted_line(host, note))
+        out = {**result, "changed": False, "msg": msg, "taken_over": took_over, "interrupted_before": note}
+        if warnings:
+            out["warnings"] = [*out.get("warnings", []), *warnings]
         return out

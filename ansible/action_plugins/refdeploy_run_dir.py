@@ -12,6 +12,7 @@ too: it is the controller's record of the run, not a change to the host.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,4 +30,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         result: dict[str, Any] = super().run(tmp, task_vars)
         path = new_run_dir(Path(str(self._task.args["runs_dir"])), str(task_vars["inventory_hostname"]))
         result.update(changed=False, path=str(path), run_id=path.name)
+        # The run's wrapper (serving/bridge/play.py) names what a run that ended early wrote, from this list.
+        listing = os.environ.get("REFDEPLOY_RUN_DIRS_FILE")
+        if listing:
+            with Path(listing).open("a", encoding="utf-8") as f:
+                f.write(f"{path}\n")
         return result

@@ -23,6 +23,7 @@ trip. Over SSH these may carry login noise: every reply is read from its marked 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -54,6 +55,19 @@ while [ ! -s "$d/pid" ]; do
 done
 echo "$d"
 """
+
+
+def with_run_label(argv: list[str]) -> list[str]:
+    """A `docker run` carries the run's label (serving/bridge/hostlock.py RUN_LABEL): a run that ends early has
+    its containers removed by it (ansible/interrupted.yml). Other commands are left as they are."""
+    from serving.bridge import hostlock
+
+    run_id = os.environ.get(hostlock.ENV_RUN_ID, "")
+    if not run_id or argv[:2] != ["docker", "run"]:
+        return argv
+    return [*argv[:2], "--label", f"{hostlock.RUN_LABEL}={run_id}", *argv[2:]]
+
+
 POLL_S = 1.0
 # Past timeout(1)'s bound and its --kill-after 10 s, the exit code is due; this much more, and it never will be
 # (the wrapper that writes it is gone): the task fails instead of waiting for ever.
@@ -139,6 +153,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         argv, bound_s, mode = self._args()
+        argv = with_run_label(argv)
         if self._task.check_mode:
             return {**result, "changed": False, "skipped": True, "msg": "check mode: not run"}
         started, start_wall = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S")

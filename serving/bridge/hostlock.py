@@ -1,11 +1,14 @@
-"""One operation at a time per managed host: the lock that deploy, bench, capture and probe-io take.
+"""One operation at a time per managed host: the lock that every make target that changes a host takes.
 
 The lock is a directory on the managed host (`mkdir` is atomic, on every filesystem the state directory can be
-on), with `holder.json` inside saying who holds it: the operation, the controller's host name and the
-ansible-playbook's pid there, and when it started. The playbooks take it first and release it in an `always:`,
-so every exit path Ansible runs releases it. What Ansible cannot run (a SIGKILL, a lost controller) leaves it
-behind; a lock whose holder ran on this controller and is no longer alive is taken over, saying so, and any
-other is refused with its holder and what to do.
+on), with `holder.json` inside saying who holds it: the operation, and the run's identity (the controller's
+machine id and a random run id, serving/bridge/play.py), with the controller's host name, the run's pid and that
+process's start time for people and for the stale check, and when it started. The playbooks take it first and
+release it in an `always:`; a make target of several plays (profile, validate) holds it from its first play to
+its last (REFDEPLOY_RUN_HOLD: the plays inside it keep it). What Ansible cannot run (Ctrl-C, a dropped
+connection) the run's wrapper cleans up after it (serving/bridge/play.py, ansible/interrupted.yml); what nothing
+runs after (a SIGKILL, a lost controller) leaves it behind: a lock whose run was on this controller and is no
+longer alive is taken over, saying so, and any other is refused with its holder and what to do.
 """
 
 from __future__ import annotations
@@ -14,13 +17,76 @@ import base64
 import json
 import os
 import shlex
+import socket
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+# What serving/bridge/play.py hands every ansible-playbook it runs (and so every worker and plugin).
+ENV_RUN_ID = "REFDEPLOY_RUN_ID"
+ENV_RUN_PID = "REFDEPLOY_RUN_PID"
+ENV_RUN_HOLD = "REFDEPLOY_RUN_HOLD"
+# The label every container a run starts through refdeploy_watch carries: what a cleanup removes.
+RUN_LABEL = "refdeploy.run"
 
-def holder(operation: str, controller: str, pid: int, now: datetime | None = None) -> dict[str, Any]:
+
+def machine_id() -> str:
+    """The controller's machine id (machine-id(5)); its host name where it has none (a bare container)."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text
+    return "host:" + socket.gethostname()
+
+
+def process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (proc(5) stat field 22): with the pid, one process,
+    never a later one given the same pid. "" when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow its last ")".
+    return stat.rpartition(")")[2].split()[19]
+
+
+@dataclass(frozen=True)
+class Run:
+    """Who is running: the controller's machine id and the run's random id, and the process that lives as long
+    as the run (the wrapper's, or ansible-playbook's when it was started directly)."""
+
+    machine_id: str
+    run_id: str
+    pid: int
+    pid_start: str
+    hold: str = ""  # the make target holding the lock across its plays ("": each play releases its own)
+
+
+def this_run(playbook_pid: int, env: Any = None) -> Run:
+    """The run a plugin works for: the wrapper's (REFDEPLOY_RUN_ID, REFDEPLOY_RUN_PID), else the ansible-playbook
+    process it was forked from (started directly: its pid and start time stand for the run)."""
+    env = os.environ if env is None else env
+    run_id = str(env.get(ENV_RUN_ID, ""))
+    pid = int(env.get(ENV_RUN_PID) or playbook_pid) if run_id else playbook_pid
+    start = process_start(pid)
+    return Run(machine_id(), run_id or f"pid-{pid}-{start}", pid, start, str(env.get(ENV_RUN_HOLD, "")))
+
+
+def holder(operation: str, run: Run, now: datetime | None = None) -> dict[str, Any]:
     started = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"operation": operation, "controller": controller, "pid": pid, "started_utc": started}
+    return {
+        "operation": run.hold or operation,
+        "machine_id": run.machine_id,
+        "run_id": run.run_id,
+        "controller": socket.gethostname(),
+        "pid": run.pid,
+        "pid_start": run.pid_start,
+        "started_utc": started,
+    }
 
 
 def parse_holder(text: str) -> dict[str, Any] | None:
@@ -31,28 +97,31 @@ def parse_holder(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def run_alive(pid: int, start: str) -> bool:
+    """The process is there and is the one that started then (a pid reused since is not it)."""
+    now = process_start(pid)
+    return bool(now) and (not start or now == start)
 
 
-def is_stale(held: dict[str, Any] | None, controller: str, alive: Any = pid_alive) -> bool:
-    """A lock left by a run of this controller that is gone (interrupted beyond Ansible's reach)."""
-    if not held or held.get("controller") != controller:
+def is_stale(held: dict[str, Any] | None, run: Run, alive: Any = run_alive) -> bool:
+    """A lock left by a run of this controller that is gone (interrupted beyond Ansible's reach). Another
+    controller's run cannot be checked from here: never stale."""
+    if not held or held.get("machine_id") != run.machine_id:
         return False
     try:
-        return not alive(int(held["pid"]))
+        return not alive(int(held["pid"]), str(held.get("pid_start", "")))
     except (KeyError, TypeError, ValueError):
         return False
 
 
-def is_ours(held: dict[str, Any] | None, controller: str, pid: int) -> bool:
-    return bool(held) and held.get("controller") == controller and held.get("pid") == pid  # type: ignore[union-attr]
+def is_ours(held: dict[str, Any] | None, run: Run) -> bool:
+    return bool(held) and held.get("machine_id") == run.machine_id and held.get("run_id") == run.run_id  # type: ignore[union-attr]
+
+
+def releases(run: Run, operation: str) -> bool:
+    """Whether a play's release lets the lock go: always, unless a make target holds it across its plays and
+    this is not that target's own release (deploy.yml inside make profile keeps it)."""
+    return not run.hold or run.hold == operation
 
 
 def refusal(host: str, operation: str, path: str, held: dict[str, Any] | None) -> str:
@@ -60,13 +129,30 @@ def refusal(host: str, operation: str, path: str, held: dict[str, Any] | None) -
     if held is None:
         who = "another operation (its holder.json is not written yet, or unreadable)"
     else:
+        run = str(held.get("run_id", "")) or "?"
         who = (
-            f"make {held.get('operation', '?')} from {held.get('controller', '?')} (pid {held.get('pid', '?')}), "
-            f"since {held.get('started_utc', '?')}"
+            f"make {held.get('operation', '?')} (run {run[:24]}) from {held.get('controller', '?')} "
+            f"(pid {held.get('pid', '?')}), since {held.get('started_utc', '?')}"
         )
     return (
         f"make {operation} on {host} is refused, nothing was changed: the host is held by {who}. Wait for it to "
         f"finish, or, if that run is gone (interrupted), remove its lock on {host} (rm -r {path}) and run again"
+    )
+
+
+def interrupted_line(host: str, note: dict[str, Any]) -> str:
+    """What the last run that ended early left on host, and what its cleanup did (the note cleanup_command wrote)."""
+    removed = str(note.get("removed", "")).split()
+    lock = {"released": "released its lock", "free": "found no lock", "kept": "left the lock to another run"}.get(
+        str(note.get("lock", "")), "did not get to the lock"
+    )
+    where = str(note.get("run_dirs", "")) or "none written"
+    on_host = f"; on {host}: {note['host_dirs']}" if note.get("host_dirs") else ""
+    return (
+        f"the previous make {note.get('operation', '?')} on {host} (run {str(note.get('run_id', '?'))[:24]}) "
+        f"ended early ({note.get('why', '?')}, {note.get('ended_utc', '?')}): its cleanup removed "
+        f"{', '.join(removed) if removed else 'no container'} and {lock}; what it wrote, incomplete: {where}"
+        f"{on_host}"
     )
 
 
@@ -80,7 +166,10 @@ _TAKE = r"""
 p=$1; rec=$2
 err=$(mkdir -p -- "$(dirname -- "$p")" 2>&1 && mkdir -m 700 -- "$p" 2>&1)
 if [ $? -eq 0 ]; then
-  printf '%s\n' "$rec" >"$p/holder.json" && echo "refdeploy-lock: took" && exit 0
+  # What an interrupted run's cleanup left for the next operation to say (cleanup_command below): said once.
+  n=$(dirname -- "$p")/interrupted.json; note=""
+  [ -f "$n" ] && note=$(base64 -w0 "$n") && rm -f -- "$n"
+  printf '%s\n' "$rec" >"$p/holder.json" && echo "refdeploy-lock: took $note" && exit 0
   echo "refdeploy-lock: error cannot write $p/holder.json"
 elif [ -e "$p" ] || [ -L "$p" ]; then
   echo "refdeploy-lock: held $(base64 -w0 "$p/holder.json" 2>/dev/null)"
@@ -98,6 +187,30 @@ _REMOVE = r"""
 p=$1; was=$2
 if [ "$(cat -- "$p/holder.json" 2>/dev/null)" = "$was" ] && rm -rf -- "$p"; then echo "refdeploy-lock: removed"
 else echo "refdeploy-lock: kept"; fi
+"""
+
+
+# After a run that ended early (serving/bridge/play.py): remove the containers it started (RUN_LABEL), each
+# docker call bounded; release the lock if this run still holds it; leave a note beside the lock for the next
+# operation, saying what was cleaned and what the run left on the host: its scratch directories beside the lock
+# (bench-runs/, probe-runs/: named as its run directories are), kept for what they hold. $1 the lock, $2 the run
+# id, $3 the note (JSON, less what was cleaned), $4 the names of the run's directories.
+_CLEANUP = r"""
+p=$1; run=$2; note=$3; names=$4; removed=""; lock=kept; left=""
+for r in $names; do
+  for d in "$(dirname -- "$p")"/*-runs/"$r" "$(dirname -- "$p")"/*-runs/"$r"-*; do [ -d "$d" ] && left="$left $d"; done
+done
+for c in $(timeout 30 docker ps -aq --filter "label=refdeploy.run=$run" 2>/dev/null); do
+  n=$(timeout 30 docker inspect -f '{{.Name}}' "$c" 2>/dev/null)
+  timeout 60 docker rm -f "$c" >/dev/null 2>&1 && removed="$removed ${n#/}"
+done
+if [ -f "$p/holder.json" ] && grep -q "\"run_id\": \"$run\"" "$p/holder.json"; then rm -rf -- "$p" && lock=released
+elif [ ! -e "$p" ]; then lock=free; fi
+if [ -n "$removed" ] || [ "$lock" = released ]; then
+  printf '%s, "removed": "%s", "lock": "%s", "host_dirs": "%s"}\n' "${note%\}}" "${removed# }" "$lock" \
+    "${left# }" >"$(dirname -- "$p")/interrupted.json"
+fi
+echo "refdeploy-lock: cleaned $lock$removed"
 """
 
 
@@ -121,13 +234,21 @@ def remove_command(path: str, holder_text: str) -> str:
     return _sh(_REMOVE, path, holder_text.rstrip("\n"))
 
 
+def cleanup_command(path: str, run_id: str, note: dict[str, Any]) -> str:
+    """Remove what run_id left on the host (its containers; the lock if still its): `cleaned <lock> <names...>`,
+    lock one of released (it held it), free, kept (another run holds it now). The note goes beside the lock
+    when anything was cleaned, for the next take to say."""
+    names = " ".join(d.rstrip("/").rsplit("/", 1)[-1] for d in str(note.get("run_dirs", "")).split())
+    return _sh(_CLEANUP, path, run_id, json.dumps(note), names)
+
+
 def parse_reply(stdout: str) -> tuple[str, str]:
     """(word, rest) of the reply's marked line; the holder's text decoded for `held`. ("", "") when there is none."""
     lines = [ln.strip() for ln in stdout.splitlines() if ln.strip().startswith(MARK)]
     if not lines:
         return "", ""
     word, _, rest = lines[-1][len(MARK) :].strip().partition(" ")
-    if word == "held":
+    if word in ("held", "took"):
         try:
             rest = base64.b64decode(rest, validate=True).decode(errors="replace")
         except ValueError:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from serving.bridge import hostlock
 from tests.integration.conftest import BASE_URL, CONTAINER, REPO, complete, docker, host_state, inspect, make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
@@ -237,12 +238,15 @@ def test_a_second_operation_while_one_runs_is_refused_naming_the_holder() -> Non
             time.sleep(0.5)
         held = json.loads((lock / "holder.json").read_text())
         assert held["operation"] == "bench"
-        for op in ("deploy", "bench"):
+        # Every target that changes the host, undeploy and images included.
+        for op in ("deploy", "bench", "undeploy", "images"):
             r = make(op)
             out = " ".join(r.output.split())
             assert r.rc != 0
-            assert f"make {op} on localhost is refused, nothing was changed: the host is held by make bench from" in out
-            assert f"(pid {held['pid']}), since {held['started_utc']}" in out
+            assert (
+                f"make {op} on localhost is refused, nothing was changed: the host is held by make bench "
+                f"(run {held['run_id']}) from {socket.gethostname()} (pid {held['pid']}), since {held['started_utc']}"
+            ) in out
     finally:
         rest, _ = first.communicate(timeout=600)
     assert first.returncode == 0, rest[-3000:]
@@ -253,7 +257,8 @@ def test_a_lock_left_by_a_dead_run_of_this_controller_is_taken_over_and_another_
     lock = STATE / "lock"
     lock.mkdir(mode=0o700)
     try:
-        dead = {"operation": "capture", "controller": socket.gethostname(), "pid": 2**22 + 17,
+        dead = {"operation": "capture", "machine_id": hostlock.machine_id(), "run_id": "0123456789abcdef",
+                "controller": socket.gethostname(), "pid": 2**22 + 17, "pid_start": "1",
                 "started_utc": "2026-12-01T00:00:00Z"}  # fmt: skip
         (lock / "holder.json").write_text(json.dumps(dead))
         r = make("status")  # status takes no lock: it reads only
@@ -263,8 +268,8 @@ def test_a_lock_left_by_a_dead_run_of_this_controller_is_taken_over_and_another_
         assert f"taken over from a run of this controller that is gone: pid {dead['pid']}" in r.output
         assert not lock.exists()
         lock.mkdir(mode=0o700)
-        (lock / "holder.json").write_text(json.dumps({**dead, "controller": "elsewhere"}))
+        (lock / "holder.json").write_text(json.dumps({**dead, "machine_id": "another", "controller": "elsewhere"}))
         out = _refused(host_state(), "deploy")
-        assert "held by make capture from elsewhere" in out and f"rm -r {lock}" in out
+        assert "held by make capture (run 0123456789abcdef) from elsewhere" in out and f"rm -r {lock}" in out
     finally:
         subprocess.run(["rm", "-rf", str(lock)], check=True)

@@ -72,23 +72,61 @@ def test_the_plugin_takes_refuses_takes_over_and_releases_in_a_real_run(tmp_path
     assert run.returncode == 0, run.stdout[-2000:]
     held = json.loads((tmp_path / "seen.json").read_text())
     assert (held["operation"], held["controller"]) == ("bench", socket.gethostname())
+    assert held["machine_id"] == hostlock.machine_id() and held["run_id"].startswith("pid-")
     assert not lock.exists()  # released
     # Held by another controller: refused with the one line, and the lock is left as it was.
     lock.mkdir()
-    other = {"operation": "capture", "controller": "elsewhere", "pid": 7, "started_utc": "2026-12-02T10:00:00Z"}
+    other = {
+        "operation": "capture", "machine_id": "elsewhere", "run_id": "0123456789abcdef", "controller": "ctl-2",
+        "pid": 7, "pid_start": "5", "started_utc": "2026-12-02T10:00:00Z",
+    }  # fmt: skip
     (lock / "holder.json").write_text(json.dumps(other))
     run = run_playbook(play, env)
     assert run.returncode == 2
     assert (
-        "make bench on localhost is refused, nothing was changed: the host is held by make capture from elsewhere"
-        in (run.stdout)
+        "make bench on localhost is refused, nothing was changed: the host is held by make capture "
+        "(run 0123456789abcdef) from ctl-2" in run.stdout
     )
     assert json.loads((lock / "holder.json").read_text()) == other
-    # Left by a run of this controller that is gone: taken over, with a warning, then released.
+    # Left by a run of this machine that is gone: taken over, with a warning, then released.
     gone = subprocess.Popen(["true"])
     gone.wait()
-    (lock / "holder.json").write_text(json.dumps({**other, "controller": socket.gethostname(), "pid": gone.pid}))
+    (lock / "holder.json").write_text(json.dumps({**other, "machine_id": hostlock.machine_id(), "pid": gone.pid}))
     run = run_playbook(play, env)
     assert run.returncode == 0, run.stdout[-2000:]
     assert f"taken over from a run of this controller that is gone: pid {gone.pid}" in run.stdout + run.stderr
     assert not lock.exists()
+
+
+def test_the_cleanup_releases_only_its_runs_lock_and_leaves_a_note_the_next_take_says_once(tmp_path: Path) -> None:
+    """No container here (the docker client is pointed at no engine: its listing is empty); the real removal of
+    a run's containers is tests/integration/test_interrupts.py."""
+    lock = tmp_path / "state" / "lock"
+    mine = json.dumps({"operation": "bench", "run_id": "aaaa000011112222", "pid": 1})
+    assert sh(hostlock.take_command(str(lock), mine)) == ("took", "")
+    note = {
+        "run_id": "aaaa000011112222",
+        "operation": "bench",
+        "why": "interrupted by SIGINT",
+        "run_dirs": "r/20261205T1",
+    }
+    # What the run left on the host, named as its run directory is: said, and kept.
+    (tmp_path / "state" / "bench-runs" / "20261205T1-bench").mkdir(parents=True)
+    (tmp_path / "state" / "probe-runs" / "20261205T2").mkdir(parents=True)
+    env_path = f"DOCKER_HOST=unix://{tmp_path}/no-engine.sock"
+    # Another run's cleanup leaves this run's lock, and writes no note.
+    assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "bbbb000011112222", note)) == ("cleaned", "kept")
+    assert lock.exists() and not (tmp_path / "state" / "interrupted.json").exists()
+    assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "aaaa000011112222", note)) == (
+        "cleaned", "released",
+    )  # fmt: skip
+    assert not lock.exists()
+    written = json.loads((tmp_path / "state" / "interrupted.json").read_text())
+    left = str(tmp_path / "state" / "bench-runs" / "20261205T1-bench")
+    assert written == {**note, "removed": "", "lock": "released", "host_dirs": left}
+    # The next take says it, once.
+    word, said = sh(hostlock.take_command(str(lock), "next"))
+    assert word == "took" and json.loads(said) == written
+    assert not (tmp_path / "state" / "interrupted.json").exists()
+    assert sh(hostlock.remove_command(str(lock), "next")) == ("removed", "")
+    assert sh(hostlock.take_command(str(lock), "next")) == ("took", "")
