@@ -171,13 +171,27 @@ hypothesis: $(STAMP) ## Write down HYPOTHESIS='...' and PREDICT='tpot_ms down >=
 .PHONY: venv
 venv: $(STAMP) ## Create the project virtualenv (.venv) from requirements.lock
 
+# --require-hashes: every file pip installs must have one of the sha256 sums the lock lists for its pinned version,
+# so a changed file on the registry or a mirror stops the install instead of entering the venv. The project itself
+# is installed from this checkout, without dependencies (all of them are in the lock).
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found: apt-get install python3 (Debian 12's is 3.11), or set PYTHON=" >&2; exit 2; }
 	@$(PYTHON) -I serving/standalone/prereqs.py venv
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@
+
+# uv, pinned, in a throwaway venv: it writes every file's sha256 for each pinned version (all platforms), and keeps the
+# pins requirements.lock already has unless an input asks for another version (to move one: pin it in requirements.in,
+# or delete its lines from the lock).
+UV_VERSION := 0.13.9
+.PHONY: lock
+lock: ## Resolve requirements.in and pyproject.toml's dependencies into requirements.lock, with sha256 hashes
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT \
+	  && $(PYTHON) -m venv "$$tmp/venv" && "$$tmp/venv/bin/pip" install --quiet uv==$(UV_VERSION) \
+	  && "$$tmp/venv/bin/uv" pip compile --quiet --generate-hashes --python-version 3.11 \
+	     --custom-compile-command 'make lock' requirements.in pyproject.toml -o requirements.lock
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
