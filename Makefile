@@ -187,11 +187,14 @@ $(STAMP): requirements.lock pyproject.toml
 # or delete its lines from the lock).
 UV_VERSION := 0.13.9
 .PHONY: lock
-lock: ## Resolve requirements.in and pyproject.toml's dependencies into requirements.lock, with sha256 hashes
+# The probe image's pins likewise (images/probes/requirements.in into requirements.txt: bookworm's Python is 3.11 too).
+lock: ## Resolve requirements.in and pyproject.toml's dependencies into requirements.lock (and the probe image's), with sha256 hashes
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT \
 	  && $(PYTHON) -m venv "$$tmp/venv" && "$$tmp/venv/bin/pip" install --quiet uv==$(UV_VERSION) \
 	  && "$$tmp/venv/bin/uv" pip compile --quiet --generate-hashes --python-version 3.11 \
-	     --custom-compile-command 'make lock' requirements.in pyproject.toml -o requirements.lock
+	     --custom-compile-command 'make lock' requirements.in pyproject.toml -o requirements.lock \
+	  && cd images/probes && "$$tmp/venv/bin/uv" pip compile --quiet --generate-hashes --python-version 3.11 \
+	     --custom-compile-command 'make lock' requirements.in -o requirements.txt
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint

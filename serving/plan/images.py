@@ -149,7 +149,9 @@ def _probes_image(images_dir: Path, base_tag: str, base_inputs: list[Path]) -> t
     """
     root = images_dir.parent
     package = sorted((root / "probes").rglob("*.py"))
-    probes_inputs = [images_dir / "probes" / "Dockerfile", *package]
+    # The recipe is every file of images/probes: the Dockerfile and the hashed requirements it installs.
+    recipe = sorted(p for p in (images_dir / "probes").iterdir() if p.is_file())
+    probes_inputs = [*recipe, *package]
     probes_sha = _hash_files(probes_inputs, [base_tag], root=root)
     probes_labels = {
         "org.opencontainers.image.revision": probes_sha,

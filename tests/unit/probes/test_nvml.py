@@ -198,8 +198,12 @@ def test_without_a_driver_the_real_pynvml_does_not_open_and_says_why() -> None:
 
 def test_the_probe_image_pins_the_nvidia_ml_py_the_tests_run() -> None:
     repo = FIX.parent.parent
-    image = re.search(r"^ARG NVIDIA_ML_PY_VERSION=(\S+)$", (repo / "images/probes/Dockerfile").read_text(), re.M)
-    # The hashed lock continues the pin's line with " \" (its hashes follow).
-    lock = re.search(r"^nvidia-ml-py==([^\s\\]+)(?: \\)?$", (repo / "requirements.lock").read_text(), re.M)
+    # Both are hashed requirements files: the pin's line goes on with " \" (its hashes follow).
+    pin = r"^nvidia-ml-py==([^\s\\]+) \\$"
+    image = re.search(pin, (repo / "images/probes/requirements.txt").read_text(), re.M)
+    lock = re.search(pin, (repo / "requirements.lock").read_text(), re.M)
     assert image and lock and image[1] == lock[1] == "13.610.43"
-    assert '"nvidia-ml-py==${NVIDIA_ML_PY_VERSION}"' in (repo / "images/probes/Dockerfile").read_text()
+    assert (
+        "pip install --require-hashes -r /opt/refdeploy/probes-requirements.txt"
+        in (repo / "images/probes/Dockerfile").read_text()
+    )
