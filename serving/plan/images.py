@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from serving.errors import InputError
 from serving.host import cuda_driver
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The sha256 of no bytes: an empty CA file (none set), and nothing to hash.
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 IMAGES_DIR = REPO_ROOT / "images"
 PATCH_LABEL_PREFIX = "org.refdeploy.vllm.patch."
 CUDA_RUNTIME_LABEL = "org.refdeploy.cuda-runtime"
@@ -50,6 +53,46 @@ GGUF_DISTRIBUTIONS = frozenset(d for d, extra in _EXTRA.items() if "vllm-gguf-pl
 
 class ImagePlanError(InputError):
     pass
+
+
+@dataclass(frozen=True)
+class BuildFiles:
+    """What the images role copies into a build context from the managed host, as content hashes: the wheelhouse's
+    files (images_wheelhouse_dir; each file's path under it -> its sha256) and the extra CA file's sha256
+    (images_extra_ca_file; an empty file where none is set, as the role copies /dev/null). Both go into the image,
+    so both are inputs of its tag: a changed wheel or CA does not find the image the old one built."""
+
+    wheelhouse: Mapping[str, str] = field(default_factory=dict)
+    extra_ca_sha256: str = _EMPTY_SHA256
+
+    def wheelhouse_sha256(self) -> str:
+        """sha256 over the wheelhouse's files sorted by path, each as its path and content hash; an empty or missing
+        wheelhouse hashes as no files."""
+        digest = hashlib.sha256()
+        for name in sorted(self.wheelhouse):
+            digest.update(name.encode() + b"\0" + self.wheelhouse[name].encode() + b"\n")
+        return digest.hexdigest()
+
+
+def read_build_files(wheelhouse_dir: str, extra_ca_file: str) -> BuildFiles:
+    """BuildFiles from this machine's filesystem: a wheelhouse that is unset or not a directory holds nothing (the
+    role copies none); a CA file that is set must exist (the role's copy would fail on it)."""
+    wheelhouse: dict[str, str] = {}
+    root = Path(wheelhouse_dir) if wheelhouse_dir else None
+    if root is not None and root.is_dir():
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                wheelhouse[path.relative_to(root).as_posix()] = _sha256_bytes(path.read_bytes())
+    ca = _EMPTY_SHA256
+    if extra_ca_file:
+        ca_path = Path(extra_ca_file)
+        if not ca_path.is_file():
+            raise ImagePlanError(
+                f"images_extra_ca_file {extra_ca_file} is not a file: set it to the CA bundle the builds must trust, "
+                'or to "" for none'
+            )
+        ca = _sha256_bytes(ca_path.read_bytes())
+    return BuildFiles(wheelhouse, ca)
 
 
 @dataclass(frozen=True)
@@ -140,19 +183,22 @@ def _source_date(paths: list[Path]) -> str:
     return out or "unknown"
 
 
-def _probes_image(images_dir: Path, base_tag: str, base_inputs: list[Path]) -> tuple[str, list[Path], list[str]]:
+def _probes_image(
+    images_dir: Path, base_tag: str, base_inputs: list[Path], files: BuildFiles
+) -> tuple[str, list[Path], list[str]]:
     """The probe image's inputs hash, the probes package files in it (paths under the checkout: probes/base/bounded.py)
     and its `docker build` flags.
 
-    It is built on the same base as the runtime, so the base's tag is one of its inputs. The package is every module
-    of probes/ and its sub-packages, each hashed under its path in the package.
+    It is built on the same base as the runtime, so the base's tag is one of its inputs, and so is the extra CA file
+    its build trusts. The package is every module of probes/ and its sub-packages, each hashed under its path in the
+    package.
     """
     root = images_dir.parent
     package = sorted((root / "probes").rglob("*.py"))
     # The recipe is every file of images/probes: the Dockerfile and the hashed requirements it installs.
     recipe = sorted(p for p in (images_dir / "probes").iterdir() if p.is_file())
     probes_inputs = [*recipe, *package]
-    probes_sha = _hash_files(probes_inputs, [base_tag], root=root)
+    probes_sha = _hash_files(probes_inputs, [base_tag, f"extra-ca={files.extra_ca_sha256}"], root=root)
     probes_labels = {
         "org.opencontainers.image.revision": probes_sha,
         "org.opencontainers.image.created": _source_date([*base_inputs, *probes_inputs]),
@@ -168,8 +214,11 @@ def plan_images(
     patches_dir: Path | None = None,
     images_dir: Path = IMAGES_DIR,
     base_image: str | None = None,
+    build_files: BuildFiles | None = None,
 ) -> ImagePlan:
-    """The plan for one distribution and version; base_image names a registry base instead of ours."""
+    """The plan for one distribution and version; base_image names a registry base instead of ours. build_files: what
+    the host's wheelhouse and extra CA file hold (none where not given)."""
+    files = build_files or BuildFiles()
     if distribution not in _DIST_SHORT:
         raise ImagePlanError(f"unknown vLLM distribution {distribution!r} (known: {', '.join(_DIST_SHORT)})")
     base_dir = images_dir / "base"
@@ -206,8 +255,12 @@ def plan_images(
         "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
         "EXTRA_PACKAGES": _EXTRA[distribution],
     }
-    # The build arguments are inputs too: a changed package list must not find the old tag.
-    runtime_sha = _hash_files(runtime_inputs, [f"{k}={v}" for k, v in sorted(build_args.items())])
+    # The build arguments are inputs too: a changed package list must not find the old tag. So are the files the
+    # role copies from the host: the CA always, the wheelhouse where the build reads it (WHEELHOUSE=on; elsewhere
+    # it is not copied, and hashes as empty).
+    wheelhouse_sha = files.wheelhouse_sha256() if build_args["WHEELHOUSE"] == "on" else BuildFiles().wheelhouse_sha256()
+    context = [f"wheelhouse={wheelhouse_sha}", f"extra-ca={files.extra_ca_sha256}"]
+    runtime_sha = _hash_files(runtime_inputs, [f"{k}={v}" for k, v in sorted(build_args.items())] + context)
     runtime_tag = f"refdeploy/vllm:{version}-{_DIST_SHORT[distribution]}-{runtime_sha[:12]}"
 
     labels = {
@@ -221,7 +274,7 @@ def plan_images(
     cuda_runtime = cuda_driver.cuda_runtime_of(constraints.read_text())
     if cuda_runtime is not None:
         labels[CUDA_RUNTIME_LABEL] = cuda_runtime
-    probes_sha, package, probes_build_flags = _probes_image(images_dir, base_tag, base_inputs)
+    probes_sha, package, probes_build_flags = _probes_image(images_dir, base_tag, base_inputs, files)
     return ImagePlan(
         base_tag=base_tag,
         base_build=base_image is None,

