@@ -122,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--host", default="localhost")
     ap.add_argument("--container", default="refdeploy-vllm")
     ap.add_argument("--data-file-note", default="", help="why no --data-file is given (the page-cache reading says it)")
+    ap.add_argument("--perf-skip-note", default="", help="why perf is skipped: it was given no capability")
     ap.add_argument("--pcie-min-gen", type=int, help="the class's PCIe generation a busy GPU's link must reach")
     ap.add_argument("--pcie-min-width", type=int, default=16, help="the class's PCIe link width")
     ap.add_argument("--archive", type=Path, help="pack the bundle into this .tar.gz when it ends, whatever its exit")
@@ -145,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         container=args.container,
         data_file_note=args.data_file_note,
+        perf_skip_note=args.perf_skip_note,
         pcie_min=(args.pcie_min_gen, args.pcie_min_width) if args.pcie_min_gen else None,
     )
     code = _run(cfg, args.out, args.workload_json)

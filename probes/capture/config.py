@@ -43,6 +43,8 @@ class CaptureConfig:
     container: str = "refdeploy-vllm"
     # Why no data file was given (the page-cache reading is skipped with it); "" when files were given.
     data_file_note: str = ""
+    # Why perf is skipped (the capture role found no capability to give it); "" when it runs.
+    perf_skip_note: str = ""
     # The class's PCIe link (generation, width) that a busy GPU must reach; None where no class says.
     pcie_min: tuple[int, int] | None = None
     # The requests the capture sends through its window (make capture WORKLOAD=...); None: it only watches.

@@ -184,7 +184,7 @@ class Capture:
                 )
 
             self.threads.append(_thread(wchan, "wchan", self.crashed))
-        if "perf" in cfg.parts:
+        if "perf" in cfg.parts and not cfg.perf_skip_note:
             # Every worker rank (each its own process), else the engine core: a slow rank shows beside the others.
             # Each records until PERF_END_MARGIN_S before the window (or its perf_seconds) ends, counted when it
             # starts: a recording that started 0.1 s in for the window's whole length ended after the window.
@@ -357,6 +357,9 @@ class Capture:
             parts["record"] = PartStatus(rr.status, rr.reason, [f"stacks/{rr.file}"] if rr.file else [])
 
     def _perf_results(self) -> None:
+        if self.cfg.perf_skip_note:
+            self.parts["perf"] = PartStatus("skipped", self.cfg.perf_skip_note)
+            return
         perf_res = self.perf_res
         self.events.extend(perf_events(perf_res, self.found, self.t0, self.end[0]))
         self.notes.extend(perf_lag_notes(perf_res, self.found, self.t0, self.end[0]))

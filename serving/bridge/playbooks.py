@@ -98,11 +98,21 @@ def capture_load(p: Any, workload: str) -> dict[str, Any] | None:
 
 def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container's `docker run` argv of a capture (or one part), from the plan's probe targets."""
-    from serving.evidence.probe_plan import capture_timeout_s, probe_parts, render_capture_argv
+    from serving.evidence.probe_plan import (
+        capture_timeout_s,
+        choose_perf_capability,
+        probe_parts,
+        render_capture_argv,
+    )
 
     p = parse_plan(plan)
     try:
         load = capture_load(p, str(settings.get("workload") or ""))
+        parts = probe_parts(str(settings.get("probe") or "capture"))
+        # settings["perf_check"]: what the role's PERFMON check printed (serving/evidence/probe_plan.py says what).
+        perf = choose_perf_capability(
+            str(settings.get("perf_capability") or "PERFMON"), str(settings.get("perf_check") or "")
+        )
         files = [str(f) for f in settings.get("data_files") or []]
         if not files and p.probes.data_file:
             files = [p.probes.data_file]
@@ -112,11 +122,11 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             p.profile.ports.container_port,
             str(settings["out"]),
             float(settings["seconds"]),
-            probe_parts(str(settings.get("probe") or "capture")),
+            parts,
             files,
             p.probes.data_dirs,
             p.host,
-            str(settings.get("perf_capability") or "PERFMON"),
+            perf.capability or "PERFMON",
             int(settings.get("record_seconds") or 0),
             gpu_access=p.probes.gpu_access.model_dump() if p.probes.gpu_access else None,
             cpus=p.probes.cpus,
@@ -125,6 +135,7 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             workload=load,
             api_key_copy=p.api.key_copy if p.api.key_file else "",
             container_name=str(settings.get("container") or f"{p.profile.container.name}-probe"),
+            perf_skip=perf.skip,
         )
     except InputError as e:
         return {"error": str(e)}
@@ -133,8 +144,10 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     )
     if load:
         timeout_s += int(load["timeout_s"])
+    # perf_keep: the capability Docker answered on, for the role to keep for this Docker version and kernel.
     return {"argv": argv, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1],
-            "workload": load}  # fmt: skip
+            "workload": load, "perf_keep": perf.capability if perf.keep and "perf" in parts else "",
+            "perf_skip": perf.skip if "perf" in parts else ""}  # fmt: skip
 
 
 def _requests_container(p: Any, name: str, out: str) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -153,6 +154,7 @@ def render_capture_argv(
     record_seconds: int = 0,
     container_name: str = "refdeploy-probe",
     *,
+    perf_skip: str = "",
     gpu_access: Mapping[str, Any] | None = None,
     cpus: str = "",
     data_file_note: str = "",
@@ -163,16 +165,17 @@ def render_capture_argv(
     """`docker run` of probes.capture.bundle beside the serving container.
 
     It joins the serving container's PID namespace (py-spy, pidstat, wchan see vLLM's processes) and network
-    namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with
-    `--cgroupns host` read-only, the data directories read-only, and writes only its output directory.
-    Capabilities: none but SYS_PTRACE (py-spy, smaps_rollup, wchan), FOWNER where it reads the served files'
-    page-cache residency (below), plus the perf capability when perf is one of the parts: PERFMON, or SYS_ADMIN on
-    Docker releases that do not know PERFMON. On a GPU profile it gets the GPUs' driver (`gpu_run_flags`), and it
-    runs on the CPUs the NUMA plan keeps for the probes (`cpus`). `data_file_note` says why no data file is given
-    (the page-cache reading is then skipped); `pcie_min` is the class's PCIe (generation, width), which a link under
-    load must reach. `workload` is what the capture sends through its window (probes/senders/load.py's LoadSpec fields),
-    with the API key's host copy `api_key_copy` mounted read-only where the server has a key; the argv carries the
-    key's path, never the key.
+    namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with `--cgroupns
+    host` read-only, the data directories read-only, and writes only its output directory. Capabilities: none but
+    SYS_PTRACE (py-spy, smaps_rollup, wchan), FOWNER where it reads the served files' page-cache residency (below),
+    plus the perf capability when perf is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not
+    know PERFMON (`choose_perf_capability`); with `perf_skip` (why no capability could be chosen) perf gets none and
+    the bundle records perf as skipped with that reason. On a GPU profile it gets the GPUs' driver
+    (`gpu_run_flags`), and it runs on the CPUs the NUMA plan keeps for the probes (`cpus`). `data_file_note` says
+    why no data file is given (the page-cache reading is then skipped); `pcie_min` is the class's PCIe (generation,
+    width), which a link under load must reach. `workload` is what the capture sends through its window
+    (probes/senders/load.py's LoadSpec fields), with the API key's host copy `api_key_copy` mounted read-only where
+    the server has a key; the argv carries the key's path, never the key.
     """
     unknown = sorted(set(parts) - set(CAPTURE_PARTS))
     if not parts or unknown:
@@ -195,7 +198,7 @@ def render_capture_argv(
             "--cap-drop", "ALL", "--cap-add", "SYS_PTRACE", "--security-opt", "no-new-privileges",
             "--memory", "1g", "--pids-limit", "512", "--cpu-shares", str(PROBE_CPU_SHARES), "--env", "LC_ALL=C",
             "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
-    if "perf" in parts:
+    if "perf" in parts and not perf_skip:
         argv += ["--cap-add", perf_capability]
     if "hoststate" in parts and data_files:
         # fincore's mincore(2) tells the truth only about files its caller owns or may write: for any other the
@@ -220,12 +223,63 @@ def render_capture_argv(
         argv += ["--data-file", f]
     if not data_files and data_file_note:
         argv += ["--data-file-note", data_file_note]
+    if "perf" in parts and perf_skip:
+        argv += ["--perf-skip-note", perf_skip]
     if pcie_min is not None:
         argv += ["--pcie-min-gen", str(pcie_min[0]), "--pcie-min-width", str(pcie_min[1])]
     if workload:
         spec = {**workload, "api_key_file": API_KEY_MOUNT if api_key_copy else ""}
         argv += ["--workload-json", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     return argv
+
+
+# What Docker says when it does not know a capability, from either of the two places that check one. The daemon:
+# `docker: Error response from daemon: invalid CapAdd: unknown capability: "CAP_PERFMON".` (exit 125; docker/cli#3960,
+# Docker 20.10.22, and docker/docs#14124). An engine whose daemon knows PERFMON but whose runc does not:
+# `docker: Error response from daemon: OCI runtime create failed: container_linux.go:370: starting container process
+# caused: unknown capability "CAP_PERFMON": unknown.` (moby/moby#41562, 20.10.0-beta1). Both are Docker refusing
+# the capability itself; nothing else is (a missing image, a dead daemon, a timeout say nothing of PERFMON).
+_UNKNOWN_PERFMON = re.compile(r'unknown capability:? "?(CAP_)?PERFMON\b', re.IGNORECASE)
+DOCKER_ERROR_EXIT = 125  # `docker run`'s own failure, before or while creating the container
+
+
+@dataclass(frozen=True)
+class PerfChoice:
+    """perf's capability for a capture: PERFMON or SYS_ADMIN, or "" with `skip` (why perf is skipped).
+    `keep`: a capability Docker itself answered on, which the role keeps for this Docker version and kernel."""
+
+    capability: str
+    skip: str = ""
+    keep: bool = False
+
+
+def choose_perf_capability(setting: str, check: str) -> PerfChoice:
+    """The capture role's setting (auto, PERFMON or SYS_ADMIN) and, with auto, what its check printed: `cached` and
+    the capability kept from an earlier check, or `checked <exit>` and what `docker run --cap-add PERFMON` said.
+    SYS_ADMIN (the wider capability) only where Docker refused PERFMON as unknown; any other failure skips perf."""
+    if setting in ("PERFMON", "SYS_ADMIN"):
+        return PerfChoice(setting)
+    if setting != "auto":
+        raise ProbePlanError(f"capture_perf_capability={setting!r}: auto, PERFMON or SYS_ADMIN")
+    head, _, said = check.strip().partition("\n")
+    word, _, value = head.partition(" ")
+    if word == "cached" and said.strip() in ("PERFMON", "SYS_ADMIN"):
+        return PerfChoice(said.strip())
+    if word != "checked" or not value.strip().isdigit():
+        return PerfChoice("", f"the PERFMON check printed no result ({' '.join(check.split())[-200:] or 'nothing'})")
+    rc = int(value)
+    said = " ".join(said.split())
+    if rc == 0:
+        return PerfChoice("PERFMON", keep=True)
+    if rc == DOCKER_ERROR_EXIT and _UNKNOWN_PERFMON.search(said):
+        return PerfChoice("SYS_ADMIN", keep=True)
+    why = {124: "it ran past its bound (timeout)", 137: "it was killed past its bound"}.get(rc, f"exit {rc}")
+    return PerfChoice(
+        "",
+        f"no perf capability: a container with --cap-add PERFMON did not start ({why}: {said[-200:] or 'no output'});"
+        " Docker did not refuse PERFMON as unknown, so SYS_ADMIN is not tried. Set capture_perf_capability to "
+        "PERFMON or SYS_ADMIN to choose one",
+    )
 
 
 def probe_parts(probe: str) -> list[str]:
