@@ -63,8 +63,12 @@ def render_probe_io_argv(
     unknown = sorted(set(thresholds) - set(depths))
     if unknown:
         raise ProbePlanError(f"probe_io_thresholds names depths {unknown} that are not probed ({depths})")
+    # No capability: fio's O_DIRECT reads of a regular file, libaio, the target's stat and a few ranges' sha256 are
+    # all unprivileged, and /out is root's (the container's user) from the role. Without DAC_OVERRIDE the target
+    # must be readable by its mode bits, as the engine (not root) must read it too.
     argv = ["docker", "run", "--rm", "--name", container_name, "--network", "none", "--read-only",
-            "--tmpfs", "/tmp", "--volume", f"{host_out_dir}:/out"]  # fmt: skip
+            "--tmpfs", "/tmp", "--volume", f"{host_out_dir}:/out",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]  # fmt: skip
     if cpus:
         argv += ["--cpuset-cpus", cpus]
     for d in data_dirs:

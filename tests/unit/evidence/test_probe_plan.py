@@ -17,10 +17,12 @@ def test_probe_io_argv_mounts_data_read_only_at_host_paths() -> None:
         [1, 64],
         {64: IoThresholds(min_iops=20000, max_ms=200)},
     )
-    assert argv[:12] == [
+    assert argv[:16] == [
         "docker", "run", "--rm", "--name", "refdeploy-probe-io", "--network", "none", "--read-only",
         "--tmpfs", "/tmp", "--volume", "/var/lib/refdeploy/probe-runs/x:/out",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
     ]  # fmt: skip
+    assert "--cap-add" not in argv
     assert "/var/lib/refdeploy/models:/var/lib/refdeploy/models:ro" in argv
     i = argv.index("refdeploy/probes:abc")
     assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.io.probe"]
