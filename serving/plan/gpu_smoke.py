@@ -38,6 +38,7 @@ _FLAGS = (
     ("memory_swap", "--memory-swap"),
     ("shm_size", "--shm-size"),
     ("ipc_mode", "--ipc"),
+    ("pids_limit", "--pids-limit"),
 )
 GIB = 1 << 30
 # The first CUDA call on eight GPUs, with the image already on the host: well under a minute on a real host.
@@ -100,6 +101,8 @@ def smoke_argv(
     for ulimit in spec.get("ulimits") or []:
         name, _, limits = str(ulimit).partition(":")  # docker_container's name:soft:hard, the CLI's name=soft:hard
         argv += ["--ulimit", f"{name}={limits}"]
+    for cap in spec.get("cap_drop") or []:
+        argv += ["--cap-drop", str(cap)]
     for cap in spec.get("capabilities") or []:
         argv += ["--cap-add", str(cap)]
     for opt in spec.get("security_opts") or []:

@@ -132,8 +132,46 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         # No swap beyond the memory limit: a serving process that swaps is a
         # slow process nobody asked for.
         spec["memory_swap"] = c.memory
+    spec.update(least_privilege(profile))
     spec["labels"] = {PROFILE_LABEL: profile.name, SPEC_LABEL: spec_digest(spec)}
     return spec
+
+
+# The serving container's bounds beyond its resources. Capabilities: none. The engine runs as the image's user
+# (RUNTIME_UID, not root), so Docker's default capabilities were only in its bounding set, never effective (a
+# running CPU engine here: CapEff 0 in every process); binding to its port (over 1024), numactl/--cpuset and its
+# own caches need none. The one a GPU plan adds back is SYS_NICE where vLLM binds workers with numactl
+# (serving/plan/gpu_plan.py): Docker's seccomp profile allows set_mempolicy and mbind only to a container granted
+# it. no-new-privileges: nothing in the image may gain one through a setuid or file-capability binary.
+# Its own network (SERVING_NETWORK's name), a bridge without inter-container traffic (the serve role makes it):
+# clients reach the engine only through the port published on the profile's host_ip (the bench client and
+# `make status` from the host's namespace), and the probes that talk to it join its network namespace.
+SERVING_CAP_DROP = ["ALL"]
+SERVING_SECURITY_OPTS = ["no-new-privileges"]
+# pids.max counts threads. A running cpu-tiny engine here held 72 (the API server 10, the engine core 15, the
+# worker 46); a GPU worker adds its CUDA, NCCL and compile threads, and torch.compile's workers are processes of
+# their own. 4096, or 1024 a rank where there are more than four: some 50x the CPU engine's count, and a bound on a
+# fork loop long before the host's pid space (4194304) is spent.
+PIDS_LIMIT_MIN = 4096
+PIDS_PER_RANK = 1024
+# Docker's bridge driver option that turns inter-container traffic off on a network.
+NETWORK_ICC_OPTION = "com.docker.network.bridge.enable_icc"
+
+
+def serving_network(container_name: str) -> str:
+    """The serving container's own network."""
+    return f"{container_name}-net"
+
+
+def least_privilege(profile: Profile) -> dict[str, Any]:
+    """The spec's capability, privilege, pids and network settings (docker_container's names)."""
+    ranks = (profile.vllm.tensor_parallel_size or 1) * (profile.vllm.pipeline_parallel_size or 1)
+    return {
+        "cap_drop": list(SERVING_CAP_DROP),
+        "security_opts": list(SERVING_SECURITY_OPTS),
+        "pids_limit": max(PIDS_LIMIT_MIN, PIDS_PER_RANK * ranks),
+        "network_mode": serving_network(profile.container.name),
+    }
 
 
 # The serving container's entrypoint when an API key is configured: it reads the key from the root-only file

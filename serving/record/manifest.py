@@ -213,6 +213,28 @@ def _check_limits(
     return docker_ulimits
 
 
+def _caps(names: Any) -> list[str]:
+    """Capability names as Docker may hold them (SYS_NICE, or CAP_SYS_NICE from 20.10 on), without the prefix."""
+    return sorted(str(n).upper().removeprefix("CAP_") for n in names or [])
+
+
+def _check_privileges(checks: list[dict[str, Any]], spec: Mapping[str, Any], host_config: Mapping[str, Any]) -> None:
+    """The capabilities, no-new-privileges, pids limit and network in force, in Docker's view (render.py
+    least_privilege); only what the spec sets, so a plan from before they were planned reads back."""
+    if "cap_drop" in spec:
+        _check(checks, "capabilities dropped (docker)", _caps(spec["cap_drop"]), _caps(host_config.get("CapDrop")))
+        _check(checks, "capabilities added (docker)", _caps(spec.get("capabilities")),
+               _caps(host_config.get("CapAdd")))  # fmt: skip
+    if "security_opts" in spec:
+        # Docker keeps the option as given; `no-new-privileges:true` is the same option.
+        held = [str(o).removesuffix(":true") for o in host_config.get("SecurityOpt") or []]
+        _check(checks, "security options (docker)", sorted(spec["security_opts"]), sorted(held))
+    if "pids_limit" in spec:
+        _check(checks, "pids limit (docker)", spec["pids_limit"], host_config.get("PidsLimit"))
+    if "network_mode" in spec:
+        _check(checks, "network (docker)", spec["network_mode"], host_config.get("NetworkMode"))
+
+
 def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a running deploy. `raw` holds the run's plan (serving/plan/plan.py), Docker's inspection of
     the container and its image, what the container itself reports (serving/standalone/inside_readings.py), the
@@ -235,6 +257,7 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     cgroup = parse_cgroup_limits(cgroup_files)
     proc = parse_proc_limits(inside.get("proc_limits") or "")
     docker_ulimits = _check_limits(checks, spec, host_config, cgroup, proc)
+    _check_privileges(checks, spec, host_config)
 
     effective = raw.get("effective", {})
     engine_s = engine_startup_s(container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts"))

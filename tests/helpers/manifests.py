@@ -25,6 +25,17 @@ def raw_readings(d: Path) -> dict[str, Any]:
     # the labels (the spec's digest, the profile) are what the serve role starts it with.
     container["Config"]["Image"] = images.runtime_tag
     container["Config"]["Labels"] = {**container["Config"]["Labels"], **plan.launch.spec["labels"]}
+    # It predates the spec's capability, privilege, pids and network settings: they are set as Docker 20.10 holds
+    # them (this machine's samplers sidecar, started with cap_drop ALL and no-new-privileges, reads back
+    # CapDrop ['ALL'], CapAdd None, SecurityOpt ['no-new-privileges']).
+    spec = plan.launch.spec
+    container["HostConfig"].update(
+        CapDrop=spec["cap_drop"],
+        CapAdd=None,
+        SecurityOpt=spec["security_opts"],
+        PidsLimit=spec["pids_limit"],
+        NetworkMode=spec["network_mode"],
+    )
     image = {
         "Id": container["Image"],
         "Config": {"Labels": {PATCH_LABEL_PREFIX + n: f"sha256:{h}" for n, h in applied.items()}},
