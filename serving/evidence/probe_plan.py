@@ -206,8 +206,9 @@ def render_capture_argv(
         argv += ["--cap-add", perf_capability]
     if "hoststate" in parts and data_files:
         # fincore's mincore(2) tells the truth only about files its caller owns or may write: for any other the
-        # kernel reports every page resident (a side-channel guard). The served files are neither (nobody's, and
-        # mounted read-only), so without FOWNER a capture read 100% resident after the file had been evicted.
+        # kernel reports every page resident (a side-channel guard). The served files were neither (then nobody's,
+        # and mounted read-only), so without FOWNER a capture read 100% resident after the file had been evicted;
+        # an operator's staged files may still be anyone's.
         argv += ["--cap-add", "FOWNER"]
     if cpus:
         argv += ["--cpuset-cpus", cpus]
