@@ -49,7 +49,7 @@ LOCAL = tuple(
     f"{IT}{m}.py"
     for m in (
         "test_deploy", "test_gpu_preflight", "test_safety", "test_interrupts", "test_validate",
-        "test_placement_role", "test_report_screenshot",
+        "test_placement_role", "test_report_screenshot", "test_privileges",
     )
 )  # fmt: skip
 # Phase 3, alone: their assertions are figures (rates, knees, intervals, counts in a window).
