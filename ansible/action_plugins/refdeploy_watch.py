@@ -50,7 +50,10 @@ setsid -f sh -c '
 # first once took the starting shell with it, and the task then waited for an exit code that nothing would write.
 i=0
 while [ ! -s "$d/pid" ]; do
-  i=$((i + 1)); [ "$i" -le 300 ] || { echo "the command did not start within 30 s" >&2; exit 1; }
+  i=$((i + 1))
+  [ "$i" -le 300 ] || {
+    echo "waited 30 s for the detached shell to start the command and write its pid in $d/pid; it did not" >&2
+    rm -rf -- "$d"; exit 1; }
   sleep 0.1
 done
 echo "$d"
@@ -72,6 +75,11 @@ POLL_S = 1.0
 # Past timeout(1)'s bound and its --kill-after 10 s, the exit code is due; this much more, and it never will be
 # (the wrapper that writes it is gone): the task fails instead of waiting for ever.
 RC_GRACE_S = 40.0
+# timeout(1) gone and still no exit code this long (polls a second apart): the shell that waits on it and writes the
+# code died with it (killed with its session, OOM), and none will come; the task fails then, not at the bound.
+GONE_GRACE_S = 10.0
+# Printed by a poll while timeout(1) (its pid in the scratch directory) still runs.
+_RUNNING = "refdeploy-watch-running"
 TAIL_BYTES = 4096
 # $1 the scratch directory: both outputs, each as one marked base64 line, then the directory goes.
 _COLLECT = r"""
@@ -97,11 +105,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         got = self._sh(progress.tail_command(mode, path, TAIL_BYTES))
         return str(got.get("stdout", "")) if got.get("rc") == 0 else ""
 
-    def _exit_code(self, scratch: str) -> int | None:
-        """The command's exit code once it has ended: the one line of rc that is a number."""
-        got = self._sh(f"cat {shlex.quote(scratch)}/rc 2>/dev/null")
-        codes = re.findall(r"(?m)^\s*(\d+)\s*$", str(got.get("stdout", ""))) if got.get("rc") == 0 else []
-        return int(codes[-1]) if codes else None
+    def _exit_code(self, scratch: str) -> tuple[int | None, bool]:
+        """(the command's exit code once it has ended: the one line of rc that is a number, whether timeout(1) still
+        runs), in one round trip."""
+        q = shlex.quote(scratch)
+        got = self._sh(f'cat {q}/rc 2>/dev/null || {{ kill -0 "$(cat {q}/pid)" 2>/dev/null && echo {_RUNNING}; }}')
+        out = str(got.get("stdout", ""))
+        codes = re.findall(r"(?m)^\s*(\d+)\s*$", out) if got.get("rc") == 0 else []
+        return (int(codes[-1]) if codes else None), _RUNNING in out
 
     def _collect(self, scratch: str) -> tuple[str, str]:
         """The command's stdout and stderr, exactly (base64, read from the marked lines after any login noise);
@@ -132,20 +143,30 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.bridge import progress
 
         name, interval = self._task.get_name().strip(), progress.interval_s()
-        shown = started
-        while (rc := self._exit_code(scratch)) is None:
-            time.sleep(POLL_S)
+        shown, gone_since = started, None
+        while True:
+            rc, running = self._exit_code(scratch)
+            if rc is not None:
+                return rc
             now = time.monotonic()
+            gone_since = None if running else (gone_since or now)
+            if gone_since is not None and now - gone_since > GONE_GRACE_S:
+                raise AnsibleActionFail(
+                    f"no exit code from {name}: waited for it in {scratch}/rc, but timeout(1) (the pid in "
+                    f"{scratch}/pid) has not run for {now - gone_since:.0f} s and the shell that waits on it wrote "
+                    "none (killed with its session?)"
+                )
             if now - started > bound_s + RC_GRACE_S:
                 raise AnsibleActionFail(
-                    f"no exit code from {name} {now - started:.0f} s after it started (bound {bound_s:g} s): the "
-                    "process that waits on it is gone (killed with its session?); the command is stopped if it runs"
+                    f"no exit code from {name} {now - started:.0f} s after it started (bound {bound_s:g} s): waited "
+                    f"for it in {scratch}/rc; the process that waits on the command is gone (killed with its "
+                    "session?); the command is stopped if it runs"
                 )
             if now - shown >= interval:
                 shown = now
                 tails = self._tail(f"{scratch}/stdout", mode), self._tail(f"{scratch}/stderr", "last_line")
                 display.display(progress.ticker(name, progress.status_line(mode, *tails), now - started, bound_s))
-        return rc
+            time.sleep(POLL_S)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.bridge import progress

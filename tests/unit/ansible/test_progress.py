@@ -123,3 +123,30 @@ def test_the_tasks_environment_reaches_a_watched_command_and_its_output_comes_ba
     assert r["stdout_lines"][0] == "it's $HOME; `x`"
     assert r["stdout_lines"][1] == "x" * 200000 and r["stderr"] == "é"
     assert not list((tmp_path / "scratch").glob("refdeploy-watch.*"))
+
+
+@pytest.mark.timing(margin="a 10 s grace, bound 640 s: under 120 s needed, 17 s here (the play included)")
+def test_a_watched_command_whose_waiting_shell_dies_fails_soon_saying_what_it_waited_for(tmp_path: Path) -> None:
+    # The command kills the shell that waits on timeout(1) (its grandparent) and ends: no exit code will ever be
+    # written. The task fails within the plugin's grace, not at the bound (600 s + 40 s), naming the rc file.
+    script = "kill -KILL $(ps -o ppid= -p $PPID); sleep 1"
+    started = time.monotonic()
+    cp = _play(
+        tmp_path,
+        "    - name: Watch | Lose the waiting shell\n"
+        f"      refdeploy_watch: {{argv: [sh, -c, {json.dumps(script)}], timeout_s: 600}}\n"
+        "      register: r\n      ignore_errors: true\n"
+        f"    - ansible.builtin.copy: {{content: '{{{{ r | to_json }}}}', dest: {tmp_path}/r.json, mode: '0644'}}\n",
+    )
+    took = time.monotonic() - started
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["failed"] is True
+    assert re.fullmatch(
+        r"no exit code from Watch \| Lose the waiting shell: waited for it in \S+/refdeploy-watch\.\w+/rc, but "
+        r"timeout\(1\) \(the pid in \S+/pid\) has not run for \d+ s and the shell that waits on it wrote none "
+        r"\(killed with its session\?\)",
+        r["msg"],
+    ), r["msg"]
+    assert took < 120, f"it took {took:.0f} s"
+    assert not list((tmp_path / "scratch").glob("refdeploy-watch.*")), "the scratch directory was left on the host"
