@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
+from serving.config.redact import is_secret_flag, is_secret_name, redact
 from serving.config.schema import StrictModel, YamlKind, field_path
 from serving.errors import InputError
 
@@ -35,6 +37,14 @@ _SIZE_FACTOR = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 class ProfileError(InputError):
     """A profile that cannot be used; the message names the file and the field."""
+
+
+# A refusal of a secret: its line names the field and never shows the value refused (describe_errors).
+_SECRET_REFUSED = "secret_refused"
+_WHERE_SECRETS_GO = (
+    "the API key goes in a root-only file on the host named by the inventory's refdeploy_api_key_file, any other "
+    "secret (a Hugging Face token) in the profile's env, whose values every artifact redacts"
+)
 
 
 def check_path(v: str) -> str:
@@ -133,6 +143,24 @@ class VllmArgs(StrictModel):
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     compilation_config: dict[str, Any] | None = None
     extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secret_flags(cls, v: list[str]) -> list[str]:
+        # An argv is in the plan, every deploy's output, `ps` on the host and `docker inspect`: a flag that takes a
+        # secret (serving/config/redact.py is_secret_flag: --api-key, --hf-token, any flag whose last word is key,
+        # token, secret, password...; vLLM's tuning flags such as --max-num-batched-tokens and
+        # --long-prefill-token-threshold pass) is refused, named without its value.
+        for arg in v:
+            if is_secret_flag(arg):
+                flag = arg.partition("=")[0]
+                raise PydanticCustomError(
+                    _SECRET_REFUSED,
+                    "{flag} takes a secret, which a profile must not carry (it would be in the container's argv, "
+                    "`ps` and docker inspect): remove it; " + _WHERE_SECRETS_GO,
+                    {"flag": flag},
+                )
+        return v
 
 
 class Ulimit(StrictModel):
@@ -280,10 +308,12 @@ class Profile(StrictModel):
         for name in v:
             if not _ENV_NAME_RE.match(name):
                 raise ValueError(f"expected environment variable names like VLLM_CPU_KVCACHE_SPACE, got {name!r}")
-            if name in ("VLLM_API_KEY", "OPENAI_API_KEY"):
-                raise ValueError(
-                    f"{name} cannot be set in a profile: put the key in a root-only file on the host and set the "
-                    "inventory's refdeploy_api_key_file to it"
+            if name.upper() in ("VLLM_API_KEY", "OPENAI_API_KEY"):
+                raise PydanticCustomError(
+                    _SECRET_REFUSED,
+                    "{name} cannot be set in a profile: put the key in a root-only file on the host and set the "
+                    "inventory's refdeploy_api_key_file to it",
+                    {"name": name},
                 )
         return v
 
@@ -338,8 +368,11 @@ def describe_errors(source: str, exc: ValidationError) -> str:
             msg = err["msg"]
             if expected and "expected" not in msg.lower():
                 msg = f"expected {expected}: {msg}"
-            if "input" in err and err["type"] != "missing":
-                msg += f" (got {err['input']!r})"
+            # What was given, redacted like every artifact; never a refused secret, nor a field whose name says
+            # it is one (a wrong-typed HF_TOKEN is still a token).
+            secret = err["type"] == _SECRET_REFUSED or any(isinstance(p, str) and is_secret_name(p) for p in loc)
+            if "input" in err and err["type"] != "missing" and not secret:
+                msg += f" (got {redact(err['input'])!r})"
         lines.append(f"{source}: {field}: {msg}")
     return "\n".join(lines)
 
