@@ -121,5 +121,6 @@ def redact(doc: Any) -> Any:
 
 
 def secret_env_names(env: dict[str, str]) -> list[str]:
-    """The names in a container's env whose values redact() hides (the plan lists them, never their values)."""
-    return sorted(k for k, v in env.items() if is_secret_name(k) and v)
+    """The names in a container's env whose values redact() hides or changes (a URL's credentials stripped): the
+    plan lists them, never their values, and a task that hands the env to Docker hides its output when any is."""
+    return sorted(k for k, v in env.items() if v and (is_secret_name(k) or strip_url_credentials(v) != v))

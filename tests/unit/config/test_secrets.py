@@ -162,3 +162,14 @@ def test_an_argv_hides_the_value_of_every_secret_flag() -> None:
 )
 def test_credentials_in_a_url_are_stripped_anywhere_in_a_string(text: str, want: str) -> None:
     assert redact({"HTTP_PROXY": text, "note": [text]}) == {"HTTP_PROXY": want, "note": [want]}
+
+
+def test_a_url_credential_in_env_hides_the_start_of_the_container_like_a_token() -> None:
+    from serving.config.profile import load_profile
+    from serving.plan.plan import plan_from_profile
+
+    profile = load_profile("cpu-tiny")
+    proxied = profile.model_copy(update={"env": {**profile.env, "http_proxy": "http://u:s3cretpass@proxy.invalid:3128",
+                                                 "no_proxy": "http://proxy.invalid"}})  # fmt: skip
+    assert plan_from_profile(profile, "localhost", {}).api.secret_env == []
+    assert plan_from_profile(proxied, "localhost", {}).api.secret_env == ["http_proxy"]
