@@ -420,7 +420,9 @@ def plan_bench(
     name = f"data/{Path(str(data.get('path'))).name}"
     files = [{"content": data["content"], "name": name}] if "content" in data else []
     files += [{"src": data["path"], "name": name}] if data.get("path") and "content" not in data else []
-    return {"client_plan": client_plan, "docker_argv": argv, "manifest": manifest, "timeout_s": timeout_s,
+    # The manifest is an artifact (manifest.json, and compare's conditions): redacted whole, as every artifact is
+    # (serving/config/redact.py), not field by field: the server's argv and any URL in it are in it too.
+    return {"client_plan": client_plan, "docker_argv": argv, "manifest": redact(manifest), "timeout_s": timeout_s,
             "cgroup_argv": cgroup_argv(plan.images.probes_tag, container), "files": files}  # fmt: skip
 
 
