@@ -115,8 +115,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             **result,
             "changed": False,
             "cleaned": cleaned,
+            # What changed (serving/evidence/continuity.py), not the container read after the window: its docker
+            # inspect holds the environment, and a result is printed at -v.
             "change": change,
-            "serving_after": after.serving,
             "packed_here": after.packed,
             "fetched": after.archive_sha1 is not None,
             "log": after.log,
