@@ -48,7 +48,7 @@ TEST_HOSTS = (f"{IT}test_gpu_hosts_ssh", f"{IT}test_deploy_to_a_bare_host.py")
 LOCAL = tuple(
     f"{IT}{m}.py"
     for m in (
-        "test_deploy", "test_gpu_preflight", "test_safety", "test_interrupts", "test_validate",
+        "test_deploy", "test_gpu_preflight", "test_safety", "test_secrets_leak", "test_interrupts", "test_validate",
         "test_placement_role", "test_report_screenshot", "test_privileges",
     )
 )  # fmt: skip
