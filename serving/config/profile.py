@@ -351,6 +351,12 @@ def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[st
     return []
 
 
+def _shown(given: Any) -> Any:
+    """A refused value as an error line shows it: redacted, a string word by word (an argv given as one string,
+    `extra_args: "--api-key ..."`, still hides the key)."""
+    return " ".join(redact(given.split())) if isinstance(given, str) else redact(given)
+
+
 def describe_errors(source: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
@@ -372,7 +378,7 @@ def describe_errors(source: str, exc: ValidationError) -> str:
             # it is one (a wrong-typed HF_TOKEN is still a token).
             secret = err["type"] == _SECRET_REFUSED or any(isinstance(p, str) and is_secret_name(p) for p in loc)
             if "input" in err and err["type"] != "missing" and not secret:
-                msg += f" (got {redact(err['input'])!r})"
+                msg += f" (got {_shown(err['input'])!r})"
         lines.append(f"{source}: {field}: {msg}")
     return "\n".join(lines)
 

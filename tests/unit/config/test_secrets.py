@@ -114,6 +114,16 @@ def test_a_wrong_typed_secret_is_shown_redacted() -> None:
     assert "12345678" not in str(err.value) and SECRET not in str(err.value), err.value
 
 
+def test_an_argv_given_as_one_string_is_refused_without_its_key() -> None:
+    data = _cpu_tiny()
+    data["vllm"]["extra_args"] = f"--enforce-eager --api-key {SECRET}"
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "p.yaml")
+    line = str(err.value)
+    assert line.startswith("p.yaml: vllm.extra_args: expected a list") and "--api-key" in line, line
+    assert SECRET not in line
+
+
 def test_names_are_redacted_in_any_case_by_the_word_that_says_what_the_value_is() -> None:
     doc = {
         "env": {"hf_token": SECRET, "Hf_Token": SECRET, "HF_TOKEN": SECRET, "VLLM_CPU_KVCACHE_SPACE": "1"},
