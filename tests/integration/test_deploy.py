@@ -425,6 +425,8 @@ def test_undeploy_removes_the_containers_and_keeps_images() -> None:
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
     # This machine's, not the SSH test hosts' (refdeploy-vllm-gpu*), which run beside this module.
     assert not [n for n in names if n.startswith(CONTAINER) and not TEST_HOST_CONTAINERS.match(n)]
+    # Nor the serving container's own network (the SSH test hosts' nested engines have theirs).
+    assert f"{CONTAINER}-net" not in docker("network", "ls", "--format", "{{.Name}}").split()
     assert host_state()["images"] == images_before
     status = make("status")
     assert status.rc == 0
