@@ -93,14 +93,38 @@ class Side:
 
 
 def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
-    """A bench directory from a path (runs/<host>/<ts> or its bench/) or a bare run id (<ts>) under runs_dir."""
-    candidates = [Path(ref), Path(ref) / "bench"]
-    if "/" not in ref:
-        candidates += sorted(runs_dir.glob(f"*/{ref}/bench"))
-    for c in candidates:
-        if (c / "manifest.json").is_file() and (c / "runs").is_dir():
-            return c
-    raise InputError(f"{ref}: not a bench run (expected runs/<host>/<timestamp>/bench/ with manifest.json)")
+    """A bench directory from a path (runs/<host>/<ts> or its bench/) or a bare run id (<ts>) under runs_dir. A run
+    id under two hosts is refused, naming both (the first in sort order was compared without a word), and so is one
+    that resolves outside runs_dir (a symlink out, `..`): a run id names a run under runs/, nothing else."""
+    found = [c for c in (Path(ref), Path(ref) / "bench") if _is_bench(c)]
+    if not found and "/" not in ref and ref not in (".", ".."):
+        found = [c for c in sorted(runs_dir.glob(f"*/{ref}/bench")) if _is_bench(c)]
+        if outside := [c for c in found if not c.resolve().is_relative_to(runs_dir.resolve())]:
+            raise InputError(f"{ref}: {outside[0]} resolves outside {runs_dir}: give the bench directory's own path")
+        if len(found) > 1:
+            hosts = ", ".join(str(c.parent) for c in found)
+            raise InputError(f"{ref}: a bench run of several hosts ({hosts}): give the one meant as its path")
+    if not found:
+        raise InputError(f"{ref}: not a bench run (expected runs/<host>/<timestamp>/bench/ with manifest.json)")
+    return found[0]
+
+
+def _is_bench(d: Path) -> bool:
+    return (d / "manifest.json").is_file() and (d / "runs").is_dir()
+
+
+# What an operator can do about a bench whose record is damaged: the bench's own files are never touched.
+_REBENCH = "restore it from a copy, or run the bench again (make bench) and compare that run"
+
+
+def _json(path: Path, what: str) -> Any:
+    """A bench's JSON file, or one line naming it and what to do when it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read {what}: {e.strerror}: {_REBENCH}") from None
+    except ValueError as e:
+        raise InputError(f"{path}: {what} is not valid JSON ({e}): truncated or corrupt; {_REBENCH}") from None
 
 
 def _text(path: Path) -> str | None:
@@ -117,9 +141,13 @@ def _load_bench(d: Path) -> tuple[dict[str, Any], float, dict[str, dict[str, lis
     requests, no prefix-cache hits, server and client tokens agree, the arrival rate sustained, the stream not
     buffered): a comparison keeps the validity rules its benches keep.
     """
-    manifest = json.loads((d / "manifest.json").read_text())
-    if manifest.get("kind") != "bench":
-        raise InputError(f"{d}: manifest.json is not a bench manifest")
+    manifest = _json(d / "manifest.json", "the bench manifest")
+    if not isinstance(manifest, dict) or manifest.get("kind") != "bench":
+        raise InputError(f"{d / 'manifest.json'}: not a bench manifest (no kind: bench): {_REBENCH}")
+    runs = manifest.get("runs")
+    fields = {"id", "phase", "point"}
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and fields <= r.keys() for r in runs):
+        raise InputError(f"{d / 'manifest.json'}: the bench manifest's runs are missing or malformed: {_REBENCH}")
     obs: dict[str, dict[str, list[list[float]]]] = {}
     excluded: list[str] = []
     first_start = math.inf

@@ -235,8 +235,11 @@ def resolve_reference(ref: str, runs_dir: Path) -> Path:
         path = path / "manifest.json"
     if path.is_file():
         return path.resolve()
-    if "/" not in ref:
+    if "/" not in ref and ref not in (".", ".."):
         found = sorted(runs_dir.glob(f"*/{ref}/manifest.json"))
+        # A run id names a run under runs/: one that a symlink takes elsewhere is not one.
+        if outside := [p for p in found if not p.resolve().is_relative_to(runs_dir.resolve())]:
+            raise InputError(f"make verify: REF={ref}: {outside[0]} resolves outside {runs_dir}: {hint}")
         if len(found) == 1:
             return found[0].resolve()
         if len(found) > 1:

@@ -149,6 +149,31 @@ def test_run_ids_resolve_under_the_runs_dir(tmp_path: Path) -> None:
         compare.resolve_bench_dir("nothing-here", tmp_path)
 
 
+def test_a_run_id_under_two_hosts_or_outside_the_runs_dir_is_refused(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for host in ("gpu-a", "gpu-b"):
+        make_bench(runs / host, "20261129T000000Z", 1000)
+    with pytest.raises(compare.InputError, match=r"several hosts \(.*gpu-a/20261129T000000Z, .*gpu-b/2026.*path"):
+        compare.resolve_bench_dir("20261129T000000Z", runs)
+    assert compare.resolve_bench_dir(str(runs / "gpu-b" / "20261129T000000Z"), runs).parent.parent.name == "gpu-b"
+    make_bench(tmp_path / "elsewhere", "20261130T000000Z", 1000)
+    (runs / "gpu-a" / "20261130T000000Z").symlink_to(tmp_path / "elsewhere" / "20261130T000000Z")
+    with pytest.raises(compare.InputError, match="resolves outside"):
+        compare.resolve_bench_dir("20261130T000000Z", runs)
+    with pytest.raises(compare.InputError, match="not a bench run"):
+        compare.resolve_bench_dir("..", runs / "gpu-a")
+
+
+def test_a_truncated_bench_manifest_is_one_line_naming_it(tmp_path: Path) -> None:
+    d = make_bench(tmp_path, "a", 1000)
+    (d / "manifest.json").write_text((d / "manifest.json").read_text()[:100])
+    with pytest.raises(compare.InputError, match=r"manifest.json: the bench manifest is not valid JSON .*make bench"):
+        compare.load_side("A", [str(d)], tmp_path)
+    (d / "manifest.json").write_text('{"kind": "bench", "runs": [1]}')
+    with pytest.raises(compare.InputError, match=r"runs are missing or malformed"):
+        compare.load_side("A", [str(d)], tmp_path)
+
+
 def test_report_from_raw_artifacts(tmp_path: Path) -> None:
     d = make_bench(tmp_path, "a", 1000)
     s = bench_report.write_report(d)
