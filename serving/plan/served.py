@@ -139,14 +139,15 @@ def model_state(profile: Profile, files: Sequence[tuple[int, str]]) -> tuple[str
     if TINYMODEL_MARKER in names and "SHA256SUMS" in names:
         return "generated", []
     shown = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+    # Never advise deleting: what the refusal protects may be the only copy of something. Moved aside, it is kept.
+    aside = f"move it aside (mv {model.host_path} {model.host_path}.old) or point model.host_path at a new directory"
     if TINYMODEL_MARKER in names:
         return "refused", [
-            f"model.host_path {model.host_path} holds an incomplete generated model ({shown}): remove it "
-            f"(rm -r {model.host_path}) and deploy again"
+            f"model.host_path {model.host_path} holds an incomplete generated model ({shown}), and the deploy will "
+            f"not write over it: {aside}, and deploy again"
         ]
     return "refused", [
         f"model.host_path {model.host_path} of profile {profile.name} holds files the tiny-model generator did not "
-        f"make ({shown}), and the deploy will not write over them: point model.host_path at an empty or new "
-        f"directory, or set model.generate: none to serve what is there (a tiny model of an earlier refdeploy "
-        f"has no {TINYMODEL_MARKER}: rm -r {model.host_path}, then deploy again)"
+        f"make ({shown}), and the deploy will not write over them: {aside} (an empty or new one), or set "
+        f"model.generate: none to serve what is there (a tiny model of an earlier refdeploy has no {TINYMODEL_MARKER})"
     ]

@@ -325,6 +325,10 @@ def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> No
     [line] = plan.failures
     assert "holds files the tiny-model generator did not make (config.json, x.safetensors)" in line
     assert "set model.generate: none" in line
+    # What the refusal protects is moved aside, never deleted (issue 31).
+    assert f"mv {d} {d}.old" in line and "rm " not in line and "delete" not in line and "remove" not in line
+    [line] = _cpu(served=f"4096\t{d}/config.json\n0\t{d}/{TINYMODEL_MARKER}\n").failures
+    assert "holds an incomplete generated model" in line and f"mv {d} {d}.old" in line and "rm " not in line
     # A sibling directory's files are not the model's.
     assert _cpu(served="5\t/var/lib/refdeploy/models/tiny-llama-2/config.json\n").model_action == "generate"
 
