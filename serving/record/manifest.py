@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from serving.errors import InputError
 from serving.host.host_tuning import host_tuning
 from serving.host.limits import (
     LIMIT_ROWS,
@@ -75,6 +76,19 @@ def new_run_dir(runs_dir: Path, host: str) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{runs_dir / host}: cannot create a run directory for {stamp}")
+
+
+def discard_run_dir(runs_dir: Path, host: str, path: Path) -> bool:
+    """Remove a refused run's directory again, so that a refusal leaves no empty runs/<host>/<ts>/ behind: only a run
+    directory of this host (runs/<host>/<id> itself, the path new_run_dir gave this run), and only while it is empty
+    (whatever is in it is a record, kept). True when it was removed."""
+    if Path(path).parent != runs_dir.resolve() / host:
+        raise InputError(f"{path}: not a run directory of {host} under {runs_dir}: nothing removed")
+    try:
+        Path(path).rmdir()
+    except OSError:  # not empty, or already gone
+        return False
+    return True
 
 
 def _check(checks: list[dict[str, Any]], name: str, expected: Any, actual: Any) -> None:
