@@ -122,16 +122,19 @@ probe: $(STAMP) ## Run one probe beside vLLM on HOST: PROBE=io|samplers|metrics|
 	@case "$(PROBE)" in io|samplers|metrics|stacks|wchan|perf|hoststate|record) ;; \
 	  "") echo "make probe: set PROBE=io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2;; \
 	  *) echo "make probe: PROBE=$(PROBE) is not a probe: choose io, samplers, metrics, stacks, wchan, perf, hoststate or record" >&2; exit 2;; esac
+	@case "$(PROBE):$(SECONDS)" in io:*) ;; *:|*:*[!0-9]*|*:0*) echo "make probe: SECONDS=$(SECONDS): give SECONDS=n, the window in whole seconds, 1 or more (default 20)" >&2; exit 2;; esac
 	@$(OBSERVE) $(CHECK_HOST)
 	$(if $(filter io,$(PROBE)),$(PLAYBOOK) ansible/probe-io.yml,$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e capture_probe=$(PROBE) -e capture_seconds=$(SECONDS))
 
 .PHONY: capture
 capture: $(STAMP) ## One evidence bundle over SECONDS (default 20), sending WORKLOAD's requests if given; timeline.html, trace.json
+	@case "$(SECONDS)" in ""|*[!0-9]*|0*) echo "make capture: SECONDS=$(SECONDS): give SECONDS=n, the window in whole seconds, 1 or more (default 20)" >&2; exit 2;; esac
 	@$(OBSERVE) $(CHECK_HOST)
 	$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e capture_workload=$(WORKLOAD),)
 
 .PHONY: profile
 profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of WORKLOAD (default smoke); KEEP=1 keeps it on
+	@case "$(REQUESTS)" in ""|*[!0-9]*|0*) echo "make profile: REQUESTS=$(REQUESTS): give REQUESTS=n, requests under the profiler, 1 or more (default 4)" >&2; exit 2;; esac
 	@$(CHECK_HOST)
 	$(PLAYBOOK_ANY) ansible/profile.yml -e profiler_workload=$(if $(filter command line environment,$(origin WORKLOAD)),$(WORKLOAD),smoke) -e profiler_requests=$(REQUESTS) $(if $(KEEP),-e refdeploy_profiler_keep=true,)
 
@@ -140,6 +143,7 @@ profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of W
 .PHONY: bench
 bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n [SEARCH=rate|concurrency: the knee]; report in runs/<host>/<ts>/bench/
 	@case "$(SEARCH)" in ""|rate|concurrency) ;; *) echo "make bench: SEARCH=$(SEARCH): give SEARCH=rate (arrival rate, no cap) or SEARCH=concurrency" >&2; exit 2;; esac
+	@case "$(RUNS)" in *[!0-9]*|0*) echo "make bench: RUNS=$(RUNS): give RUNS=n, measured runs per point, 1 or more (unset: the workload's)" >&2; exit 2;; esac
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),) \
 	  $(if $(SEARCH),-e bench_search=$(SEARCH),)
@@ -147,6 +151,7 @@ bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=def
 .PHONY: compare
 compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI); 2x2: C= D= VARIABLE=v1,v2
 	@test -n "$(A)" && test -n "$(B)" || { echo "make compare: set A=<run> and B=<run> (runs/<host>/<ts>, or the ts; several: comma-separated)" >&2; exit 2; }
+	@case "$(DESIGN)" in ""|restarts) ;; *) echo "make compare: DESIGN=$(DESIGN): give DESIGN=restarts (each side's benches from their own deploys), or leave it unset" >&2; exit 2;; esac
 	@$(BIN)/refdeploy compare --a $(A) --b $(B) $(if $(C),--c $(C),) $(if $(D),--d $(D),) \
 	  $(if $(VARIABLE),--variable $(VARIABLE),) \
 	  $(if $(HYPOTHESIS),--hypothesis "$$HYPOTHESIS",) $(if $(PREDICT),--predict "$$PREDICT",) \

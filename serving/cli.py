@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from serving.errors import InputError
 
@@ -58,8 +59,15 @@ def cmd_plan(a: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments in one line, as every refusal (argparse prints its usage first: five lines and more)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} ({self.prog} --help lists what each argument takes)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="refdeploy", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="refdeploy", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("check-host", help="fail unless HOST is in the inventory")
