@@ -374,13 +374,19 @@ def describe_errors(source: str, exc: ValidationError) -> str:
             msg = err["msg"]
             if expected and "expected" not in msg.lower():
                 msg = f"expected {expected}: {msg}"
-            # What was given, redacted like every artifact; never a refused secret, nor a field whose name says
-            # it is one (a wrong-typed HF_TOKEN is still a token).
-            secret = err["type"] == _SECRET_REFUSED or any(isinstance(p, str) and is_secret_name(p) for p in loc)
+            # What was given, redacted like every artifact; never a refused secret, any env value (a token, a proxy
+            # URL with credentials), nor a field whose name says it is one (a wrong-typed HF_TOKEN is still a token):
+            # a refusal must not print what it protects.
+            secret = err["type"] == _SECRET_REFUSED or _may_be_secret(loc)
             if "input" in err and err["type"] != "missing" and not secret:
                 msg += f" (got {_shown(err['input'])!r})"
-        lines.append(f"{source}: {field}: {msg}")
-    return "\n".join(lines)
+        lines.append(f"{field}: {msg}")
+    # One line, every problem on it: the operator's terminal and the playbook's failure message both show it whole.
+    return f"{source}: " + "; ".join(lines)
+
+
+def _may_be_secret(loc: tuple[int | str, ...]) -> bool:
+    return bool(loc) and (loc[0] == "env" or any(isinstance(p, str) and is_secret_name(p) for p in loc))
 
 
 def _names_a_file(name_or_path: str) -> bool:
