@@ -59,7 +59,11 @@ def allowed(spec: Mapping[str, Any]) -> str:
     return _FORMS.get(kind, kind)
 
 
-def _shown(value: Any) -> str:
+def _shown(name: str, value: Any) -> str:
+    from serving.config.redact import is_secret_name
+
+    if is_secret_name(name):  # a refusal must not print what may be a secret
+        return "<not shown>"
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return json.dumps(text[:60] + ("..." if len(text) > 60 else ""))
 
@@ -74,7 +78,7 @@ def problem(name: str, value: Any, spec: Mapping[str, Any]) -> str | None:
     if not result.error_messages:
         return None
     why = " ".join(str(spec.get("description", "")).split()).split(". ")[0].rstrip(".")
-    return f"{name}={_shown(value)} is not {allowed(spec)}" + (f" ({why})" if why else "")
+    return f"{name}={_shown(name, value)} is not {allowed(spec)}" + (f" ({why})" if why else "")
 
 
 def check(values: Mapping[str, Any], options: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None) -> str | None:

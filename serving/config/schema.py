@@ -42,8 +42,16 @@ def field_path(loc: tuple[int | str, ...], top: str = "(top)") -> str:
 
 def one_line(source: str, exc: ValidationError) -> str:
     """Every problem on one line, each as field: pydantic's message (the default wording of `YamlKind`)."""
-    problems = "; ".join(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
+    problems = "; ".join(f"{field_path(tuple(e['loc']))}: {_said(e)}" for e in exc.errors(include_url=False))
     return f"{source}: {problems}"
+
+
+def _said(error: Any) -> str:
+    # pydantic's "Extra inputs are not permitted" says what is wrong, not what to do about it.
+    return UNKNOWN_KEY if error["type"] == "extra_forbidden" else str(error["msg"])
+
+
+UNKNOWN_KEY = "unknown key: remove it, or correct its spelling"
 
 
 def _line_col(text: str, position: int) -> tuple[int, int]:

@@ -49,7 +49,7 @@ def test_unknown_workload_names_the_known_ones() -> None:
 def test_workload_with_a_misspelled_key_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "w.yaml"
     p.write_text("schema_version: 1\nname: w\ninput_len: 8\noutput_len: 8\nnum_prompts: 2\nconcurency: [1]\n")
-    with pytest.raises(workload.WorkloadError, match="concurency: Extra inputs are not permitted"):
+    with pytest.raises(workload.WorkloadError, match="concurency: unknown key: remove it, or correct its spelling"):
         workload.load_workload(str(p))
 
 

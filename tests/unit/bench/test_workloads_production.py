@@ -246,7 +246,7 @@ def test_a_bad_trace_is_one_line_naming_the_line(tmp_path: Path, lines: list[str
         ({"tpot": "50 tokens"},
          "slo.tpot: Value error, '50 tokens' is not a duration in ms or s: write it as e.g. 500ms or 0.5s"),
         ({"e2e": "2m"}, "slo.e2e: Value error, '2m' is not a duration in ms or s: write it as e.g. 500ms or 0.5s"),
-        ({"ttft_s": "1s"}, "slo.ttft_s: Extra inputs are not permitted"),
+        ({"ttft_s": "1s"}, "slo.ttft_s: unknown key: remove it, or correct its spelling"),
     ],
 )  # fmt: skip
 def test_an_slo_in_the_wrong_unit_is_one_line(tmp_path: Path, slo: dict[str, Any], said: str) -> None:
