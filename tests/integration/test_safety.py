@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from serving.bridge import hostlock
-from tests.integration.conftest import CONTAINER, REPO, complete, docker, host_state, inspect, make
+from tests.integration.conftest import CONTAINER, REPO, RUNS, complete, docker, host_state, inspect, make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
 ENGINE_STARTS = 3  # the keyed deploy and the default put back after it moved to test_secrets_leak.py
@@ -95,24 +95,28 @@ def test_a_profile_value_that_cannot_be_used_is_one_line(tmp_path: Path, field: 
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("bench", "RUNS=0"), "RUNS=0: expected a whole number of measured runs, 1 or more"),
+        (("bench", "RUNS=0"), "make bench: RUNS=0: give RUNS=n, measured runs per point, 1 or more"),
+        # Refused after the run directory is made (the bench's plan names its host directory after the run id).
+        (("bench", "WORKLOAD=/nonexistent/w.yaml"), "workload file /nonexistent/w.yaml does not exist"),
         (("bench", "SEARCH=sideways"), "make bench: SEARCH=sideways: give SEARCH=rate (arrival rate, no cap) or"),
         (("bench", "WORKLOAD=poisson", "SEARCH=rate"), "SEARCH=rate: workload poisson draws its arrivals"),
-        # Refused by the probe_io role's argument spec (Ansible's own message), before the probe image is provided.
-        (("probe-io", "ANSIBLE_ARGS=-e probe_io_depths=sixty"), "'probe_io_depths'' is of type str and we were"),
+        # Refused against the probe_io role's argument spec by check_vars, in one line, before the role's own check
+        # prints the whole spec.
+        (("probe-io", "ANSIBLE_ARGS=-e probe_io_depths=sixty"), 'probe_io_depths="sixty" is not a list of whole'),
         (("probe-io", """ANSIBLE_ARGS=-e '{"probe_io_thresholds": {"64": {"min_iops": "fast"}}}'"""),
          "probe_io_thresholds.64.min_iops: expected a number of 0 or more, got 'fast'"),
         (("probe-io", """ANSIBLE_ARGS=-e '{"probe_io_thresholds": {"1": {"max_ms": -2}}}'"""),
          "probe_io_thresholds.1.max_ms: expected a number of 0 or more, got -2"),
-        # Ansible's own words for the argument (make's echo of the command line holds only "probe_io_runtime_s=long").
-        (("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=long"),
-         "argument 'probe_io_runtime_s' is of type str and we were unable to convert to int"),
+        (("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=long"), 'probe_io_runtime_s="long" is not a whole number'),
     ],
 )  # fmt: skip
 def test_a_setting_that_cannot_be_used_is_one_line(args: tuple[str, ...], says: str) -> None:
+    runs = sorted(RUNS.iterdir()) if RUNS.is_dir() else []
     out = _refused(host_state(), *args)
     assert says in out
-    assert "Traceback" not in out
+    assert "Traceback" not in out and "Validation of arguments failed" not in out
+    # A refused run leaves no run directory behind (issue 31: 17 empty ones after an afternoon).
+    assert (sorted(RUNS.iterdir()) if RUNS.is_dir() else []) == runs
 
 
 def test_a_depth_given_on_the_command_line_is_that_depth() -> None:
