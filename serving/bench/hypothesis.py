@@ -98,7 +98,15 @@ def load(ref: str, runs_dir: Path) -> dict[str, Any]:
     """A recorded hypothesis: its file, or its timestamp under runs/hypotheses/."""
     for path in (Path(ref), runs_dir / "hypotheses" / f"{ref}.json"):
         if path.is_file():
-            doc = json.loads(path.read_text())
+            try:
+                doc = json.loads(path.read_text())
+            except ValueError as e:
+                doc = f"not valid JSON ({e})"
+            if not isinstance(doc, dict) or not {"statement", "predict", "prediction"} <= doc.keys():
+                said = doc if isinstance(doc, str) else "not a hypothesis (statement, predict, prediction)"
+                raise HypothesisError(
+                    f"HYPOTHESIS={ref}: {path} is {said}: restore it, or write the hypothesis again (make hypothesis)"
+                )
             return {**doc, "path": str(path)}
     raise HypothesisError(f"HYPOTHESIS={ref}: no such hypothesis (make hypothesis writes runs/hypotheses/<ts>.json)")
 

@@ -82,3 +82,14 @@ def test_the_record_keeps_when_it_was_written(tmp_path: Path) -> None:
     assert path.name == "20261202T230219Z.json" and doc["written_unix_s"] == 1796252539.5
     assert doc["prediction"] == {"figure": "output_tok_s", "direction": "up", "amount": 10.0, "relative": False,
                                  "point": "c4"}  # fmt: skip
+
+
+def test_a_truncated_or_foreign_hypothesis_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = hypothesis.record("max_num_seqs=1 queues requests", "ttft_ms up", FIGURES, tmp_path, now=1000)
+    path.write_text(path.read_text()[:30])
+    with pytest.raises(hypothesis.HypothesisError, match=rf"^HYPOTHESIS={path.stem}: {path} is not valid JSON \(.*"
+                       r"restore it, or write the hypothesis again \(make hypothesis\)$"):  # fmt: skip
+        hypothesis.load(path.stem, tmp_path)
+    path.write_text("[1, 2]")
+    with pytest.raises(hypothesis.HypothesisError, match=r"is not a hypothesis \(statement, predict, prediction\)"):
+        hypothesis.load(str(path), tmp_path)
