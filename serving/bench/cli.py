@@ -59,15 +59,21 @@ def cmd_compare(a: argparse.Namespace) -> int:
         text = render_2x2(result)
     else:
         claim = _hypothesis(a, runs_dir)
-        result = compare(
-            side_a,
-            side_b,
-            variables,
-            iterations=a.iterations,
-            hypothesis=claim,
-            restarts=a.design == "restarts",
-            family_level=level,
-        )
+        try:
+            result = compare(
+                side_a,
+                side_b,
+                variables,
+                iterations=a.iterations,
+                hypothesis=claim,
+                restarts=a.design == "restarts",
+                family_level=level,
+            )
+        except InputError:
+            # A refused compare leaves nothing behind: the hypothesis it recorded itself (--predict) goes again.
+            if claim is not None and a.predict:
+                Path(claim["path"]).unlink(missing_ok=True)
+            raise
         text = render_text(result)
     if a.out:
         out = Path(a.out)

@@ -4,7 +4,10 @@ results."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ from serving.bench import protocol as bench
 from serving.bench import report as bench_report
 from serving.evidence.plots import PANEL_COLOURS
 from tests.helpers.bench_dirs import SMOKE, make_bench, serving_plan, side
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_a_run_its_bench_flagged_is_left_out_and_named(tmp_path: Path) -> None:
@@ -323,3 +328,14 @@ def test_the_restarts_design_needs_each_bench_of_a_side_from_its_own_deploy(tmp_
     # Without the design the report still says how many deploys each side's benches came from.
     plain = compare.render_text(compare.compare(side("A", [a1], tmp_path), b, []))
     assert "A's 1 bench(es) ran against 1 serving container(s), B's 2 against 2" in plain
+
+
+def test_a_refused_compare_leaves_no_hypothesis_it_recorded_itself(tmp_path: Path) -> None:
+    a, b = make_bench(tmp_path, "a", 1000), make_bench(tmp_path, "b", 2000, max_num_seqs=1)
+    cp = subprocess.run(
+        [sys.executable, "-m", "serving.cli", "compare", "--a", str(a), "--b", str(b), "--runs-dir", str(tmp_path),
+         "--hypothesis", "max_num_seqs=1 queues requests", "--predict", "ttft_ms up"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=False,
+    )  # fmt: skip
+    assert cp.returncode == 2 and "max_num_seqs" in cp.stderr, cp.stderr
+    assert list((tmp_path / "hypotheses").glob("*.json")) == []
