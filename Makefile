@@ -144,6 +144,7 @@ profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of W
 bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n [SEARCH=rate|concurrency: the knee]; report in runs/<host>/<ts>/bench/
 	@case "$(SEARCH)" in ""|rate|concurrency) ;; *) echo "make bench: SEARCH=$(SEARCH): give SEARCH=rate (arrival rate, no cap) or SEARCH=concurrency" >&2; exit 2;; esac
 	@case "$(RUNS)" in *[!0-9]*|0*) echo "make bench: RUNS=$(RUNS): give RUNS=n, measured runs per point, 1 or more (unset: the workload's)" >&2; exit 2;; esac
+	@case "$(WORKLOAD)" in ""|*[[:space:]]*) echo "make bench: WORKLOAD='$(WORKLOAD)': give one workload name (serving/workloads/) or one path, without spaces" >&2; exit 2;; esac
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),) \
 	  $(if $(SEARCH),-e bench_search=$(SEARCH),)
