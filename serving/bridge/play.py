@@ -105,7 +105,8 @@ def main(args: list[str]) -> int:
         rc = _run(argv, env, signals)
         if not needs_cleanup(rc, signals.got, hold, argv):
             return rc
-        run_dirs = " ".join(Path(dirs_file.name).read_text().split())
+        # Those still there: a refused run removes its own while it is empty (refdeploy_run_dir discard).
+        run_dirs = " ".join(d for d in Path(dirs_file.name).read_text().split() if Path(d).is_dir())
         note = {
             "operation": operation,
             "why": _why(rc, signals.got),
