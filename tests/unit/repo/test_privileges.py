@@ -148,6 +148,8 @@ ARGV_BUILDERS = {
     "serving/bridge/playbooks.py": 1,  # make profile's and make validate's requests (one builder)
     "serving/evidence/probe_plan.py": 2,  # probe-io, capture
     "serving/bench/protocol.py": 2,  # bench client, bench cgroup reader
+    # Not a builder: it adds the run's label (refdeploy.run) to the argv the builders above make.
+    "ansible/action_plugins/refdeploy_watch.py": 1,
 }
 STARTED_IN_ROLES = {
     "serve/tasks/replace.yml": ["Serve | Start the serving container"],
