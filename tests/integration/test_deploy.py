@@ -233,14 +233,17 @@ def test_redeploy_while_the_container_restarts_waits_and_keeps_it() -> None:
 
 
 def test_check_mode_says_what_it_would_change_and_changes_nothing(seqs4: Path) -> None:
-    """--check against a spec that differs from the running one: it runs clean, reports the replacement it
-    would make, and neither replaces the container nor rewrites the spec on the host."""
+    """--check --diff against a spec that differs from the running one: it runs clean, shows the spec's diff and
+    reports the replacement it would make, and neither replaces the container nor rewrites the spec on the host."""
     before = inspect(CONTAINER)
     rendered = RENDERED.read_bytes()
     path = seqs4
-    r = make("deploy", f"PROFILE={path}", "ANSIBLE_ARGS=--check")
+    r = make("deploy", f"PROFILE={path}", "ANSIBLE_ARGS=--check --diff")
     assert r.rc == 0, r.output[-4000:]
     assert r.recap_changed > 0, "a differing spec in check mode must show the change it would make"
+    # The rendered spec's diff, as --diff shows a file it would rewrite.
+    assert f"--- before: {RENDERED}" in r.output and f"+++ after: {RENDERED}" in r.output, r.output[-4000:]
+    assert "a deploy would set it aside as refdeploy-vllm-previous" in " ".join(r.output.split())
     after = inspect(CONTAINER)
     assert before is not None and after is not None
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
