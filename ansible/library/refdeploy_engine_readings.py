@@ -82,6 +82,10 @@ def _startup_lines(name: str, started: str, timeout_s: int) -> list[str]:
                 if len(found) == 2:
                     break
         proc.kill()
+    if not any("Initializing" in ln for ln in found.values()):
+        # The start's lines were rotated away: what is left (memory rows the workers log while serving) is not
+        # them, and the copy kept when the start was verified stands in for them all.
+        return []
     return sorted(found.values(), key=lambda ln: 0 if "Initializing" in ln else 1) + memory
 
 

@@ -154,6 +154,13 @@ def test_the_effective_config_check_survives_log_rotation() -> None:
     log = docker("inspect", "--format", "{{.LogPath}}", CONTAINER).strip()
     os.truncate(log, 0)  # what json-file rotation does to the start-up lines of a long-running engine
     assert "Starting vLLM server" not in docker("logs", CONTAINER)
+    # And the engine goes on logging: the workers' memory rows of the patched runtime come after the rotation (a
+    # deploy once took them for the start's lines and failed to find its config).
+    deadline = time.monotonic() + 60
+    while "refdeploy-memory-phase" not in docker("logs", CONTAINER):
+        assert time.monotonic() < deadline, "the engine logged no memory row within 60 s of serving"
+        complete("Hello", 4)
+        time.sleep(1)
     before = host_state()
     r = make("deploy")
     assert r.rc == 0, r.output[-3000:]
