@@ -54,8 +54,10 @@ def test_plans_dependency_names_a_bad_value_before_plans_own_check_prints_its_sp
     A good value passes it, and plan's own check then fails on what this play leaves out (serving_profile)."""
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: plan\n")
+    # Whatever config the caller runs under (make exports the project's, whose results are YAML): Ansible's JSON.
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"},
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
         "ANSIBLE_ROLES_PATH": str(REPO / "ansible" / "roles"),
         "ANSIBLE_ACTION_PLUGINS": str(REPO / "ansible" / "action_plugins"),
         "PYTHONPATH": str(REPO),

@@ -264,7 +264,11 @@ def _run(row: Row, root: Path) -> Outcome:
             inventory = [] if "-i" in args else ["-i", "localhost,", "-c", "local"]
             argv = [str(Path(sys.executable).parent / "ansible-playbook"), *inventory,
                     "-e", f"ansible_python_interpreter={sys.executable}", *args, str(sb / "play.yml")]  # fmt: skip
+            # Whatever config the caller runs under (make exports the project's, whose results are YAML): this
+            # one's plugins and roles, and Ansible's one-line JSON result, whose msg is read below.
+            env.pop("ANSIBLE_CONFIG", None)
             env.update(
+                ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                 ANSIBLE_ROLES_PATH=str(REPO / "ansible" / "roles"),
                 ANSIBLE_ACTION_PLUGINS=str(REPO / "ansible" / "action_plugins"),
                 ANSIBLE_FILTER_PLUGINS=str(REPO / "ansible" / "filter_plugins"),
