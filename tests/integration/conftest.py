@@ -86,6 +86,24 @@ def make(*args: str, timeout: int | None = None, env: dict[str, str] | None = No
     return MakeResult(proc.returncode, out, time.monotonic() - start)
 
 
+# The one line of an operation refused because another holds the host (serving/bridge/hostlock.py refusal).
+HELD = re.compile(r"is refused, nothing was changed: the host is held by")
+
+
+def make_when_free(*args: str, wait_s: float = 1200) -> MakeResult:
+    """`make ARGS` once the host's lock lets it run: for a module of another lane that needs this machine (the bare
+    host's seam builds this machine's images) while the local lane's deploys and benches hold it. Bounded: past
+    wait_s of refusals the test fails with the holder's line."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        r = make(*args)
+        if r.rc == 0 or not HELD.search(" ".join(r.output.split())):
+            return r
+        if time.monotonic() > deadline:
+            pytest.fail(f"`make {' '.join(args)}` was refused for {wait_s:g} s, the host held: {r.output[-1500:]}")
+        time.sleep(2)
+
+
 class BackgroundMake:
     """`make ARGS` in a thread, so a test can act while it runs (send load, kill vLLM) and then read its result."""
 

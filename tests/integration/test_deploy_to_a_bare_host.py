@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, MakeResult, docker, make, manifest_of
+from tests.integration.conftest import REPO, MakeResult, docker, make, make_when_free, manifest_of
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 1  # inside the bare host's own dockerd: not seen on this engine, so not counted
@@ -111,9 +111,13 @@ def _seed_image_store(images: dict[str, str]) -> None:
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bare host, seeded, and an inventory of the local inventory's settings reaching it over SSH."""
     tmp = tmp_path_factory.mktemp("bare-host")
-    built = make("images")  # this machine's images, cached by content: what the seam copies
-    assert built.rc == 0, built.output[-3000:]
+    # This machine's images, cached by content: what the seam copies. make test's first phase built them; alone, this
+    # module builds them, between the local lane's runs, which hold this machine's lock (make images takes it too).
     images = _plan_images()
+    tags = (images["base_tag"], images["runtime_tag"], images["probes_tag"])
+    if subprocess.run(["docker", "image", "inspect", *tags], capture_output=True, check=False).returncode != 0:
+        built = make_when_free("images")
+        assert built.rc == 0, built.output[-3000:]
     for target, tag in (("bare", IMAGE), ("seed", SEED_IMAGE)):
         build = subprocess.run(
             ["docker", "build", "--quiet", "--target", target, "--tag", tag,

@@ -207,7 +207,9 @@ def _check_golden_spec(plan: dict[str, Any], share: Path, fixture: str, name: st
     ]
     port = str(HOSTS[host][3])
     assert planned["name"] == name and planned["published_ports"] == [f"127.0.0.1:{port}:8000"]
+    assert planned["network_mode"] == f"{name}-net"  # the container's own network is named after it
     planned["name"], planned["published_ports"] = golden["name"], golden["published_ports"]
+    planned["network_mode"] = golden["network_mode"]
     for spec in (planned, golden):
         spec["labels"].pop("org.refdeploy.spec-sha256")
         spec["labels"]["org.refdeploy.profile"] = golden["labels"]["org.refdeploy.profile"]
