@@ -104,6 +104,22 @@ def make_when_free(*args: str, wait_s: float = 1200) -> MakeResult:
         time.sleep(2)
 
 
+def images_here() -> dict[str, str]:
+    """This machine's images for the default profile (the plan's images: base, runtime, probe tags), built if they
+    are not: make test's first phase builds them, so a module of another lane does not take this machine's lock for
+    them while the local lane deploys; a module run alone builds them between the local lane's runs."""
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    images: dict[str, str] = json.loads(out.stdout)["images"]
+    tags = (images["base_tag"], images["runtime_tag"], images["probes_tag"])
+    if subprocess.run(["docker", "image", "inspect", *tags], capture_output=True, check=False).returncode != 0:
+        built = make_when_free("images")
+        assert built.rc == 0, built.output[-3000:]
+    return images
+
+
 class BackgroundMake:
     """`make ARGS` in a thread, so a test can act while it runs (send load, kill vLLM) and then read its result."""
 

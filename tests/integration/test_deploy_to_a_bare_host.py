@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, MakeResult, docker, make, make_when_free, manifest_of
+from tests.integration.conftest import REPO, MakeResult, docker, images_here, make, manifest_of
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 1  # inside the bare host's own dockerd: not seen on this engine, so not counted
@@ -54,15 +54,6 @@ NESTED = [
     "--security-opt", "systempaths=unconfined", "--device-cgroup-rule", "a *:* rwm",
     "--volume", "/sys/fs/cgroup:/sys/fs/cgroup", "--volume", f"{VOLUME}:/var/lib/docker",
 ]  # fmt: skip
-
-
-def _plan_images() -> dict[str, str]:
-    out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    images: dict[str, str] = json.loads(out.stdout)["images"]
-    return images
 
 
 def _on_host(*argv: str, user: str = "root", check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -111,13 +102,7 @@ def _seed_image_store(images: dict[str, str]) -> None:
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bare host, seeded, and an inventory of the local inventory's settings reaching it over SSH."""
     tmp = tmp_path_factory.mktemp("bare-host")
-    # This machine's images, cached by content: what the seam copies. make test's first phase built them; alone, this
-    # module builds them, between the local lane's runs, which hold this machine's lock (make images takes it too).
-    images = _plan_images()
-    tags = (images["base_tag"], images["runtime_tag"], images["probes_tag"])
-    if subprocess.run(["docker", "image", "inspect", *tags], capture_output=True, check=False).returncode != 0:
-        built = make_when_free("images")
-        assert built.rc == 0, built.output[-3000:]
+    images = images_here()  # this machine's images, cached by content: what the seam copies
     for target, tag in (("bare", IMAGE), ("seed", SEED_IMAGE)):
         build = subprocess.run(
             ["docker", "build", "--quiet", "--target", target, "--tag", tag,

@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from serving.host.numa import format_cpulist
-from tests.integration.conftest import REPO, docker
-from tests.integration.conftest import make as make_here
+from tests.integration.conftest import REPO, docker, images_here
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     FIXTURES,
     HOSTS,
@@ -27,14 +26,6 @@ from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     _container,
     _replay_environment,
 )
-
-
-def _runtime_image() -> str:
-    out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    return str(json.loads(out.stdout)["images"]["runtime_tag"])
 
 
 def _stage_models(share: Path, image: str) -> None:
@@ -87,9 +78,7 @@ SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o Conne
 def _build_images() -> str:
     """The runtime image's tag, after building the images and the GPU test host's image on its base."""
     # The CPU runtime image (the stand-in's engine and the tiny model's generator), its base and the probe image.
-    r = make_here("images")
-    assert r.rc == 0, r.output[-3000:]
-    image = _runtime_image()
+    image = images_here()["runtime_tag"]
     base = json.loads(docker("image", "inspect", image))[0]["Config"]["Labels"]["org.opencontainers.image.base.name"]
     build = subprocess.run(
         ["docker", "build", "--quiet", "--target", "gpu", "--tag", IMAGE, "--build-arg", f"BASE_IMAGE={base}",
