@@ -120,10 +120,19 @@ def images_here() -> dict[str, str]:
     return images
 
 
+def probe_runs() -> set[Path]:
+    """The run directories under the host's probe-runs/ now: a test compares the set after its make with the set
+    before, so a directory an earlier, interrupted run kept (the product keeps those) is not laid to its charge."""
+    return set(PROBE_RUNS.iterdir()) if PROBE_RUNS.is_dir() else set()
+
+
 class BackgroundMake:
     """`make ARGS` in a thread, so a test can act while it runs (send load, kill vLLM) and then read its result."""
 
     def __init__(self, *args: str) -> None:
+        # What is on the host before this make starts is not its own: an earlier run's kept directory (an
+        # interrupted capture keeps its bundle) must not look like this run's window opening.
+        self._before = probe_runs()
         self._result: list[MakeResult] = []
         self._thread = threading.Thread(target=lambda: self._result.append(make(*args)), daemon=True)
         self._thread.start()
@@ -132,10 +141,16 @@ class BackgroundMake:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    def _own(self, pattern: str) -> list[Path]:
+        return [
+            p for p in PROBE_RUNS.glob(pattern) if PROBE_RUNS / p.relative_to(PROBE_RUNS).parts[0] not in self._before
+        ]
+
     def wait_for(self, pattern: str, count: int = 1, timeout: float = 300) -> None:
-        """Until `count` files match PROBE_RUNS/pattern; fails with the make's output if it ended first."""
+        """Until `count` files of this make's own run directories (those that were not there before it started)
+        match PROBE_RUNS/pattern; fails with the make's output if it ended first."""
         deadline = time.monotonic() + timeout
-        while len(list(PROBE_RUNS.glob(pattern))) < count:
+        while len(self._own(pattern)) < count:
             assert self.running, self._result[0].output[-4000:] if self._result else "make ended without a result"
             assert time.monotonic() < deadline, f"no {count} x {PROBE_RUNS}/{pattern} after {timeout:g} s"
             time.sleep(0.2)

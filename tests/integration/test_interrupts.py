@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -91,7 +92,13 @@ def test_ctrl_c_mid_run_removes_its_containers_and_releases_the_lock(target: str
     assert (note["run_id"], note["operation"], note["lock"]) == (run_id, target, "released")
     assert set(note["removed"].split()) >= set(started), note
     # Named, and kept for what it holds: the run's scratch directory on the host (the bench's and the probes').
-    assert note["host_dirs"] and all(Path(d).is_dir() for d in note["host_dirs"].split()), note
+    host_dirs = [Path(d) for d in note["host_dirs"].split()]
+    assert host_dirs and all(d.is_dir() for d in host_dirs), note
+    # The product keeps them for the operator; the test made them, so it removes them: a later module that checks
+    # nothing was left in probe-runs/ (or waits for a capture's window to open there) must see only its own.
+    for d in host_dirs:
+        assert d.is_relative_to(STATE), d
+        shutil.rmtree(d)
     print(f"make {target}: interrupted {took:.1f} s after SIGINT; removed {note['removed']}; wrote {note['run_dirs']}")
     # The engine was not touched: it still answers.
     assert complete("Hello", 4)["choices"]

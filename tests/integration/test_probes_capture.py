@@ -25,7 +25,6 @@ from tests.helpers.perfetto import TraceProcessor, require_node
 from tests.helpers.screenshots import MIN_PIXELS, pixels_of, read_png, screenshot
 from tests.integration.conftest import (
     CONTAINER,
-    PROBE_RUNS,
     REPO,
     WINDOW_OPEN,
     BackgroundMake,
@@ -33,10 +32,13 @@ from tests.integration.conftest import (
     docker,
     inspect,
     make,
+    probe_runs,
 )
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0
+# What probe-runs/ held when this lane collected the module: an earlier run's kept directory is not this module's.
+KEPT_BEFORE = probe_runs()
 
 SIDECAR = "refdeploy-vllm-samplers"
 REQUESTS = 12
@@ -397,7 +399,7 @@ def test_no_probe_container_is_left_behind(deployed: None) -> None:
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
     assert not [n for n in names if n.startswith(f"{CONTAINER}-probe")]
     # The scratch output on the host is removed once fetched.
-    assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
+    assert probe_runs() == KEPT_BEFORE
 
 
 def test_make_probe_record_writes_a_speedscope_profile_of_every_process(deployed: None) -> None:

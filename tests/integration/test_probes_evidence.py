@@ -20,13 +20,13 @@ import pytest
 from tests.integration.conftest import (
     BASE_URL,
     CONTAINER,
-    PROBE_RUNS,
     REPO,
     WINDOW_OPEN,
     BackgroundMake,
     docker,
     inspect,
     make,
+    probe_runs,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
@@ -49,6 +49,7 @@ def _healthy(timeout_s: float) -> bool:
 def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had() -> None:
     before = inspect("refdeploy-vllm")
     assert before is not None and before["State"]["Running"]
+    kept = probe_runs()
     run = BackgroundMake("capture", "SECONDS=20")
     # The window is open once the samplers write; a few seconds in, vLLM's main process dies (as in a crash).
     run.wait_for(WINDOW_OPEN, timeout=120)
@@ -79,7 +80,7 @@ def test_a_capture_whose_vllm_is_killed_mid_window_keeps_and_reports_what_it_had
 
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
     assert not [n for n in names if n.startswith(f"{CONTAINER}-probe")]
-    assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
+    assert probe_runs() == kept  # its scratch output on the host is removed once fetched
     # Docker's restart policy brings vLLM back; the next test finds it serving.
     assert _healthy(120), "vLLM did not come back after the kill"
 
@@ -91,6 +92,7 @@ def test_a_capture_past_its_bound_is_stopped_and_keeps_what_it_had() -> None:
     assert _healthy(120)
     before = inspect("refdeploy-vllm")
     assert before is not None and before["State"]["Running"]
+    kept = probe_runs()
     r = make("capture", "SECONDS=40", "ANSIBLE_ARGS=-e capture_timeout_s=8")
     out = " ".join(r.output.split())
     assert r.rc != 0, out[-3000:]
@@ -105,7 +107,7 @@ def test_a_capture_past_its_bound_is_stopped_and_keeps_what_it_had() -> None:
     assert samplers_lines(bundle / "samplers" / "vmstat.log") >= 2
     names = docker("ps", "-a", "--format", "{{.Names}}").split()
     assert not [n for n in names if n.startswith(f"{CONTAINER}-probe")]
-    assert not PROBE_RUNS.exists() or not list(PROBE_RUNS.iterdir())
+    assert probe_runs() == kept  # its scratch output on the host is removed once fetched
     after = inspect("refdeploy-vllm")
     assert after is not None and after["Id"] == before["Id"] and after["State"]["Running"]
     assert after["State"]["StartedAt"] == before["State"]["StartedAt"]

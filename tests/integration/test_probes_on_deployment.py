@@ -23,7 +23,7 @@ from probes.readers.metrics import (
     find_histograms,
     snapshot_from_text,
 )
-from tests.integration.conftest import BASE_URL, REPO, complete, make
+from tests.integration.conftest import BASE_URL, REPO, complete, make, probe_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
 ENGINE_STARTS = 0
@@ -70,6 +70,7 @@ def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> N
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
     cached = _cached_pages(WEIGHTS)
+    kept = probe_runs()
     r = make("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=3")
     assert r.rc == 0, r.output[-4000:]
     assert _cached_pages(WEIGHTS) == cached < WEIGHTS.stat().st_size // 4096
@@ -84,7 +85,7 @@ def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> N
     assert {run["iodepth"] for run in result["runs"]} == {1, 64}
     assert all(run["fio"]["read_iops"] > 0 for run in result["runs"])
     assert (run_dir / "qd64" / "stdout.json").is_file()
-    assert not list(Path("/var/lib/refdeploy/probe-runs").iterdir())
+    assert probe_runs() == kept  # its scratch directory on the host is removed once fetched
 
 
 def test_probe_io_thresholds_that_are_missed_fail_the_check() -> None:
