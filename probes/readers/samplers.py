@@ -75,6 +75,8 @@ BUSY_UTILIZATION_PCT = 20.0
 GPU_ACCESS_ENV = "REFDEPLOY_GPU_ACCESS"
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _TERM_GRACE_S = 3.0
+# How often a sidecar looks again at which vLLM processes there are (_follow).
+FOLLOW_S = 5.0
 
 Status = Literal["successful", "failed", "skipped"]
 
@@ -249,6 +251,30 @@ class SamplerSet:
             t = threading.Thread(target=self._pump, args=(proc, log), name=f"sampler-{spec.name}", daemon=True)
             t.start()
             self._threads.append(t)
+
+    def replace(self, name: str, argv: list[str]) -> bool:
+        """Run sampler `name` again with `argv`, appending to the same log (a sidecar's pidstat, once vLLM's
+        processes are not those it was started on). False where it does not run as a process here."""
+        old = self._procs.get(name)
+        if old is None:
+            return False
+        if old.poll() is None:
+            old.send_signal(signal.SIGTERM)
+            try:
+                old.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                old.kill()
+                old.wait()
+        env = dict(os.environ, LC_ALL="C", S_TIME_FORMAT="ISO")
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        except OSError:
+            return False
+        self._procs[name] = proc
+        t = threading.Thread(target=self._pump, args=(proc, self._logs[name]), name=f"sampler-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+        return True
 
     @staticmethod
     def _pump(proc: subprocess.Popen[str], log: _Log) -> None:
@@ -534,6 +560,26 @@ def write_results(
     return path
 
 
+def _follow(
+    sset: SamplerSet, found: list[procs.VllmProcess], proc_root: Path, out: Path, start: tuple[float, str]
+) -> list[procs.VllmProcess]:
+    """A sidecar's pidstat watches vLLM's processes as they are now. It starts with vLLM's container, often
+    before the engine's processes exist (after a restart by Docker's policy, only the API server, PID 1, does):
+    pidstat -p takes a fixed list, so once the set changes it is run again on the new one, into the same log,
+    and samplers.json says what it watches. An empty set (vLLM going down) keeps the last."""
+    try:
+        now = procs.discover(proc_root)
+    except OSError:
+        return found
+    if not now or [p.pid for p in now] == [p.pid for p in found]:
+        return found
+    (spec,) = build_specs(["pidstat"], [p.pid for p in now])
+    if spec.skip_reason or not sset.replace("pidstat", spec.argv):
+        return found
+    write_results(out, sset.results, [p.pid for p in now], start, start)
+    return now
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m probes.readers.samplers", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -572,11 +618,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_results(args.out, sset.results, [p.pid for p in found], start, start)
     # A sidecar runs until SIGTERM, or ends with the serving container: its PID namespace goes, and we with it.
     deadline = None if args.sidecar else start[0] + args.seconds
+    next_look = time.monotonic() + FOLLOW_S
     while not stop.is_set():
         left = 0.5 if deadline is None else deadline - time.monotonic()
         if left <= 0:
             break
         stop.wait(min(0.5, left))
+        if args.sidecar and "pidstat" in names and time.monotonic() >= next_look:
+            next_look = time.monotonic() + FOLLOW_S
+            found = _follow(sset, found, args.proc_root, args.out, start)
     results = sset.stop()
     write_results(args.out, results, [p.pid for p in found], start, stamp())
     for r in results.values():

@@ -31,6 +31,7 @@ TEST = [
     ("ss", "iproute2"),  # the port checks
     ("fio", "fio"),  # the I/O probe's tests on this machine
     ("vmstat", "procps"),  # the samplers' tests
+    ("pidstat", "sysstat"),  # the sidecar's pidstat following vLLM's processes (tests/unit/probes/test_samplers.py)
     ("chromium", "chromium"),  # the timeline report's screenshot test
     ("node", "nodejs"),  # Perfetto's trace processor (WebAssembly), which reads the capture's trace.json
     ("ssh", "openssh-client"),  # the SSH test hosts

@@ -224,3 +224,52 @@ def test_sidecar_starts_its_logs_afresh_and_stops_on_sigterm(tmp_path: Path) -> 
     current = samplers.read_log(out / "vmstat.log", include_rotated=False)
     assert current and all("previous" not in ln.text for ln in current)
     assert json.loads((out / "samplers.json").read_text())["samplers"]["vmstat"]["status"] == "successful"
+
+
+def test_a_sidecars_pidstat_follows_the_engine_processes_that_start_after_it(tmp_path: Path) -> None:
+    """After a restart by Docker's policy the sidecar starts beside vLLM's API server alone: pidstat, which takes
+    a fixed list of PIDs, must be run again on the engine's processes once they exist (a CI run's sidecar watched
+    PID 1 for the rest of its life). Real processes and a real pidstat; the /proc that names them vLLM's is a
+    directory of command lines (--proc-root)."""
+    import signal
+
+    server, engine = (subprocess.Popen(["sleep", "120"]) for _ in range(2))
+    fake_proc = tmp_path / "proc"
+    (fake_proc / str(server.pid)).mkdir(parents=True)
+    (fake_proc / str(server.pid) / "cmdline").write_bytes(b"/opt/vllm/bin/vllm\x00serve\x00/models/m\x00")
+    out = tmp_path / "out"
+    sidecar = subprocess.Popen(
+        [sys.executable, "-m", "probes.readers.samplers", "--out", str(out), "--sidecar", "--only", "pidstat",
+         "--proc-root", str(fake_proc)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def watched(pids: list[int], timeout_s: float) -> None:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                doc = out / "samplers.json"
+                if doc.exists() and json.loads(doc.read_text())["pids"] == pids:
+                    return
+                time.sleep(0.2)
+            pytest.fail(f"samplers.json never said it watches {pids} within {timeout_s:g} s")
+
+        watched([server.pid], 20)
+        (fake_proc / str(engine.pid)).mkdir()
+        (fake_proc / str(engine.pid) / "cmdline").write_bytes(b"VLLM::EngineCore")
+        watched([server.pid, engine.pid], samplers.FOLLOW_S + 10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            tgids = {r.tgid for r in samplers.parse_pidstat(samplers.read_log(out / "pidstat.log"))}
+            if engine.pid in tgids:
+                break
+            time.sleep(0.5)
+        sidecar.send_signal(signal.SIGTERM)
+        _stdout, stderr = sidecar.communicate(timeout=20)
+    finally:
+        for p in (sidecar, server, engine):
+            p.kill()
+            p.wait()
+    assert {server.pid, engine.pid} <= tgids, tgids
+    assert sidecar.returncode == 0, stderr
+    assert json.loads((out / "samplers.json").read_text())["samplers"]["pidstat"]["status"] == "successful"
