@@ -19,6 +19,7 @@
   plan      | refdeploy_torch_source(settings)               the CPU image's torch: the wheelhouse or PyTorch's index?
   run       | refdeploy_torch_fetched(source, saved, bound_s)  its download from PyTorch's index: None or the one line
   run       | refdeploy_engine_start(bound_s)                 the engine's start, phase by phase (engine_wait.py)
+  host      | refdeploy_status_lines(plan)                    make status: restarts, the samplers sidecar's state
 
 serving.bridge.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -51,6 +52,7 @@ NAMES = (
     "torch_source",
     "torch_fetched",
     "engine_start",
+    "status_lines",
 )
 
 

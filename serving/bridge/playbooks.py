@@ -29,6 +29,13 @@ def running(container: Any, planned: Any, target_id: Any = None) -> dict[str, An
     return running_state(container or None, planned or None, str(target_id) if target_id is not None else None)
 
 
+def status_lines(host_state: Any, plan: Mapping[str, Any]) -> list[str]:
+    """make status's lines on restarts and the samplers sidecar (serving.plan.status)."""
+    from serving.plan.status import status_lines as lines
+
+    return lines(host_state or None, plan)
+
+
 def effective(readings: Mapping[str, Any], plan: Any) -> dict[str, Any]:
     """The engine's effective configuration against what its launch asked for."""
     from serving.record.effective import describe_mismatches, effective_config
