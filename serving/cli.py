@@ -36,6 +36,7 @@ def cmd_check_host(a: argparse.Namespace) -> int:
 def cmd_plan(a: argparse.Namespace) -> int:
     from serving.config.profile import load_profile
     from serving.config.schema import read_yaml
+    from serving.plan.images import read_build_files
     from serving.plan.plan import plan_from_profile
     from serving.plan.standin import load_config
 
@@ -51,6 +52,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         patches_dir=Path(a.patches_dir) if a.patches_dir else None,
         base_image=a.base_image or None,
         stand_in=load_config(),
+        build_files=read_build_files(a.wheelhouse_dir, a.extra_ca_file),
     )
     from serving.config.redact import redact
 
@@ -82,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-class", help="a YAML file with the host's gpu_class (a group_vars class.yml will do)")
     p.add_argument("--patches-dir")
     p.add_argument("--base-image", help="a registry base image to build on instead of the debootstrap one")
+    p.add_argument("--wheelhouse-dir", default="", help="images_wheelhouse_dir, read here: its wheels are in the tags")
+    p.add_argument("--extra-ca-file", default="", help="images_extra_ca_file, read here: it is in the tags")
     p.add_argument("--compact", action="store_true")
     p.set_defaults(func=cmd_plan)
 

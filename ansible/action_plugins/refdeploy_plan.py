@@ -44,6 +44,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "api_key_file",
             "profiler",
             "install_toolkit",
+            "wheelhouse_dir",
+            "extra_ca_file",
         )
     )
 
@@ -51,7 +53,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.config.profile import load_profile
         from serving.host import gpu_facts, host_tuning
         from serving.plan import standin
-        from serving.plan.images import plan_images
+        from serving.plan.images import BuildFiles, plan_images
         from serving.plan.plan import build_plan, describe
         from serving.plan.render import PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
 
@@ -69,9 +71,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 key_file = _api_key_path(key_file)
             name = profile.container.name
             base_image = str(args.get("base_image") or "") or None
+            # Planned twice: first for the repositories the read lists, then with what the read found of the
+            # files a build copies from the host (their hashes are part of the tags).
             images = plan_images(
                 profile.image.distribution, profile.image.version, _path(args.get("patches_dir")), base_image=base_image
             )
+            wheelhouse_dir = str(args.get("wheelhouse_dir") or "")
+            extra_ca_file = str(args.get("extra_ca_file") or "")
             read = self._execute_module(
                 module_name="refdeploy_host_readings",
                 module_args={
@@ -88,12 +94,32 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     # The serving container, one an interrupted replacement set aside, and its samplers sidecar.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers")],
                     "files": [f"{RENDERED_DIR}/{name}.json"],
+                    # Only where the runtime build reads the wheelhouse (the CUDA one does not).
+                    "wheelhouse_dir": wheelhouse_dir if images.build_args.get("WHEELHOUSE") == "on" else "",
+                    "extra_ca_file": extra_ca_file,
+                    "build_files_cache": BUILD_FILES_CACHE,
                 },
                 task_vars=task_vars,
             )
             if read.get("failed") or "readings" not in read:
                 said = str(read.get("msg") or "no result").strip()[-400:]
                 return {**result, "failed": True, "msg": f"reading {host} for the plan failed: {said}"}
+            found = read.get("build_files") or {}
+            if found.get("extra_ca_missing"):
+                raise InputError(
+                    f"images_extra_ca_file {extra_ca_file} is not a file on {host}: set it to the CA bundle the "
+                    'image builds must trust, or to "" for none'
+                )
+            files = BuildFiles(
+                dict(found.get("wheelhouse") or {}), found.get("extra_ca_sha256") or BuildFiles().extra_ca_sha256
+            )
+            images = plan_images(
+                profile.image.distribution,
+                profile.image.version,
+                _path(args.get("patches_dir")),
+                base_image=base_image,
+                build_files=files,
+            )
             plan = build_plan(
                 profile,
                 host,
@@ -123,6 +149,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             # The launch spec carries them to Docker; -v output must not (serving/config/redact.py).
             result["_ansible_no_log"] = True
         return result
+
+
+# The host's cache of its wheelhouse's hashes, by size and mtime (refdeploy_host_readings build_files): root's,
+# beside the state the deploy keeps, not in /var/lib/refdeploy/cache, which vLLM's user owns.
+BUILD_FILES_CACHE = "/var/lib/refdeploy/build-files.json"
 
 
 def _api_key_path(value: str) -> str:

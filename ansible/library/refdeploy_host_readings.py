@@ -14,6 +14,9 @@
       paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
       files: [/var/lib/refdeploy/rendered/refdeploy-vllm.json]
+      wheelhouse_dir: /opt/wheels             # images_wheelhouse_dir, images_extra_ca_file: hashed, see build_files
+      extra_ca_file: /etc/ssl/certs/ca-certificates.crt
+      build_files_cache: /var/lib/refdeploy/build-files.json
     register: got                             # got.readings: {name: text}, as serving/plan/gpu_plan.py reads them;
                                               # got.host_state: what the roles act on, see below;
                                               # got.tuning: the host's tuning, for the manifest, see below
@@ -46,6 +49,10 @@ scaling_governor), thp_enabled and thp_defrag (/sys/kernel/mm/transparent_hugepa
 clocks, power limits, ECC mode, PCIe links). Like the plan's readings it only reads; it is kept out of the plan
 (a host's tuning is compared by `make verify`, not planned from). `replayed` names the replay directory where
 there is one, so the manifest says the GPU settings were replayed.
+
+`build_files` is what the images role copies into a build from the host (the wheelhouse's files by path and
+sha256, the extra CA file's sha256, or extra_ca_missing): image tags hash them (serving/plan/images.py), so a
+changed wheel or CA builds a new image rather than finding the old one.
 
 The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
 directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
@@ -269,6 +276,54 @@ def host_state(port: int, images: list[str], containers: list[str], paths: list[
     return state
 
 
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def build_files(wheelhouse_dir: str, extra_ca_file: str, cache: str, write_cache: bool) -> dict[str, object]:
+    """What the images role would copy into a build, as content hashes (serving/plan/images.py BuildFiles): each
+    file under wheelhouse_dir by its path there, and extra_ca_file. A wheel is hashed again only when its size or
+    mtime changed since the cache (a JSON file of path -> [size, mtime_ns, sha256]) recorded it: hashing the
+    183 MB torch wheel took 0.5 s here, a full mirror would take minutes on every playbook."""
+    wheelhouse: dict[str, str] = {}
+    root = Path(wheelhouse_dir) if wheelhouse_dir else None
+    if root is not None and root.is_dir():
+        try:
+            known = json.loads(Path(cache).read_text()) if cache else {}
+        except (OSError, ValueError):
+            known = {}
+        seen: dict[str, list[object]] = {}
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            st = path.stat()
+            hit = known.get(str(path)) if isinstance(known, dict) else None
+            if isinstance(hit, list) and hit[:2] == [st.st_size, st.st_mtime_ns]:
+                sha = str(hit[2])
+            else:
+                sha = _sha256_file(path)
+            seen[str(path)] = [st.st_size, st.st_mtime_ns, sha]
+            wheelhouse[path.relative_to(root).as_posix()] = sha
+        if write_cache and cache and seen != known:
+            try:
+                Path(cache).parent.mkdir(parents=True, exist_ok=True)
+                tmp = Path(cache + ".tmp")
+                tmp.write_text(json.dumps(seen, sort_keys=True))
+                tmp.replace(cache)
+            except OSError:
+                pass  # a cache: the next read hashes again
+    result: dict[str, object] = {"wheelhouse": wheelhouse, "extra_ca_sha256": None, "extra_ca_missing": False}
+    if extra_ca_file:
+        ca = Path(extra_ca_file)
+        if ca.is_file():
+            result["extra_ca_sha256"] = _sha256_file(ca)
+        else:
+            result["extra_ca_missing"] = True
+    return result
+
+
 def host_facts(module: AnsibleModule) -> dict[str, object]:
     """The facts `gather_facts` would give for these subsets, named as it names them (ansible_ prefixed)."""
     facts: dict[str, object] = dict(PlatformFactCollector().collect(module=module))
@@ -294,6 +349,9 @@ def main() -> None:
             "paths": {"type": "list", "elements": "str", "default": []},
             "containers": {"type": "list", "elements": "str", "default": []},
             "files": {"type": "list", "elements": "str", "default": []},
+            "wheelhouse_dir": {"type": "str", "default": ""},
+            "extra_ca_file": {"type": "str", "default": ""},
+            "build_files_cache": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -307,7 +365,9 @@ def main() -> None:
         result["timeout"] = _text("\n".join(r.timeout))
     state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["files"], p["timeout_s"])
     tuned = tuning(p["mode"], p["settings_fields"], r)
-    module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state, tuning=tuned)
+    files = build_files(p["wheelhouse_dir"], p["extra_ca_file"], p["build_files_cache"], not module.check_mode)
+    module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state, tuning=tuned,
+                     build_files=files)  # fmt: skip
 
 
 if __name__ == "__main__":

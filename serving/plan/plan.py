@@ -30,7 +30,7 @@ from serving.errors import InputError
 from serving.host import numa
 from serving.plan import gpu_plan, gpu_smoke, startup
 from serving.plan.gpu_smoke import GpuSmoke
-from serving.plan.images import ImagePlan, plan_images
+from serving.plan.images import BuildFiles, ImagePlan, plan_images
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.plan.render import (
     CACHE_MOUNT,
@@ -465,9 +465,12 @@ def plan_from_profile(
     api_key_file: str | None = None,
     profiler: str | None = None,
     install_toolkit: bool = False,
+    build_files: BuildFiles | None = None,
 ) -> Plan:
-    """build_plan with the profile's image plan."""
-    images = plan_images(profile.image.distribution, profile.image.version, patches_dir, base_image=base_image)
+    """build_plan with the profile's image plan (`build_files`: what the host's wheelhouse and CA file hold)."""
+    images = plan_images(
+        profile.image.distribution, profile.image.version, patches_dir, base_image=base_image, build_files=build_files
+    )
     return build_plan(
         profile,
         host,

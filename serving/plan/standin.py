@@ -6,7 +6,8 @@ tests/integration/test_gpu_hosts_ssh/conftest.py), `serving.plan.plan.build_plan
 (class, NUMA plan, RAM budget, data drive, slice, the container spec and its digest) and then hands its launch to
 `stand_in`, which replaces what cannot exist here and nothing else:
 
-- the image: the CPU runtime image of the same vLLM version, base and patch series, for the CUDA one;
+- the image: the CPU runtime image of the same vLLM version, base and patch series, for the CUDA one, as this
+  machine built it (its wheelhouse and CA file: the stand-in file's cpu_build_files);
 - the argv: the class's vLLM settings that the CPU build cannot run are dropped or scaled down (GPU memory,
   host KV offload, the 262,144-token context, --numa-bind*), the parallelism keeps its kind over at most 2
   ranks (PP=3 becomes PP=2, TP=8 becomes TP=2: this machine has 2 CPUs), the model is the tiny one the test
@@ -29,7 +30,8 @@ launched) and the container's label org.refdeploy.stand-in. The stand-in file:
   {"cpus": "0-1", "mems": "0", "ulimits_max": {"nofile": 20000, "memlock": 8388608},
    "nvidia_smi": {"replayer": "<abs path of tests/replay/nvidia-smi>",
                   "recordings": {"<inventory host>": "<abs dir with nvidia-smi-sampled.csv ...>"}},
-   "gpu_smoke": {"gpu_request": false}}
+   "gpu_smoke": {"gpu_request": false},
+   "cpu_build_files": {"wheelhouse_dir": "/opt/wheels", "extra_ca_file": "/etc/ssl/certs/ca-certificates.crt"}}
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from serving.config.profile import Profile, VllmArgs
 from serving.errors import InputError
 from serving.host import numa
 from serving.plan.gpu_smoke import GpuSmoke, smoke_argv
-from serving.plan.images import plan_images
+from serving.plan.images import plan_images, read_build_files
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.plan.render import PROFILE_LABEL, STAND_IN_LABEL, render_vllm_argv
 
@@ -130,8 +132,17 @@ def stand_in(profile: Profile, launch: Any, config: Mapping[str, Any], host: str
     }
     images = launch.images
     patches_dir = Path(images.patches[0].path).parent if images.patches else None
+    # This machine's CPU images, built from this machine's wheelhouse and CA file (the stand-in file names them):
+    # not the class host's, whose files the plan read.
+    built_from = config.get("cpu_build_files") or {}
     cpu_images = plan_images(
-        "vllm-cpu", images.version, patches_dir, base_image=None if images.base_build else images.base_tag
+        "vllm-cpu",
+        images.version,
+        patches_dir,
+        base_image=None if images.base_build else images.base_tag,
+        build_files=read_build_files(
+            str(built_from.get("wheelhouse_dir") or ""), str(built_from.get("extra_ca_file") or "")
+        ),
     )
     spec = {k: val for k, val in planned.items() if k != "device_requests"}
     spec.update(

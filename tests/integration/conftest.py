@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests import schedule
 
@@ -104,15 +105,33 @@ def make_when_free(*args: str, wait_s: float = 1200) -> MakeResult:
         time.sleep(2)
 
 
+def local_build_files() -> dict[str, str]:
+    """What this machine's images are built from: inventory/local's images_wheelhouse_dir and images_extra_ca_file.
+    Their hashes are in the tags (serving/plan/images.py), so whatever names this machine's images reads the same."""
+    data = yaml.safe_load((REPO / "inventory" / "local" / "group_vars" / "all" / "images.yml").read_text())
+    return {
+        "wheelhouse_dir": str(data.get("images_wheelhouse_dir") or ""),
+        "extra_ca_file": str(data.get("images_extra_ca_file") or ""),
+    }
+
+
+def plan_here(profile: str = "cpu-tiny", *args: str) -> dict[str, Any]:
+    """`refdeploy plan --profile PROFILE ARGS` on this machine, with this machine's build files."""
+    files = local_build_files()
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", profile,
+         "--wheelhouse-dir", files["wheelhouse_dir"], "--extra-ca-file", files["extra_ca_file"], *args],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    plan: dict[str, Any] = json.loads(out.stdout)
+    return plan
+
+
 def images_here() -> dict[str, str]:
     """This machine's images for the default profile (the plan's images: base, runtime, probe tags), built if they
     are not: make test's first phase builds them, so a module of another lane does not take this machine's lock for
     them while the local lane deploys; a module run alone builds them between the local lane's runs."""
-    out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    images: dict[str, str] = json.loads(out.stdout)["images"]
+    images: dict[str, str] = plan_here()["images"]
     tags = (images["base_tag"], images["runtime_tag"], images["probes_tag"])
     if subprocess.run(["docker", "image", "inspect", *tags], capture_output=True, check=False).returncode != 0:
         built = make_when_free("images")

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, docker, make
+from serving.plan.images import read_build_files
+from tests.integration.conftest import REPO, docker, local_build_files, make, plan_here
 
 pytestmark = [
     pytest.mark.integration,
@@ -42,11 +43,7 @@ IMPORT_CHECK = (
 
 
 def _plan_tag() -> str:
-    out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", PROFILE],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    return str(json.loads(out.stdout)["images"]["runtime_tag"])
+    return str(plan_here(PROFILE)["images"]["runtime_tag"])
 
 
 def _check_in_image(tag: str) -> str:
@@ -126,6 +123,9 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
         json.dumps(
             {
                 "tag": tag,
+                # What the tag hashed of the files the build copies from the host (the CUDA build reads no
+                # wheelhouse): tests/unit/images/test_cuda_record.py plans the tag again from it.
+                "extra_ca_sha256": read_build_files("", local_build_files()["extra_ca_file"]).extra_ca_sha256,
                 "image_id": docker("image", "inspect", "--format", "{{.Id}}", tag).strip(),
                 "import_output": line,
                 "gpu_smoke_without_gpu": smoke,

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, MakeResult, docker, images_here, make, manifest_of
+from tests.integration.conftest import REPO, MakeResult, docker, images_here, local_build_files, make, manifest_of
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 1  # inside the bare host's own dockerd: not seen on this engine, so not counted
@@ -116,8 +116,13 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         _seed_image_store(images)
         key = tmp / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        # TEST SEAM: the seeded images' tags hash what this machine built them from (the local inventory's
+        # wheelhouse and CA file, serving/plan/images.py); the host has the same files where that inventory names
+        # them, read-only, so its plan names the seeded tags.
+        files = local_build_files()
+        same_files = [a for path in files.values() if path for a in ("--volume", f"{path}:{path}:ro")]
         docker("run", "-d", "--name", HOST, "--hostname", HOST, "--network", "bridge", "--publish", "127.0.0.1::22",
-               "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro", *NESTED, IMAGE)  # fmt: skip
+               "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro", *same_files, *NESTED, IMAGE)  # fmt: skip
         port = int(docker("port", HOST, "22").split(":")[-1])
         inv = tmp / "inventory"
         shutil.copytree(REPO / "inventory" / "local" / "group_vars", inv / "group_vars")

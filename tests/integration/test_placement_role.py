@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import CONTAINER, REPO, inspect, make
+from tests.integration.conftest import CONTAINER, REPO, inspect, make, plan_here
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0
@@ -29,11 +29,7 @@ ENGINE_STARTS = 0
 
 def _plan(cpus: str | None) -> dict[str, Any]:
     """cpu-tiny's plan on this machine (refdeploy plan), rank 0 bound to `cpus` (None: anywhere in the cpuset)."""
-    out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "refdeploy"), "plan", "--profile", "cpu-tiny"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    plan: dict[str, Any] = json.loads(out.stdout)
+    plan = plan_here()
     plan["launch"]["ranks"] = [{"rank": 0, "cpus": cpus, "mems": "0", "gpu": None, "node": None}]
     return plan
 

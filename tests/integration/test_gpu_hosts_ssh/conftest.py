@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from serving.host.numa import format_cpulist
-from tests.integration.conftest import REPO, docker, images_here
+from tests.integration.conftest import REPO, docker, images_here, local_build_files
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     FIXTURES,
     HOSTS,
@@ -99,6 +99,8 @@ def _write_stand_in(stand_in: Path) -> None:
                     "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
                     "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK)[1],
                 },
+                # This machine's CPU images stand in: named by what they were built from here.
+                "cpu_build_files": local_build_files(),
                 "nvidia_smi": {
                     "replayer": str(REPO / "tests" / "replay" / "nvidia-smi"),
                     "recordings": {h: str(FIXTURES / f) for h, (_i, _g, f, _p) in HOSTS.items()},
@@ -109,10 +111,14 @@ def _write_stand_in(stand_in: Path) -> None:
 
 
 def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
+    # TEST SEAM: the hosts build with this machine's engine, whose probe image is this machine's; its tag hashes the
+    # extra CA file the build copies (production-example's images_extra_ca_file), so the hosts have this machine's.
+    ca = local_build_files()["extra_ca_file"]
     for name, (ssh_port, _group, _fixture, _port) in HOSTS.items():
         docker(
             "run", "-d", "--name", name, "--hostname", name, "--network", "host",
             "--volume", "/var/run/docker.sock:/var/run/docker.sock",
+            "--volume", f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro",
             "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro",
             "--volume", f"{FIXTURES}:/opt/replay/fixtures:ro",
             "--volume", f"{REPO / 'tests' / 'replay'}:/opt/replay/bin:ro",

@@ -7,22 +7,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from serving import cli
+from serving.config.profile import load_profile
+from serving.plan.images import BuildFiles, plan_images
 
 REPO = Path(__file__).resolve().parents[3]
 RECORD = REPO / "images" / "vllm" / "verified-cuda.json"
 
 
-def _planned_tag(capsys: pytest.CaptureFixture[str]) -> str:
-    assert cli.main(["plan", "--profile", "rtx3090-pp3", "--compact"]) == 0
-    return str(json.loads(capsys.readouterr().out)["images"]["runtime_tag"])
+def _planned_tag(record: dict[str, str]) -> str:
+    """The tag the current inputs under images/ make, with the CA file the record's build hashed (a record older
+    than the CA's hash in the tags hashed it as none, as that plan did; the build copied this machine's)."""
+    profile = load_profile("rtx3090-pp3")
+    files = BuildFiles(extra_ca_sha256=record.get("extra_ca_sha256") or BuildFiles().extra_ca_sha256)
+    return plan_images(profile.image.distribution, profile.image.version, build_files=files).runtime_tag
 
 
-def test_the_cuda_image_record_is_for_the_current_inputs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cuda_image_record_is_for_the_current_inputs() -> None:
     record = json.loads(RECORD.read_text())
-    tag = _planned_tag(capsys)
+    tag = _planned_tag(record)
     assert record["tag"] == tag, (
         f"images/vllm/verified-cuda.json records {record['tag']}, the inputs under images/ now make {tag}: "
         "run `make test-cuda-image` (builds and imports it, ~15 min) and commit the record it rewrites"
