@@ -2,8 +2,7 @@
 
   - name: Take the host's lock
     refdeploy_lock:
-      path: "{{ refdeploy_state_dir }}/lock"
-      operation: deploy
+      operation: deploy        # path: the lock directory; by default <refdeploy_state_dir>/lock
       state: acquired          # or released; or cleaned (with run: and note:), ansible/interrupted.yml
 
 Acquired: `mkdir` of the lock directory on the host, then its holder.json; a lock held by another run fails the
@@ -26,6 +25,9 @@ from typing import Any
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
+# Where the inventory sets no refdeploy_state_dir (its paths.yml does).
+DEFAULT_STATE_DIR = "/var/lib/refdeploy"
+
 
 class ActionModule(ActionBase):  # type: ignore[misc]
     TRANSFERS_FILES = False
@@ -42,12 +44,17 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             raise AnsibleError(f"the lock on the host: {said[-300:]}")
         return word, text
 
+    def _default_path(self, task_vars: dict[str, Any]) -> str:
+        state_dir = self._templar.template(task_vars.get("refdeploy_state_dir") or DEFAULT_STATE_DIR)
+        return f"{str(state_dir).rstrip('/')}/lock"
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.bridge import hostlock
 
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
-        path = str(self._task.args["path"]).rstrip("/")
+        # The host's lock: <refdeploy_state_dir>/lock (the inventory's paths.yml), unless a task names another.
+        path = str(self._task.args.get("path") or "").rstrip("/") or self._default_path(task_vars)
         operation = str(self._task.args.get("operation", "deploy"))
         state = str(self._task.args.get("state", "acquired"))
         host = str(task_vars.get("inventory_hostname", ""))
@@ -58,7 +65,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         if state == "cleaned":  # ansible/interrupted.yml, for a run that ended early (serving/bridge/play.py)
             clean = hostlock.cleanup_command(path, str(self._task.args["run"]), dict(self._task.args.get("note") or {}))
             # The play's environment (DOCKER_HOST, a test host's replay seam) before it, as a module would have it.
-            word, text = self._host(f"{self._compute_environment_string()} {clean}".strip())
+            _word, text = self._host(f"{self._compute_environment_string()} {clean}".strip())
             lock, _, names = text.partition(" ")
             removed = names.split()
             said = (

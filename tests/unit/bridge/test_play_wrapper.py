@@ -71,11 +71,12 @@ def _wrapped(tmp_path: Path, operation: str, book: Path) -> list[str]:
 def test_a_real_ctrl_c_releases_the_lock_and_the_next_run_says_what_was_left(tmp_path: Path) -> None:
     lock = tmp_path / "state" / "lock"
     book = tmp_path / "hold.yml"
+    # No path: the lock is <refdeploy_state_dir>/lock, as every playbook takes it.
     book.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
-        "    - refdeploy_lock: {path: '{{ refdeploy_state_dir }}/lock', operation: bench}\n"
+        "    - refdeploy_lock: {operation: bench}\n"
         f"    - ansible.builtin.command: {{argv: [sleep, '300'], chdir: '{tmp_path}'}}\n"
-        "    - refdeploy_lock: {path: '{{ refdeploy_state_dir }}/lock', operation: bench, state: released}\n"
+        "    - refdeploy_lock: {operation: bench, state: released}\n"
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     # Its own session: the SIGINT below reaches it and its children as a terminal's Ctrl-C reaches make's.
