@@ -64,11 +64,9 @@ def chromium() -> str:
     return path
 
 
-def screenshot(
-    html_path: Path, png_path: Path, profile: Path, size: tuple[int, int] = (WINDOW_WIDTH, WINDOW_HEIGHT)
-) -> float:
-    """Headless Chromium's screenshot of a local page; seconds it took. Terminated, then killed, past the timeout."""
-    argv = [
+def chromium_argv(profile: Path, size: tuple[int, int], *action: str) -> list[str]:
+    """Headless Chromium at a window size with its own profile directory, then `action` (what to do, and the page)."""
+    return [
         chromium(),
         "--headless",
         "--no-sandbox",
@@ -81,9 +79,15 @@ def screenshot(
         "--force-device-scale-factor=1",
         f"--user-data-dir={profile}",
         f"--window-size={size[0]},{size[1]}",
-        f"--screenshot={png_path}",
-        html_path.as_uri(),
+        *action,
     ]
+
+
+def screenshot(
+    html_path: Path, png_path: Path, profile: Path, size: tuple[int, int] = (WINDOW_WIDTH, WINDOW_HEIGHT)
+) -> float:
+    """Headless Chromium's screenshot of a local page; seconds it took. Terminated, then killed, past the timeout."""
+    argv = chromium_argv(profile, size, f"--screenshot={png_path}", html_path.as_uri())
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:

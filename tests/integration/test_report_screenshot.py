@@ -31,7 +31,7 @@ from tests.helpers.screenshots import (
     WINDOW_HEIGHT,
     WINDOW_WIDTH,
     Png,
-    chromium,
+    chromium_argv,
     pixels_of,
     read_png,
     screenshot,
@@ -198,12 +198,7 @@ def layout(page: Path, size: tuple[int, int], directory: Path) -> dict[str, Any]
     directory.mkdir()
     probe = directory / "measured.html"
     probe.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
-    argv = [
-        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-        "--force-device-scale-factor=1", f"--user-data-dir={directory / 'chromium-profile'}",
-        f"--window-size={size[0]},{size[1]}", "--dump-dom", probe.as_uri(),
-    ]  # fmt: skip
+    argv = chromium_argv(directory / "chromium-profile", size, "--dump-dom", probe.as_uri())
     proc = subprocess.run(argv, capture_output=True, timeout=SCREENSHOT_TIMEOUT_S, start_new_session=True, check=False)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     found = re.search(r'data-layout="([^"]*)"', proc.stdout.decode())
