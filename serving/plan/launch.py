@@ -52,10 +52,19 @@ def launch_spec(spec: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return {**body, "labels": {**labels, SPEC_LABEL: digest}}, digest
 
 
-def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple[list[numa.RankExpectation], list[str]]:
+def cpu_ranks(
+    vllm: VllmArgs, env: Mapping[str, str], mems: str | None, cpus: str | None = None
+) -> tuple[list[numa.RankExpectation], list[str]]:
     """The CPU build's ranks: VLLM_CPU_OMP_THREADS_BIND binds rank i to the i-th '|'-separated cpulist; with
-    `auto` (or unset) and `nobind` vLLM picks the CPUs itself, inside the container's cpuset."""
+    `auto` (or unset) and `nobind` vLLM picks the CPUs itself, inside the container's cpuset (`cpus`, None where
+    the profile sets none). Each rank needs a CPU of its own, and a bound rank's CPUs must be in the cpuset."""
     world = (vllm.tensor_parallel_size or 1) * (vllm.pipeline_parallel_size or 1)
+    allowed = set(numa.parse_cpulist(cpus)) if cpus else None
+    if allowed is not None and world > len(allowed):
+        return [], [
+            f"{world} ranks (tensor x pipeline parallel size) on container.cpuset_cpus {cpus}, {len(allowed)} "
+            "CPU(s): each CPU rank needs at least one CPU of its own; lower the parallelism or widen the cpuset"
+        ]
     bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto").strip()
     if bind in ("auto", "nobind", ""):
         return [numa.RankExpectation(r, None, mems) for r in range(world)], []
@@ -69,4 +78,11 @@ def cpu_ranks(vllm: VllmArgs, env: Mapping[str, str], mems: str | None) -> tuple
         lists = [numa.format_cpulist(numa.parse_cpulist(p)) for p in parts]
     except numa.NumaError as e:
         return [], [f"VLLM_CPU_OMP_THREADS_BIND: {e}"]
-    return [numa.RankExpectation(r, cpus, mems) for r, cpus in enumerate(lists)], []
+    outside = [
+        f"rank {r}'s CPUs {cl} (VLLM_CPU_OMP_THREADS_BIND) are not all in container.cpuset_cpus {cpus}"
+        for r, cl in enumerate(lists)
+        if allowed is not None and not set(numa.parse_cpulist(cl)) <= allowed
+    ]
+    if outside:
+        return [], outside
+    return [numa.RankExpectation(r, rank_cpus, mems) for r, rank_cpus in enumerate(lists)], []

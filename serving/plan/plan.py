@@ -370,7 +370,7 @@ def build_plan(
     spec: dict[str, Any] | None
     if profile.gpu is None:
         spec = render_container_spec(profile, images.runtime_tag)
-        ranks, rank_failures = cpu_ranks(profile.vllm, profile.env, spec.get("cpuset_mems"))
+        ranks, rank_failures = cpu_ranks(profile.vllm, profile.env, spec.get("cpuset_mems"), spec.get("cpuset_cpus"))
         failures += rank_failures
     else:
         gpu_access = gpu_access_for(profile.gpu.devices)

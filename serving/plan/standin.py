@@ -166,7 +166,7 @@ def stand_in(profile: Profile, launch: Any, config: Mapping[str, Any], host: str
         f"the CPU engine ({cpu_images.runtime_tag}, {kind}={ranks} on CPUs {config['cpus']}) in place of "
         f"{world} GPU rank(s) of {planned['image']}; no GPUs; probes see a replayed nvidia-smi"
     )
-    ranks_expected, failures = cpu_ranks(vllm, env, str(config["mems"]))
+    ranks_expected, failures = cpu_ranks(vllm, env, str(config["mems"]), str(config["cpus"]))
     if failures:
         raise StandInError("stand-in: " + "; ".join(failures))
     new = Launch(

@@ -100,6 +100,21 @@ def test_the_tp2_profile_binds_each_rank_to_its_cpu() -> None:
     assert "--tensor-parallel-size" in plan.launch.spec["command"]
 
 
+def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_failure_lines() -> None:
+    data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
+    del data["env"]["VLLM_CPU_OMP_THREADS_BIND"]  # vLLM's own binding: the plan cannot name each rank's CPUs
+    data["vllm"]["tensor_parallel_size"] = 4
+    plan = plan_from_profile(parse_profile(data), "localhost", {"hostname": "localhost", "served_files": SERVED})
+    assert plan.failures == [
+        "4 ranks (tensor x pipeline parallel size) on container.cpuset_cpus 0-1, 2 CPU(s): each CPU rank needs at "
+        "least one CPU of its own; lower the parallelism or widen the cpuset"
+    ]
+    data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
+    data["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0|2"
+    plan = plan_from_profile(parse_profile(data), "localhost", {"hostname": "localhost", "served_files": SERVED})
+    assert plan.failures == ["rank 1's CPUs 2 (VLLM_CPU_OMP_THREADS_BIND) are not all in container.cpuset_cpus 0-1"]
+
+
 def test_a_cpu_bind_list_that_does_not_fit_the_ranks_is_a_failure_line() -> None:
     data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
     data["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0-1"
