@@ -89,10 +89,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "settings_fields": list(host_tuning.SETTINGS_FIELDS),
                     "docker_port": profile.ports.host_port,
                     # By repository: a GPU test host's stand-in runs the CPU images (serving/plan/standin.py).
-                    "images": sorted({t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag)}),
+                    "images": sorted(
+                        {t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag, images.frontdoor_tag)}
+                    ),
                     "paths": [api_key_copy(name), sidecar_host_dir(profile)],
-                    # The serving container, one an interrupted replacement set aside, and its samplers sidecar.
-                    "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers")],
+                    # The serving container, one an interrupted replacement set aside, its samplers sidecar and
+                    # its front door.
+                    "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front")],
                     "files": [f"{RENDERED_DIR}/{name}.json"],
                     # Only where the runtime build reads the wheelhouse (the CUDA one does not).
                     "wheelhouse_dir": wheelhouse_dir if images.build_args.get("WHEELHOUSE") == "on" else "",

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from serving.config.redact import is_secret_flag, is_secret_name, redact
@@ -213,8 +213,8 @@ class Container(StrictModel):
 
 
 class Ports(StrictModel):
-    # The host address Docker publishes vLLM on: loopback unless a profile names another address, and an
-    # address beyond loopback only with an API key (refdeploy_api_key_file; the plan refuses it otherwise).
+    # The host address Docker publishes vLLM on: loopback (the plan refuses any other; clients beyond loopback
+    # reach the front door, serving/plan/frontdoor.py).
     host_ip: str = "127.0.0.1"
     host_port: int = Field(default=8000, ge=1, le=65535)
     container_port: int = Field(default=8000, ge=1, le=65535)
@@ -232,6 +232,61 @@ class Ports(StrictModel):
     @property
     def loopback(self) -> bool:
         return ipaddress.ip_address(self.host_ip).is_loopback
+
+
+class FrontDoor(StrictModel):
+    """The authenticating reverse proxy clients reach beyond loopback (serving/plan/frontdoor.py): nginx in a
+    container of its own on the host's network, TLS, the API key on every route, an allowlist of routes."""
+
+    # Where clients reach it: an address beyond loopback (0.0.0.0 for every interface, or one interface's IP).
+    listen: str
+    port: int = Field(default=8443, ge=1024, le=65535)
+    # The operator's certificate and key, root-only files on the host; both "" for a self-signed pair generated
+    # for the host once (its fingerprint is in the manifest).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    # The networks (CIDR) allowed /health and /metrics, with the key; the host itself always is.
+    monitoring_networks: list[str] = Field(default_factory=list)
+    # A request's body at most (nginx size: 8m), and how long a response may take to start or go quiet.
+    max_body: str = "8m"
+    read_timeout_s: int = Field(default=600, ge=1, le=86400)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_address(v))
+        except ValueError:
+            raise ValueError(f"expected an IP address (0.0.0.0 for every interface), got {v!r}") from None
+
+    @field_validator("tls_cert_file", "tls_key_file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        return check_path(v) if v else v
+
+    @field_validator("monitoring_networks")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        out = []
+        for n in v:
+            try:
+                out.append(str(ipaddress.ip_network(n, strict=True)))
+            except ValueError:
+                raise ValueError(f"expected networks like 10.0.0.0/8 or 192.0.2.7/32, got {n!r}") from None
+        return out
+
+    @field_validator("max_body")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not _MEMORY_RE.match(v) or size_bytes(v) <= 0:
+            raise ValueError(f"expected a size like '8m', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _pair(self) -> FrontDoor:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("set tls_cert_file and tls_key_file together, or neither (a self-signed pair)")
+        return self
 
 
 SamplerName = Literal["vmstat", "iostat", "pidstat", "nvidia-smi"]
@@ -301,6 +356,8 @@ class Profile(StrictModel):
     # GPU profiles only: the GPUs and the host-memory budget. The CPU profile has neither.
     gpu: Gpu | None = None
     host_memory: HostMemory | None = None
+    # Clients beyond loopback reach this, never vLLM (None: vLLM on loopback only).
+    front_door: FrontDoor | None = None
 
     @field_validator("env")
     @classmethod

@@ -128,6 +128,9 @@ class ImagePlan:
     probes_inputs_sha256: str = ""
     probes_package_files: list[str] = field(default_factory=list)
     probes_build_flags: list[str] = field(default_factory=list)
+    # The front door's nginx (images/frontdoor) on the same base: built only for a profile with a front_door.
+    frontdoor_tag: str = ""
+    frontdoor_build_flags: list[str] = field(default_factory=list)
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -275,6 +278,14 @@ def plan_images(
     if cuda_runtime is not None:
         labels[CUDA_RUNTIME_LABEL] = cuda_runtime
     probes_sha, package, probes_build_flags = _probes_image(images_dir, base_tag, base_inputs, files)
+    # The front door: every file of images/frontdoor, on the same base, trusting the same extra CA.
+    front_inputs = sorted(p for p in (images_dir / "frontdoor").iterdir() if p.is_file())
+    front_sha = _hash_files(front_inputs, [base_tag, f"extra-ca={files.extra_ca_sha256}"])
+    front_labels = {
+        "org.opencontainers.image.revision": front_sha,
+        "org.opencontainers.image.created": _source_date([*base_inputs, *front_inputs]),
+        "org.opencontainers.image.base.name": base_tag,
+    }
     return ImagePlan(
         base_tag=base_tag,
         base_build=base_image is None,
@@ -296,4 +307,7 @@ def plan_images(
         probes_inputs_sha256=probes_sha,
         probes_package_files=[str(p) for p in package],
         probes_build_flags=probes_build_flags,
+        frontdoor_tag=f"refdeploy/frontdoor:{front_sha[:12]}",
+        frontdoor_build_flags=[f"--build-arg=BASE_IMAGE={base_tag}"]
+        + [f"--label={k}={v}" for k, v in sorted(front_labels.items())],
     )

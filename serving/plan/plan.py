@@ -28,7 +28,7 @@ from serving.config.redact import secret_env_names
 from serving.config.schema import StrictModel
 from serving.errors import InputError
 from serving.host import numa
-from serving.plan import gpu_plan, gpu_smoke, startup
+from serving.plan import frontdoor, gpu_plan, gpu_smoke, startup
 from serving.plan.gpu_smoke import GpuSmoke
 from serving.plan.images import BuildFiles, ImagePlan, plan_images
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
@@ -119,6 +119,8 @@ class Plan(StrictModel):
     argv: list[str] | None
     launch: Launch | None
     sidecar_spec: dict[str, Any] | None
+    # What clients beyond loopback reach (serving/plan/frontdoor.py plan_front_door); None: loopback only.
+    front_door: dict[str, Any] | None = None
     # The server's API on the host's loopback (or its own address): health checks and the bench client.
     base_url: str
     api: Api
@@ -160,32 +162,25 @@ def parse_plan(data: Any) -> Plan:
 
 
 def api_failures(profile: Profile, key_file: str | None, key_stat: str | None) -> list[str]:
-    """Why the API cannot be served as configured: an address beyond loopback without a key, or a key file that
-    is missing, empty or readable by anyone but root. `key_stat` is the host's `stat -c '%u %a %s %F'` of the
-    file ("missing" when it is not there)."""
-    ports = profile.ports
-    where = f"{ports.host_ip}:{ports.host_port}"
+    """Why the API cannot be served as configured: vLLM published beyond loopback, a front door without a key
+    (serving/plan/frontdoor.py), or a key file that is missing, empty or readable by anyone but root. `key_stat`
+    is the host's `stat -c '%u %a %s %F'` of the file ("missing" when it is not there)."""
+    out = frontdoor.failures(profile, key_file)
     if key_file is None:
-        if ports.loopback:
-            return []
-        return [
-            f"profile {profile.name} publishes vLLM on {where}, beyond loopback, without an API key: put a key in a "
-            "root-only file on the host (install -m 0600 /dev/stdin /etc/refdeploy/api-key) and set the "
-            "inventory's refdeploy_api_key_file to it, or set ports.host_ip: 127.0.0.1"
-        ]
+        return out
     fix = f"install -m 0600 -o root -g root /dev/stdin {key_file} (the key on stdin)"
     parts = (key_stat or "missing").strip().split(maxsplit=3)
     if parts[0] == "missing" or len(parts) < 4:
-        return [f"the API key file {key_file} (refdeploy_api_key_file) is not on the host: {fix}"]
+        return [*out, f"the API key file {key_file} (refdeploy_api_key_file) is not on the host: {fix}"]
     uid, mode, size, kind = parts
     if kind not in ("regular file", "regular empty file"):
-        return [f"the API key file {key_file} is a {kind}, not a regular file: {fix}"]
+        return [*out, f"the API key file {key_file} is a {kind}, not a regular file: {fix}"]
     if uid != "0" or int(mode, 8) & 0o077:
-        return [f"the API key file {key_file} must be root's and readable by root only (it is uid {uid}, mode "
-                f"{mode}): chown root:root {key_file}; chmod 0600 {key_file}"]  # fmt: skip
+        return [*out, f"the API key file {key_file} must be root's and readable by root only (it is uid {uid}, mode "
+                      f"{mode}): chown root:root {key_file}; chmod 0600 {key_file}"]  # fmt: skip
     if int(size) == 0:
-        return [f"the API key file {key_file} is empty: {fix}"]
-    return []
+        return [*out, f"the API key file {key_file} is empty: {fix}"]
+    return out
 
 
 # --- the bench client and the probes -----------------------------------------------------------------------------
@@ -432,6 +427,7 @@ def build_plan(
         profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
         gpu_smoke=smoke,
         compile_cache_dir=_cache_dir(launch),
+        front_door=frontdoor.plan_front_door(profile, images.frontdoor_tag),
         **startup.plan_fields(profile, parse_served_files(readings.get("served_files", "")), gpu_class),
     )
 

@@ -1,4 +1,4 @@
-"""What `make status` says beyond "is it the plan's container": restarts, and the samplers sidecar.
+"""What `make status` says beyond "is it the plan's container": restarts, the front door, the samplers sidecar.
 
 Both come from the plan's one read of the host (`refdeploy_host.containers`: RestartCount and State of the serving
 container and its sidecar, ansible/library/refdeploy_host_readings.py). A sidecar joins the serving container's PID
@@ -31,6 +31,15 @@ def status_lines(host_state: Mapping[str, Any] | None, plan: Mapping[str, Any]) 
         lines.append(
             f"restarts: {serving['RestartCount']} by Docker's restart policy, the last at {started} "
             f"(`docker logs {name}` says why it stopped)"
+        )
+    front = plan.get("front_door")
+    if front:
+        door = _named(containers, front["name"])
+        state = (door or {}).get("State") or {}
+        status = str(state.get("Status", "absent")) if door else "absent"
+        lines.append(
+            f"front door {front['name']}: {status}, {front['url']} (TLS, the API key on every route)"
+            + ("" if status == "running" else "; clients beyond loopback cannot reach the API (make deploy starts it)")
         )
     sidecar_spec = plan.get("sidecar_spec")
     if not sidecar_spec:

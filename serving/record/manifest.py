@@ -321,6 +321,8 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         "effective_config": effective,
         # Per rank, host (and on CUDA device) memory at each phase boundary, logged inside the workers.
         "memory_by_phase": raw.get("memory_phases"),
+        # What clients beyond loopback reach (serving/plan/frontdoor.py), None where vLLM is on loopback only.
+        "front_door": raw.get("front_door"),
         "placement": placement,
         "limits_in_force": {
             "cgroup_version": cgroup["cgroup_version"],

@@ -27,6 +27,8 @@ KEYS: dict[str, str] = {
     # The running container as read once after the launch, in the same module run as the engine's wait (its
     # inspection, its image's, what it sees inside): placement checks the workers in it, the manifest records it.
     "container_readings": "serve",
+    # The front door as the deploy started and checked it: its URL, certificate fingerprint, the check's answers.
+    "front_door": "serve",
     "placement": "placement",
 }
 

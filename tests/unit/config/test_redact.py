@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serving.config.profile import load_profile
+from serving.config.profile import FrontDoor, load_profile
 from serving.config.redact import REDACTED, redact
 from serving.plan.plan import api_failures, plan_from_profile
 
@@ -31,13 +31,21 @@ def test_secret_looking_env_values_are_redacted_in_mappings_env_lists_and_argv()
     assert redact(kept) == kept
 
 
-def test_an_address_beyond_loopback_needs_a_key_and_the_key_file_must_be_roots_only() -> None:
+def test_vllm_is_never_published_beyond_loopback_a_front_door_needs_a_key_and_the_key_file_is_roots_only() -> None:
     profile = load_profile("cpu-tiny")
     open_profile = profile.model_copy(update={"ports": profile.ports.model_copy(update={"host_ip": "0.0.0.0"})})
     assert api_failures(profile, None, None) == []
-    [line] = api_failures(open_profile, None, None)
-    assert "0.0.0.0:8000, beyond loopback, without an API key" in line and "refdeploy_api_key_file" in line
-    assert api_failures(open_profile, "/etc/refdeploy/api-key", "0 600 65 regular file\n") == []
+    # A key does not make vLLM's own port safe beyond loopback: only /v1 checks it.
+    for key_file, stat in ((None, None), ("/etc/refdeploy/api-key", "0 600 65 regular file\n")):
+        [line] = api_failures(open_profile, key_file, stat)
+        assert line.startswith("profile cpu-tiny publishes vLLM itself on 0.0.0.0:8000, beyond loopback")
+        assert "front_door: {listen: 0.0.0.0}" in line
+    fronted = profile.model_copy(update={"front_door": FrontDoor(listen="0.0.0.0")})
+    [line] = api_failures(fronted, None, None)
+    assert "has a front door on 0.0.0.0:8443 but no API key" in line and "refdeploy_api_key_file" in line
+    assert api_failures(fronted, "/etc/refdeploy/api-key", "0 600 65 regular file\n") == []
+    same_port = profile.model_copy(update={"front_door": FrontDoor(listen="0.0.0.0", port=8000)})
+    assert "front_door.port 8000 is vLLM's own port" in api_failures(same_port, "/etc/k", "0 600 65 regular file")[0]
     assert "is not on the host" in api_failures(profile, "/etc/k", "missing")[0]
     [line] = api_failures(profile, "/etc/k", "0 644 65 regular file")
     assert "readable by root only (it is uid 0, mode 644)" in line

@@ -58,3 +58,15 @@ def test_a_sidecar_beside_a_replaced_container_and_an_absent_one() -> None:
 def test_a_profile_without_a_sidecar_and_a_host_not_read_say_nothing_of_it() -> None:
     assert status_lines({"containers": [_serving()]}, {**PLAN, "sidecar_spec": None}) == []
     assert status_lines(None, {**PLAN, "sidecar_spec": None}) == []
+
+
+def test_a_front_door_is_named_with_its_state() -> None:
+    plan = {**PLAN, "sidecar_spec": None,
+            "front_door": {"name": "refdeploy-vllm-front", "url": "https://127.0.0.1:8443"}}  # fmt: skip
+    door = {"Id": "d" * 64, "Name": "/refdeploy-vllm-front", "State": {"Status": "running"}}
+    assert status_lines({"containers": [_serving(), door]}, plan) == [
+        "front door refdeploy-vllm-front: running, https://127.0.0.1:8443 (TLS, the API key on every route)"
+    ]
+    (line,) = status_lines({"containers": [_serving()]}, plan)
+    assert line.startswith("front door refdeploy-vllm-front: absent, https://127.0.0.1:8443")
+    assert line.endswith("clients beyond loopback cannot reach the API (make deploy starts it)")

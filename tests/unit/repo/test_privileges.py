@@ -20,7 +20,7 @@ from serving.bench.placement import Placement
 from serving.bridge import playbooks
 from serving.config.profile import load_profile
 from serving.evidence.probe_plan import IoThresholds, render_capture_argv, render_probe_io_argv
-from serving.plan import gpu_smoke, wheelhouse
+from serving.plan import frontdoor, gpu_smoke, wheelhouse
 from serving.plan.plan import plan_from_profile
 from serving.plan.render import render_container_spec, render_sidecar_spec
 from tests.helpers.gpu_hosts import gpu_serving_plan
@@ -88,6 +88,26 @@ def _generator_argv() -> list[str]:
     return [str(a) for a in task.body["ansible.builtin.command"]["argv"]]
 
 
+def _front_door_runs() -> dict[str, tuple[str, Callable[[], tuple[list[str], list[str], list[str]]]]]:
+    """The serve role's three `docker run`s of the front door's image: the self-signed pair, the fingerprint, the
+    check through it."""
+    where = "ansible/roles/serve/tasks/frontdoor.yml"
+    tasks = [
+        t
+        for t in role_tasks()
+        if t.file == "serve/tasks/frontdoor.yml"
+        and (t.module() or ("",))[0] == "ansible.builtin.command"
+        and t.body["ansible.builtin.command"]["argv"][:2] == ["docker", "run"]
+    ]
+    return {
+        f"front door: {t.name.removeprefix('Serve | ')}": (
+            where,
+            lambda t=t: _argv_caps([str(a) for a in t.body["ansible.builtin.command"]["argv"]]),
+        )
+        for t in tasks
+    }
+
+
 def _containers() -> dict[str, tuple[str, Callable[[], tuple[list[str], list[str], list[str]]]]]:
     """name -> (where it is built, its (cap drop, cap add, security options))."""
     cpu = _cpu_plan()
@@ -116,6 +136,9 @@ def _containers() -> dict[str, tuple[str, Callable[[], tuple[list[str], list[str
         "tiny-model generator": ("ansible/roles/serve/tasks/generate.yml", lambda: _argv_caps(_generator_argv())),
         "wheelhouse download": ("serving/plan/wheelhouse.py", lambda: _argv_caps(
             wheelhouse.download_argv("b:1", "torch==1", "https://i", "/ctx"))),
+        "front door": ("serving/plan/frontdoor.py", lambda: _spec_caps(
+            frontdoor.render_spec(cpu_tiny, "f:1"))),
+        **_front_door_runs(),
     }  # fmt: skip
 
 
@@ -154,8 +177,9 @@ ARGV_BUILDERS = {
 STARTED_IN_ROLES = {
     "serve/tasks/replace.yml": ["Serve | Start the serving container"],
     "serve/tasks/sidecar.yml": ["Serve | Start the samplers sidecar beside the serving container"],
+    "serve/tasks/frontdoor.yml": ["Serve | Start the front door"],
 }
-DOCKER_RUN_IN_ROLES = {"capture/tasks/main.yml": 1, "serve/tasks/generate.yml": 1}
+DOCKER_RUN_IN_ROLES = {"capture/tasks/main.yml": 1, "serve/tasks/generate.yml": 1, "serve/tasks/frontdoor.yml": 3}
 
 
 def test_the_listing_holds_every_place_a_container_is_started() -> None:
@@ -186,6 +210,7 @@ def test_the_listing_holds_every_place_a_container_is_started() -> None:
         ("Serve | Start the serving container", lambda: gpu_serving_plan("rtxpro6000-tp8").launch.spec),
         ("Serve | Start the samplers sidecar beside the serving container",
          lambda: render_sidecar_spec(load_profile("cpu-tiny"), "p:1")),
+        ("Serve | Start the front door", lambda: frontdoor.render_spec(load_profile("cpu-tiny"), "f:1")),
     ],
 )  # fmt: skip
 def test_the_role_passes_every_setting_of_the_spec_to_docker(task: str, spec: Callable[[], Any]) -> None:

@@ -1,0 +1,140 @@
+"""The front door on the embedded default: a keyed deploy of cpu-tiny with front_door {listen: 0.0.0.0}, then every
+route vLLM has, three ways: on vLLM's own loopback port without the key (what answers there today), and through
+the front door without and with the key. Then what cannot connect: vLLM's port from a container (outside the host's
+network namespace), and /health through the front door from an address outside the monitoring networks.
+
+Two engine starts: the keyed one, and the default put back at the end (which also removes the front door).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.conftest import BASE_URL, CONTAINER, REPO, docker, inspect, make, manifest_of
+
+pytestmark = pytest.mark.integration
+ENGINE_STARTS = 2
+
+STATE = Path("/var/lib/refdeploy")
+FRONT = f"{CONTAINER}-front"
+FRONT_URL = "https://127.0.0.1:8443"
+SELF_SIGNED = STATE / "secrets" / f"{FRONT}-selfsigned" / "cert.pem"
+# The routes a client needs (GET the list, POST a completion) and the monitoring ones the host may read.
+SERVED_WITH_KEY = {("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
+                   ("GET", "/health"), ("GET", "/metrics")}  # fmt: skip
+BODIES = {
+    "/v1/completions": {"model": "tiny-llama", "prompt": "x", "max_tokens": 2},
+    "/v1/chat/completions": {"model": "tiny-llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
+}
+
+
+def _status(url: str, method: str = "GET", key: str | None = None, body: object = None) -> int:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    data = json.dumps(body).encode() if body is not None else None
+    ctx = ssl.create_default_context(cafile=str(SELF_SIGNED)) if url.startswith("https:") else None
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60, context=ctx) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def _from_a_container(image: str, *curl: str) -> subprocess.CompletedProcess[str]:
+    """curl in a container on Docker's default bridge: another network namespace, an address of 172.17.0.0/16."""
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network", "bridge", "--user", "0", image, "curl", "-sk", "--max-time", "5",
+         "-o", "/dev/null", "-w", "%{http_code}", *curl],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(1800)
+def test_beyond_loopback_clients_reach_only_the_front_door_and_it_asks_every_route_for_the_key(tmp_path: Path) -> None:
+    key = secrets.token_hex(24)
+    key_file = STATE / "test-front-door-key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    data = yaml.safe_load((REPO / "serving/profiles/cpu-tiny.yaml").read_text())
+    data["front_door"] = {"listen": "0.0.0.0", "port": 8443}
+    profile = tmp_path / "fronted.yaml"
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    try:
+        deploy = make("deploy", f"PROFILE={profile}", f"ANSIBLE_ARGS=-v -e refdeploy_api_key_file={key_file}")
+        assert deploy.rc == 0, deploy.output[-4000:]
+        assert key not in deploy.output
+        _run_dir, manifest = manifest_of(deploy)
+        front = manifest["front_door"]
+        fingerprint = docker("run", "--rm", "--network=none", "-v", f"{SELF_SIGNED}:/c.pem:ro", "--user", "0",
+                             manifest["plan"]["images"]["frontdoor_tag"], "openssl", "x509", "-noout",
+                             "-fingerprint", "-sha256", "-in", "/c.pem")  # fmt: skip
+        assert front["certificate_sha256_fingerprint"] == fingerprint.strip().split("=", 1)[1]
+        assert front["checked"] == "/v1/models with the key 200, without 401"
+        published = inspect(CONTAINER)["HostConfig"]["PortBindings"]  # type: ignore[index]
+        assert published == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8000"}]}
+
+        # Every route vLLM has (its OpenAPI document lists them), and the three answers.
+        with urllib.request.urlopen(f"{BASE_URL}/openapi.json", timeout=30) as resp:
+            paths = json.loads(resp.read())["paths"]
+        rows = []
+        for path in sorted(paths):
+            if "{" in path:
+                continue  # a templated path (/v1/models/{id}-like): its concrete siblings are in the table
+            method = "POST" if path in BODIES else "GET"
+            body = BODIES.get(path) if method == "POST" else None
+            # GET on a POST-only route: vLLM answers 405 where it checks no key (401 where it does), and nothing
+            # is paused, aborted or reset by the table.
+            today = _status(f"{BASE_URL}{path}", method, None, body)
+            without = _status(f"{FRONT_URL}{path}", method, None, body)
+            with_key = _status(f"{FRONT_URL}{path}", method, key, body)
+            rows.append((method, path, today, without, with_key))
+        table = "\n".join(f"{m:<5} {p:<40} {t:>5} {w:>8} {k:>9}" for m, p, t, w, k in rows)
+        print(f"\nroute table ({len(rows)} routes): method path, vLLM without key, front door without, with\n{table}")
+        answered_today = [r for r in rows if r[2] not in (401, 404)]
+        assert len(answered_today) >= 10, table  # vLLM's own port: most routes answer without a key
+        for method, path, _today, without, with_key in rows:
+            allowed = (method, path) in SERVED_WITH_KEY
+            assert without == (401 if allowed else 404), f"{method} {path} without the key: {without}"
+            assert with_key == (200 if allowed else 404), f"{method} {path} with the key: {with_key}"
+        assert _status(f"{FRONT_URL}/v1/completions", "POST", "wrong", BODIES["/v1/completions"]) == 401
+
+        # From another network namespace: vLLM's loopback port does not answer at all; the front door does, and
+        # /health there is refused to an address outside the monitoring networks, key or not.
+        image = manifest["plan"]["images"]["frontdoor_tag"]
+        gateway = docker("network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").strip()
+        serving_ip = next(iter(inspect(CONTAINER)["NetworkSettings"]["Networks"].values()))["IPAddress"]  # type: ignore[index]
+        for target in (f"http://{gateway}:8000/health", f"http://{serving_ip}:8000/health"):
+            got = _from_a_container(image, target)
+            assert got.stdout in ("000", ""), f"{target} answered {got.stdout} from the default bridge"
+        assert (
+            _from_a_container(image, "-H", f"Authorization: Bearer {key}", f"https://{gateway}:8443/v1/models").stdout
+            == "200"
+        )
+        assert (
+            _from_a_container(image, "-H", f"Authorization: Bearer {key}", f"https://{gateway}:8443/health").stdout
+            == "403"
+        )
+
+        # The key is in no inspection or log of the front door; its access log has the requests.
+        c = inspect(FRONT)
+        assert c is not None and key not in json.dumps(c)
+        assert c["HostConfig"]["CapDrop"] == ["ALL"] and c["HostConfig"]["ReadonlyRootfs"] is True
+        logs = subprocess.run(["docker", "logs", FRONT], capture_output=True, text=True, timeout=60)
+        assert key not in logs.stdout + logs.stderr and '"GET /v1/models HTTP/1.1" 200' in logs.stdout
+        status = make("status", f"PROFILE={profile}", f"ANSIBLE_ARGS=-e refdeploy_api_key_file={key_file}")
+        assert f"front door {FRONT}: running, https://127.0.0.1:8443" in " ".join(status.output.split())
+    finally:
+        back = make("deploy")
+        key_file.unlink(missing_ok=True)
+    assert back.rc == 0, back.output[-4000:]
+    assert inspect(FRONT) is None
+    assert not (STATE / "secrets" / FRONT).exists()
