@@ -92,7 +92,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "images": sorted(
                         {t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag, images.frontdoor_tag)}
                     ),
-                    "paths": [api_key_copy(name), sidecar_host_dir(profile)],
+                    # The front door's operator certificate and key too: preflight stops before any change without them.
+                    "paths": [api_key_copy(name), sidecar_host_dir(profile), *_tls_files(profile)],
                     # The serving container, one an interrupted replacement set aside, its samplers sidecar and
                     # its front door.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front")],
@@ -157,6 +158,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 # The host's cache of its wheelhouse's hashes, by size and mtime (refdeploy_host_readings build_files): root's,
 # beside the state the deploy keeps, not in /var/lib/refdeploy/cache, which vLLM's user owns.
 BUILD_FILES_CACHE = "/var/lib/refdeploy/build-files.json"
+
+
+def _tls_files(profile: Any) -> list[str]:
+    """The operator's certificate and key of the profile's front door (none for a generated pair, or no door)."""
+    fd = profile.front_door
+    return [f for f in (fd.tls_cert_file, fd.tls_key_file) if f] if fd is not None else []
 
 
 def _api_key_path(value: str) -> str:

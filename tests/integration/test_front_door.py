@@ -68,6 +68,18 @@ def test_beyond_loopback_clients_reach_only_the_front_door_and_it_asks_every_rou
     data["front_door"] = {"listen": "0.0.0.0", "port": 8443}
     profile = tmp_path / "fronted.yaml"
     profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    # The operator's pair, named but absent: refused before any change, in a line that names the file.
+    named = {**data, "front_door": {**data["front_door"], "tls_cert_file": "/etc/refdeploy/absent-cert.pem",
+                                    "tls_key_file": "/etc/refdeploy/absent-key.pem"}}  # fmt: skip
+    (tmp_path / "named.yaml").write_text(yaml.safe_dump(named, sort_keys=False))
+    refused = make(
+        "preflight", f"PROFILE={tmp_path / 'named.yaml'}", f"ANSIBLE_ARGS=-e refdeploy_api_key_file={key_file}"
+    )
+    assert refused.rc != 0
+    assert (
+        "/etc/refdeploy/absent-cert.pem (the profile's front_door.tls_cert_file or tls_key_file) is not a file on "
+        in (" ".join(refused.output.split()))
+    )
     try:
         deploy = make("deploy", f"PROFILE={profile}", f"ANSIBLE_ARGS=-v -e refdeploy_api_key_file={key_file}")
         assert deploy.rc == 0, deploy.output[-4000:]

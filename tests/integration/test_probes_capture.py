@@ -172,6 +172,12 @@ def test_capture_has_stacks_for_every_vllm_process(capture: Capture) -> None:
     dumped = {d["pid"] for d in res["dumps"] if d["status"] == "successful"}
     assert dumped == {p["pid"] for p in index["processes"]}
     for d in res["dumps"]:
+        if d["status"] != "successful":
+            # py-spy's --nonblocking read of a running process can fail ("Bad address (os error 14)" for a busy
+            # worker, in a CI-like run): the dump says so, keeps py-spy's stderr, and counts no threads.
+            stderr = bundle / "stacks" / d["file"].replace(".json", ".stderr.txt")
+            assert d["reason"] and d["threads"] == 0 and stderr.read_text().strip(), d
+            continue
         threads = json.loads((bundle / "stacks" / d["file"]).read_text())
         assert any(t["thread_name"] == "MainThread" for t in threads)
     agg = (bundle / "stacks" / "aggregate.txt").read_text()
