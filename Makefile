@@ -22,6 +22,9 @@ WORKLOAD  ?= default
 RUNS      ?=
 # make bench SEARCH=rate|concurrency: search for the knee (the highest load at which the workload's SLOs hold).
 SEARCH    ?=
+# make bench VIA=front: the requests go through the deploy's front door (TLS, the key); VIA=host:port through a
+# proxy of yours. A condition: make compare VARIABLE=via A=<direct> B=<through it> says what it costs.
+VIA       ?=
 # make profile: requests under the profiler, and KEEP=1 to leave the engine profiled afterwards. PROFILER=torch
 # plans any other target against the profiled engine (a bench of it, a capture of it).
 REQUESTS  ?= 4
@@ -141,13 +144,14 @@ profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of W
 ##@ Benchmarks
 
 .PHONY: bench
-bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n [SEARCH=rate|concurrency: the knee]; report in runs/<host>/<ts>/bench/
+bench: $(STAMP) ## vllm bench serve on HOST under fixed conditions: WORKLOAD=default RUNS=n [SEARCH=rate|concurrency: the knee] [VIA=front: through the front door]; report in runs/<host>/<ts>/bench/
+	@case "$(VIA)" in *[[:space:]]*) echo "make bench: VIA='$(VIA)': give VIA=front (the front door) or VIA=host:port of a proxy, without spaces" >&2; exit 2;; esac
 	@case "$(SEARCH)" in ""|rate|concurrency) ;; *) echo "make bench: SEARCH=$(SEARCH): give SEARCH=rate (arrival rate, no cap) or SEARCH=concurrency" >&2; exit 2;; esac
 	@case "$(RUNS)" in *[!0-9]*|0*) echo "make bench: RUNS=$(RUNS): give RUNS=n, measured runs per point, 1 or more (unset: the workload's)" >&2; exit 2;; esac
 	@case "$(WORKLOAD)" in ""|*[[:space:]]*) echo "make bench: WORKLOAD='$(WORKLOAD)': give one workload name (serving/workloads/) or one path, without spaces" >&2; exit 2;; esac
 	@$(CHECK_HOST)
 	$(PLAYBOOK) ansible/bench.yml -e bench_workload=$(WORKLOAD) $(if $(RUNS),-e bench_runs=$(RUNS),) \
-	  $(if $(SEARCH),-e bench_search=$(SEARCH),)
+	  $(if $(SEARCH),-e bench_search=$(SEARCH),) $(if $(VIA),-e bench_via=$(VIA),)
 
 .PHONY: compare
 compare: $(STAMP) ## Compare bench runs A=run[,run] B=run[,run] that differ only in VARIABLE (bootstrap CI); 2x2: C= D= VARIABLE=v1,v2

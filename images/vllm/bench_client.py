@@ -468,7 +468,9 @@ def warm_throughput(plan: dict[str, Any], out: Path) -> tuple[float, float] | No
 def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int:
     out = Path(plan["out"])
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    base = str(plan["base_url"]).rstrip("/")
+    # The server itself for /health, /metrics and cache resets; the requests go to base_url (a proxy, the front
+    # door, or the server again).
+    base = str(plan.get("server_url") or plan["base_url"]).rstrip("/")
     client: dict[str, Any] = {"schema_version": 1, "pid": os.getpid(), "runs": [], "status": "ok", "reason": ""}
     client["started_mono_s"], client["started_wall"] = stamp()
     t0 = time.monotonic()
@@ -532,6 +534,10 @@ def main(argv: list[str]) -> int:
             return 2
         # In this process's environment only (root-only /proc/<pid>/environ), never in an argv or an artifact.
         os.environ["OPENAI_API_KEY"] = key
+    if plan.get("ca_file"):
+        # The front door's certificate: vLLM's client (aiohttp's default TLS context) and this process's urllib
+        # check the door's TLS against it, through OpenSSL's SSL_CERT_FILE.
+        os.environ["SSL_CERT_FILE"] = str(plan["ca_file"])
     if reader is not None:
         drop_to(int(plan.get("run_as_uid", 10001)))
     shutil.rmtree(Path(plan["out"]), ignore_errors=True)

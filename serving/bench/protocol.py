@@ -349,10 +349,12 @@ def plan_bench(
     checks first); `host_out` the host directory the client container writes into (mounted at /bench);
     `server_cpuset` what the running serving container is pinned to (docker inspect), "" for unpinned;
     `client_cpus` pins the client (bench_client_cpus), else the CPUs the NUMA plan keeps for it, else the host's
-    outside the server's set. `via` ("host:port", bench_via) sends everything the client sends through what
-    listens there (a proxy, a load balancer in front of the server) instead of to the server itself: a condition,
-    and the client/server agreement checks say what it did to the stream. `engine_pid` is the serving
-    container's init on the host (docker inspect State.Pid): the client reads its processes' read volume.
+    outside the server's set. `via` ("host:port", bench_via) sends the client's requests through what listens
+    there (a proxy, a load balancer in front of the server) instead of to the server itself, and "front" through
+    the deploy's front door (TLS, the key): a condition, and the client/server agreement checks say what it did to
+    the stream. The client's /health, /metrics and cache resets go to the server itself either way. `engine_pid`
+    is the serving container's init on the host (docker inspect State.Pid): the client reads its processes' read
+    volume.
     """
     if plan.launch is None or plan.bench is None:
         raise InputError(f"the plan has no serving container on {plan.host}: " + "; ".join(plan.failures))
@@ -365,9 +367,7 @@ def plan_bench(
     if fits:
         raise InputError(fits)
     placement = place_client(host_online_cpus, server_cpuset, client_cpus, targets.client_cpus)
-    if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
-        raise InputError(f"bench_via={via!r}: give host:port of what the client should send through")
-    base_url = f"http://{via}" if via else plan.base_url
+    base_url, front = _via(via, plan)
     knee = search_plan(
         workload, search, base_url, targets.served_name, targets.tokenizer, seed_offset, cache_salt,
         profile.vllm.max_num_seqs,
@@ -386,7 +386,12 @@ def plan_bench(
     image = targets.image
     client_plan = {
         "schema_version": SCHEMA_VERSION,
+        # Where the requests go (through bench_via's proxy or the front door, else the server), and the server's
+        # own address, which the client's /health, /metrics and cache reset always read.
         "base_url": base_url,
+        "server_url": plan.base_url,
+        # The front door's certificate, which its TLS is checked against (SSL_CERT_FILE); None: no TLS.
+        "ca_file": FRONT_CERT if front else None,
         "out": f"{CLIENT_DIR}/out",
         "samplers_dir": CLIENT_SAMPLERS_DIR if samplers_dir else None,
         "prefix_cache": workload.prefix_cache,
@@ -406,7 +411,7 @@ def plan_bench(
     manifest = _bench_manifest(
         workload, plan, plan.launch, targets, placement, runs, gpu_class, seed_offset, cache_salt
     )
-    manifest["via"] = via or None
+    manifest["via"] = (f"front door {front['url']}" if front else via) or None
     manifest["base_url"] = base_url
     manifest["search"] = {k: v for k, v in knee.items() if k != "argv"} if knee else None
     # The workload's data file by content (a condition), its requests' expected lengths, and any resizing.
@@ -423,7 +428,30 @@ def plan_bench(
     # The manifest is an artifact (manifest.json, and compare's conditions): redacted whole, as every artifact is
     # (serving/config/redact.py), not field by field: the server's argv and any URL in it are in it too.
     return {"client_plan": client_plan, "docker_argv": argv, "manifest": redact(manifest), "timeout_s": timeout_s,
-            "cgroup_argv": cgroup_argv(plan.images.probes_tag, container), "files": files}  # fmt: skip
+            "cgroup_argv": cgroup_argv(plan.images.probes_tag, container), "files": files,
+            "front_cert": front["cert"] if front else ""}  # fmt: skip
+
+
+# bench_via's name for the deploy's own front door (serving/plan/frontdoor.py), and where the client finds the
+# door's certificate: the bench role copies it (a public certificate, never its key) into the client's directory.
+FRONT_VIA = "front"
+FRONT_CERT = f"{CLIENT_DIR}/front-door-cert.pem"
+
+
+def _via(via: str, plan: Plan) -> tuple[str, dict[str, Any] | None]:
+    """The URL the client sends its requests to, and the front door when that is what it goes through."""
+    if via == FRONT_VIA:
+        if plan.front_door is None:
+            raise InputError(
+                f"bench_via=front: profile {plan.profile.name} has no front door: deploy a profile with "
+                "front_door, or give host:port of what the client should send through"
+            )
+        return str(plan.front_door["url"]), plan.front_door
+    if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
+        raise InputError(
+            f"bench_via={via!r}: give host:port of what the client should send through, or front (the front door)"
+        )
+    return (f"http://{via}" if via else plan.base_url), None
 
 
 # A searched run sends at least this many times the engine's max_num_seqs (serving/standalone/knee_runs.py sizes it by

@@ -250,6 +250,10 @@ class FrontDoor(StrictModel):
     # A request's body at most (nginx size: 8m), and how long a response may take to start or go quiet.
     max_body: str = "8m"
     read_timeout_s: int = Field(default=600, ge=1, le=86400)
+    # vLLM's private network (serving/plan/render.py private_network): a bridge of this subnet, vLLM on its
+    # second address, no published port. The host's namespace reaches it (the front door, the bench client,
+    # `make status`); nothing outside the host does. It must not overlap a network the host or Docker has.
+    private_subnet: str = "172.31.254.0/29"
 
     @field_validator("listen")
     @classmethod
@@ -274,6 +278,17 @@ class FrontDoor(StrictModel):
             except ValueError:
                 raise ValueError(f"expected networks like 10.0.0.0/8 or 192.0.2.7/32, got {n!r}") from None
         return out
+
+    @field_validator("private_subnet")
+    @classmethod
+    def _subnet(cls, v: str) -> str:
+        try:
+            net = ipaddress.ip_network(v, strict=True)
+        except ValueError:
+            net = None
+        if net is None or net.version != 4 or net.prefixlen > 29 or not net.is_private:
+            raise ValueError(f"expected a private IPv4 network of 8 addresses or more, like 172.31.254.0/29, got {v!r}")
+        return str(net)
 
     @field_validator("max_body")
     @classmethod

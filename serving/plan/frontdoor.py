@@ -1,11 +1,13 @@
 """The front door: what clients beyond loopback reach instead of vLLM (a profile's `front_door`).
 
 vLLM's API key guards its /v1 routes only: /invocations, /tokenize, /pause, /abort_requests and, with the profiler
-configured, /start_profile answer without it. So vLLM is published on loopback only, always, and beyond loopback
-clients reach nginx (Debian's package, images/frontdoor), in its own container:
+configured, /start_profile answer without it. So vLLM is never published beyond loopback, and a profile with a
+front door publishes it nowhere: vLLM listens on its private network only (serving/plan/render.py
+private_network), and beyond loopback clients reach nginx (Debian's package, images/frontdoor), in its own
+container:
 
 - on the host's network, listening on `listen:port` itself: no Docker-published port, so the host's firewall
-  applies to it (Docker's published ports bypass it), and it reaches vLLM on 127.0.0.1 like the bench client;
+  applies to it (Docker's published ports bypass it), and it reaches vLLM on its private address;
 - TLS with the operator's certificate and key (root-only files on the host) or a pair generated for the host once
   and kept (its SHA-256 fingerprint is in the manifest);
 - the API key on every route, compared by nginx with the header `Authorization: Bearer <key>` (what vLLM and the
@@ -19,8 +21,10 @@ clients reach nginx (Debian's package, images/frontdoor), in its own container:
 - as the rest: no capabilities, no-new-privileges, a read-only root, nginx's own user (www-data), bounded pids and
   memory.
 
-The bench client, the probes and `make status` keep using vLLM's loopback port from the host; the front door is
-checked end to end by the deploy (a request with the key through it) and reported by `make status`.
+The bench client and `make status` reach vLLM on its private address from the host's namespace, the probes from
+inside its own; a bench with bench_via=front sends its requests through the front door instead (TLS checked
+against the door's certificate), a compared condition. The front door is checked end to end by the deploy (a
+request with the key through it, and one without) and reported by `make status`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import ipaddress
 from typing import Any
 
 from serving.config.profile import FrontDoor, Profile
-from serving.plan.render import SECRETS_DIR
+from serving.plan.render import SECRETS_DIR, private_network
 
 # Debian's www-data: nginx's user in the front door image, the group its files on the host are readable by.
 FRONT_UID = 33
@@ -78,11 +82,6 @@ def failures(profile: Profile, key_file: str | None) -> list[str]:
             "root-only file on the host (install -m 0600 /dev/stdin /etc/refdeploy/api-key) and set the "
             "inventory's refdeploy_api_key_file to it"
         )
-    if fd.port == ports.host_port:
-        out.append(
-            f"front_door.port {fd.port} is vLLM's own port on the host (ports.host_port): give the front door "
-            "another one (8443)"
-        )
     return out
 
 
@@ -92,8 +91,10 @@ def _listen(fd: FrontDoor) -> str:
 
 
 def _upstream(profile: Profile) -> str:
-    ip = ipaddress.ip_address(profile.ports.host_ip)
-    return f"[{ip}]:{profile.ports.host_port}" if ip.version == 6 else f"{ip}:{profile.ports.host_port}"
+    private = private_network(profile)
+    if private is None:
+        raise ValueError(f"profile {profile.name} has no front_door")
+    return f"{private['address']}:{profile.ports.container_port}"
 
 
 def render_conf(profile: Profile) -> str:
@@ -206,6 +207,9 @@ def plan_front_door(profile: Profile, image: str) -> dict[str, Any] | None:
     return {
         "name": front_name(name),
         "dir": front_dir(name),
+        # The certificate clients check the door against (public; a bench with bench_via=front takes a copy).
+        "cert": f"{front_dir(name)}/cert.pem",
+        "private_network": private_network(profile),
         "selfsigned_dir": selfsigned_dir(name),
         "listen": fd.listen,
         "port": fd.port,

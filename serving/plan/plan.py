@@ -42,6 +42,7 @@ from serving.plan.render import (
     STAND_IN_LABEL,
     api_key_copy,
     cache_volume,
+    private_network,
     profiler_host_dir,
     render_container_spec,
     render_sidecar_spec,
@@ -88,6 +89,9 @@ class Api(StrictModel):
     host_ip: str
     host_port: int
     loopback: bool
+    # Behind a front door nothing is published: vLLM answers on this address of its private network (the host's
+    # namespace only; serving/plan/render.py private_network). None: published on host_ip:host_port.
+    private_address: str | None = None
     # The root-only file on the managed host holding the API key (refdeploy_api_key_file); None: no key.
     # The key itself is never in the plan: the serve role copies the file to key_copy (root:RUNTIME_GID, 0440,
     # in a root-only directory), which the serving container and the bench client mount and read; with no key,
@@ -322,7 +326,9 @@ def _tokenizer_failures(tokenizer: str, volumes: Sequence[str]) -> list[str]:
 def _api(profile: Profile, api_key_file: str | None, launch: Launch | None) -> Api:
     """Where the API answers and its key; the secrets to redact are those of the environment the container
     is started with (the launch's, a stand-in's included), the profile's where nothing is launched."""
+    private = private_network(profile)
     return Api(
+        private_address=private["address"] if private is not None else None,
         host_ip=profile.ports.host_ip,
         host_port=profile.ports.host_port,
         loopback=profile.ports.loopback,
@@ -442,6 +448,9 @@ def _profiler(profile: Profile, kind: str) -> Profiler:
 
 
 def _base_url(profile: Profile) -> str:
+    private = private_network(profile)
+    if private is not None:
+        return f"http://{private['address']}:{profile.ports.container_port}"
     ip = profile.ports.host_ip
     host = "127.0.0.1" if ip in ("0.0.0.0", "::") else (f"[{ip}]" if ":" in ip else ip)
     return f"http://{host}:{profile.ports.host_port}"
@@ -568,11 +577,14 @@ def describe(plan: Plan) -> list[str]:
             )
         if plan.launch.stand_in:
             lines.append(f"  STAND-IN (test seam): {plan.launch.stand_in['what']}")
-    lines.append(
-        f"  API on {plan.api.host_ip}:{plan.api.host_port} ("
-        + ("loopback only" if plan.api.loopback else "beyond loopback")
-        + (f", API key from {plan.api.key_file}" if plan.api.key_file else ", no API key")
-        + ")"
-    )
+    api, port = plan.api, plan.profile.ports.container_port
+    if api.private_address:
+        where = f"{api.private_address}:{port} (its private network, nothing published"
+    else:
+        where = f"{api.host_ip}:{api.host_port} (" + ("loopback only" if api.loopback else "beyond loopback")
+    lines.append(f"  API on {where}" + (f", API key from {api.key_file})" if api.key_file else ", no API key)"))
+    if plan.front_door is not None:
+        front = plan.front_door
+        lines.append(f"  front door {front['name']} on {front['url']} (TLS, the API key on every route)")
     lines.append(f"  probes read: {plan.probes.data_file or '-'} ({plan.probes.data_file_note})")
     return lines

@@ -8,6 +8,7 @@ container spec uses the option names of community.docker.docker_container.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
 from typing import Any
@@ -98,7 +99,12 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
         "command": render_vllm_argv(profile),
         # The caches' places first, so that a profile that names its own keeps it.
         "env": dict(sorted({**CACHE_ENV, **profile.env}.items())),
-        "published_ports": [f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"],
+        # Behind a front door, nothing: vLLM is on its private network only (private_network).
+        "published_ports": (
+            []
+            if profile.front_door is not None
+            else [f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"]
+        ),
         "volumes": [
             f"{profile.model.host_path}:{profile.model.container_path}:ro",
             f"{compile_cache_dir(profile, image)}:{CACHE_MOUNT}",
@@ -143,9 +149,10 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
 # own caches need none. The one a GPU plan adds back is SYS_NICE where vLLM binds workers with numactl
 # (serving/plan/gpu_plan.py): Docker's seccomp profile allows set_mempolicy and mbind only to a container granted
 # it. no-new-privileges: nothing in the image may gain one through a setuid or file-capability binary.
-# Its own network (SERVING_NETWORK's name), a bridge without inter-container traffic (the serve role makes it):
-# clients reach the engine only through the port published on the profile's host_ip (the bench client and
-# `make status` from the host's namespace), and the probes that talk to it join its network namespace.
+# Its own network (serving_network), a bridge without inter-container traffic (the serve role makes it): clients
+# reach the engine through the port published on the profile's loopback host_ip (the bench client and
+# `make status` from the host's namespace), and the probes that talk to it join its network namespace. Behind a
+# front door nothing is published (private_network).
 SERVING_CAP_DROP = ["ALL"]
 SERVING_SECURITY_OPTS = ["no-new-privileges"]
 # pids.max counts threads. A running cpu-tiny engine here held 72 (the API server 10, the engine core 15, the
@@ -158,20 +165,45 @@ PIDS_PER_RANK = 1024
 NETWORK_ICC_OPTION = "com.docker.network.bridge.enable_icc"
 
 
-def serving_network(container_name: str) -> str:
-    """The serving container's own network."""
-    return f"{container_name}-net"
+def serving_network(profile: Profile) -> str:
+    """The serving container's own network: NAME-net, or NAME-private behind a front door (another name, so a
+    deploy that adds or removes the front door never has to change a network its running predecessor is on)."""
+    return f"{profile.container.name}-{'private' if profile.front_door is not None else 'net'}"
+
+
+def private_network(profile: Profile) -> dict[str, str] | None:
+    """Behind a front door, vLLM's network and its fixed address on it: the profile's private_subnet, the host's
+    bridge on its first address (Docker's gateway), vLLM on the second. No port is published: Docker's published
+    ports bypass the host's firewall, and on Docker Engines before 28 a neighbour on the same L2 segment can reach
+    a port published on 127.0.0.1. The container's address is reachable from the host's namespace (the bridge is
+    a host interface) and from nowhere else: Docker forwards into a bridge only what a published port allows, and
+    inter-container traffic is off. A fixed address: the front door's upstream and the plan's base_url are known
+    before the container starts, and stay what they were across a restart."""
+    fd = profile.front_door
+    if fd is None:
+        return None
+    net = ipaddress.ip_network(fd.private_subnet)
+    return {
+        "name": serving_network(profile),
+        "subnet": str(net),
+        "gateway": str(net[1]),
+        "address": str(net[2]),
+    }
 
 
 def least_privilege(profile: Profile) -> dict[str, Any]:
     """The spec's capability, privilege, pids and network settings (docker_container's names)."""
     ranks = (profile.vllm.tensor_parallel_size or 1) * (profile.vllm.pipeline_parallel_size or 1)
-    return {
+    out: dict[str, Any] = {
         "cap_drop": list(SERVING_CAP_DROP),
         "security_opts": list(SERVING_SECURITY_OPTS),
         "pids_limit": max(PIDS_LIMIT_MIN, PIDS_PER_RANK * ranks),
-        "network_mode": serving_network(profile.container.name),
+        "network_mode": serving_network(profile),
     }
+    private = private_network(profile)
+    if private is not None:
+        out["networks"] = [{"name": private["name"], "ipv4_address": private["address"]}]
+    return out
 
 
 # The serving container's entrypoint when an API key is configured: it reads the key from the root-only file

@@ -249,6 +249,21 @@ def _check_privileges(checks: list[dict[str, Any]], spec: Mapping[str, Any], hos
         _check(checks, "network (docker)", spec["network_mode"], host_config.get("NetworkMode"))
 
 
+def _check_ports(checks: list[dict[str, Any]], spec: Mapping[str, Any], container: Mapping[str, Any]) -> None:
+    """What Docker publishes (host ip:port:container port, as the spec writes it), and behind a front door vLLM's
+    fixed address on its private network (render.py private_network)."""
+    bindings = (container.get("HostConfig") or {}).get("PortBindings") or {}
+    published = sorted(
+        f"{b.get('HostIp', '')}:{b.get('HostPort', '')}:{port.split('/')[0]}"
+        for port, held in bindings.items() for b in held or []
+    )  # fmt: skip
+    _check(checks, "published ports (docker)", sorted(spec.get("published_ports") or []), published)
+    networks = (container.get("NetworkSettings") or {}).get("Networks") or {}
+    for want in spec.get("networks") or []:
+        got = (networks.get(want["name"]) or {}).get("IPAddress")
+        _check(checks, f"address on {want['name']} (docker)", want.get("ipv4_address"), got or None)
+
+
 def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a running deploy. `raw` holds the run's plan (serving/plan/plan.py), Docker's inspection of
     the container and its image, what the container itself reports (serving/standalone/inside_readings.py), the
@@ -272,6 +287,7 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     proc = parse_proc_limits(inside.get("proc_limits") or "")
     docker_ulimits = _check_limits(checks, spec, host_config, cgroup, proc)
     _check_privileges(checks, spec, host_config)
+    _check_ports(checks, spec, container)
 
     effective = raw.get("effective", {})
     engine_s = engine_startup_s(container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts"))

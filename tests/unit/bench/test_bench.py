@@ -23,7 +23,9 @@ from serving.bench import reference as bench_reference
 from serving.bench import runs as bench_runs
 from serving.bench import stats
 from serving.config import workload
+from serving.config.profile import FrontDoor
 from serving.errors import InputError
+from serving.plan.plan import plan_from_profile
 from tests.helpers.bench_dirs import RUN, SMOKE, fixture, serving_plan
 
 # --- workloads ----------------------------------------------------------------------------------------------
@@ -358,3 +360,25 @@ def test_a_bench_through_a_proxy_sends_there_and_the_proxy_is_a_condition() -> N
     assert [k for k in ca if ca[k] != cb.get(k)] == ["via"]
     with pytest.raises(InputError, match="bench_via='http://x': give host:port"):
         bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="http://x")
+    # The client's own reads of the server (/health, /metrics, the cache reset) go to the server, not the proxy.
+    assert proxied["client_plan"]["server_url"] == direct["client_plan"]["base_url"] == "http://127.0.0.1:8000"
+    assert proxied["client_plan"]["ca_file"] is None and proxied["front_cert"] == ""
+
+
+def test_a_bench_through_the_front_door_checks_its_tls_and_the_door_is_a_condition() -> None:
+    base = serving_plan()
+    profile = base.profile.model_copy(update={"front_door": FrontDoor(listen="0.0.0.0")})
+    plan = plan_from_profile(profile, "localhost", {"hostname": "localhost", "served_files": ""})
+    direct = bench.plan_bench(SMOKE, plan, "/o", "0-1", "0-1")
+    front = bench.plan_bench(SMOKE, plan, "/o", "0-1", "0-1", via="front")
+    argv = front["client_plan"]["runs"][0]["argv"]
+    assert argv[argv.index("--base-url") + 1] == "https://127.0.0.1:8443" == front["client_plan"]["base_url"]
+    # The server itself on its private address; the door's certificate, copied by the bench role, checked.
+    assert front["client_plan"]["server_url"] == direct["client_plan"]["base_url"] == "http://172.31.254.2:8000"
+    assert front["client_plan"]["ca_file"] == "/bench/front-door-cert.pem"
+    assert front["front_cert"] == "/var/lib/refdeploy/secrets/refdeploy-vllm-front/cert.pem"
+    ca, cb = bench_conditions.conditions(direct["manifest"]), bench_conditions.conditions(front["manifest"])
+    assert [k for k in ca if ca[k] != cb.get(k)] == ["via"]
+    assert cb["via"] == "front door https://127.0.0.1:8443"
+    with pytest.raises(InputError, match="bench_via=front: profile cpu-tiny has no front door"):
+        bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="front")

@@ -79,6 +79,8 @@ ROWS = [
     # --- make variables: the Makefile's own guards, before anything runs -------------------------------------------
     Row("SEARCH", "fast", "a knee search that does not exist", "make", ("bench", "SEARCH=fast"),
         ("SEARCH=fast", "give SEARCH=rate")),
+    Row("VIA", "front -e x=1", "missing quoting: split into extra -e arguments silently", "make",
+        ("bench", "VIA=front -e x=1"), ("VIA='front -e x=1'", "give VIA=front")),
     Row("RUNS", "abc", "wrong type: reached -e bench_runs unchecked", "make", ("bench", "RUNS=abc"),
         ("RUNS=abc", "give RUNS=n")),
     Row("RUNS", "0", "out of range", "make", ("bench", "RUNS=0"), ("RUNS=0", "1 or more")),

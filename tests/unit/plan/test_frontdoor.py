@@ -32,7 +32,7 @@ def test_every_allowed_route_checks_the_key_monitoring_also_the_network_and_the_
         assert "if ($refdeploy_key_ok = 0) { return 401; }" in body and "proxy_pass http://vllm;" in body
         assert ("$refdeploy_monitoring = 0) { return 403; }" in body) == (route in MONITORING_ROUTES)
     assert "location / {\n            return 404;" in conf
-    assert "listen 0.0.0.0:8443 ssl;" in conf and "server 127.0.0.1:8000;" in conf
+    assert "listen 0.0.0.0:8443 ssl;" in conf and "server 172.31.254.2:8000;" in conf
     assert "10.20.0.0/16 1;" in conf and "127.0.0.0/8 1;" in conf
     # Streams pass as vLLM sends them; the log has neither the Authorization header nor the query string.
     assert "proxy_buffering off;" in conf and "$http_authorization" not in conf.split("map $http_authorization")[0]
@@ -51,9 +51,29 @@ def test_the_front_doors_container_has_no_capabilities_a_read_only_root_and_its_
     assert spec["cap_drop"] == ["ALL"] and spec["security_opts"] == ["no-new-privileges"] and spec["read_only"]
     assert spec["volumes"] == ["/var/lib/refdeploy/secrets/refdeploy-vllm-front:/etc/refdeploy-front:ro"]
     assert spec["image"] == plan.images.frontdoor_tag and spec["log_options"] == {"max-size": "10m", "max-file": "3"}
-    # vLLM itself stays on loopback.
-    assert plan.container_spec is not None and plan.container_spec["published_ports"] == ["127.0.0.1:8000:8000"]
     assert plan_from_profile(load_profile("cpu-tiny"), "localhost", KEYED).front_door is None
+
+
+def test_behind_a_front_door_vllm_publishes_nothing_and_answers_on_its_private_address() -> None:
+    plan = plan_from_profile(_fronted(private_subnet="10.99.0.16/28"), "localhost", KEYED,
+                             api_key_file="/etc/refdeploy/api-key")  # fmt: skip
+    spec = plan.container_spec
+    assert spec is not None and spec["published_ports"] == []
+    assert spec["network_mode"] == "refdeploy-vllm-private"
+    assert spec["networks"] == [{"name": "refdeploy-vllm-private", "ipv4_address": "10.99.0.18"}]
+    assert plan.front_door is not None and plan.front_door["private_network"] == {
+        "name": "refdeploy-vllm-private",
+        "subnet": "10.99.0.16/28",
+        "gateway": "10.99.0.17",
+        "address": "10.99.0.18",
+    }
+    assert plan.base_url == "http://10.99.0.18:8000" and plan.api.private_address == "10.99.0.18"
+    assert "server 10.99.0.18:8000;" in plan.front_door["conf"]
+    # Without a front door: published on loopback, on NAME-net, as before.
+    plain = plan_from_profile(load_profile("cpu-tiny"), "localhost", KEYED)
+    assert plain.container_spec is not None and plain.container_spec["published_ports"] == ["127.0.0.1:8000:8000"]
+    assert plain.container_spec["network_mode"] == "refdeploy-vllm-net" and "networks" not in plain.container_spec
+    assert plain.base_url == "http://127.0.0.1:8000" and plain.api.private_address is None
 
 
 def test_a_front_door_on_one_address_is_reached_there_and_ipv6_is_bracketed() -> None:
@@ -71,6 +91,9 @@ def test_a_front_door_on_one_address_is_reached_there_and_ipv6_is_bracketed() ->
         ({"monitoring_networks": ["10.0.0.1/8"]}, "expected networks like 10.0.0.0/8"),
         ({"max_body": "lots"}, "expected a size like '8m'"),
         ({"port": 80}, "front_door.port"),
+        ({"private_subnet": "8.8.8.0/29"}, "expected a private IPv4 network of 8 addresses or more"),
+        ({"private_subnet": "10.0.0.0/30"}, "front_door.private_subnet"),
+        ({"private_subnet": "10.0.0.1/29"}, "front_door.private_subnet"),
     ],
 )
 def test_a_bad_front_door_is_refused_in_one_line_naming_the_field(front: dict[str, object], says: str) -> None:
