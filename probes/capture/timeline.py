@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probes.readers import kernel, metrics, nvml, nvml_log, procs, samplers
+from probes.readers import kernel, metrics, nvml, nvml_log, procs, sampler_logs, samplers
 
 LATENCY_SERIES = {
     "TTFT mean": "vllm:time_to_first_token_seconds",
@@ -117,18 +117,18 @@ def sampler_panels(
                 )
     cpu = panel("CPU", "%", ["vmstat", "pidstat"], "vmstat 1, pidstat -u -t on the vLLM PIDs (samplers/)")
     if (sdir / "vmstat.log").exists():
-        vm = samplers.parse_vmstat(samplers.read_log(sdir / "vmstat.log"))
+        vm = sampler_logs.parse_vmstat(sampler_logs.read_log(sdir / "vmstat.log"))
         for col in ("us", "sy", "wa"):
             cpu["series"][f"host {col}"] = _rel(vm.get(col, []), t0, t1)
     if (sdir / "pidstat.log").exists():
         roles = {p.pid: p.name for p in found}
-        for row in samplers.parse_pidstat(samplers.read_log(sdir / "pidstat.log")):
+        for row in sampler_logs.parse_pidstat(sampler_logs.read_log(sdir / "pidstat.log")):
             if row.tid is None and "%CPU" in row.values:
                 label = f"pid {row.tgid} {roles.get(row.tgid, row.command)} %CPU"
                 cpu["series"].setdefault(label, []).append([round(row.mono_s - t0, 3), row.values["%CPU"]])
     io = panel("Block I/O", "r/s, w/s", ["iostat"], "iostat -x 1 (samplers/iostat.log)")
     if (sdir / "iostat.log").exists():
-        for dev, cols in sorted(samplers.parse_iostat(samplers.read_log(sdir / "iostat.log")).items()):
+        for dev, cols in sorted(sampler_logs.parse_iostat(sampler_logs.read_log(sdir / "iostat.log")).items()):
             if dev.startswith(IGNORED_DEVICES):
                 continue
             for col in ("r/s", "w/s"):
@@ -143,12 +143,12 @@ def gpu_links(sdir: Path, pcie_min: tuple[int, int] | None) -> dict[str, Any]:
     if pcie_min is None or log is None:
         why = "no class PCIe link given (--pcie-min-gen)" if pcie_min is None else "no GPU samples (NVML or nvidia-smi)"
         return {"judged": False, "why": why, "flags": [], "gpus": []}
-    judged = samplers.judge_pcie_links(nvml_log.read_gpu_samples(log), *pcie_min)
+    judged = sampler_logs.judge_pcie_links(nvml_log.read_gpu_samples(log), *pcie_min)
     return {
         "judged": True,
         "log": f"samplers/{log.name}",
         "class_min": {"gen": pcie_min[0], "width": pcie_min[1]},
-        "busy_utilization_pct": samplers.BUSY_UTILIZATION_PCT,
+        "busy_utilization_pct": sampler_logs.BUSY_UTILIZATION_PCT,
         "flags": [j.line for j in judged if j.line],
         "gpus": [asdict(j) for j in judged],
     }
@@ -161,7 +161,7 @@ def gpu_health(sdir: Path, t0: float, t1: float) -> dict[str, Any]:
     if not log.exists():
         why = "no NVML log (samplers/nvml.log): the GPU sampler ran nvidia-smi, or none (samplers.json says why)"
         return {"judged": False, "why": why, "flags": [], "events": [], "notes": []}
-    health = nvml_log.judge_health(nvml_log.parse_nvml(samplers.read_log(log)), t0, t1)
+    health = nvml_log.judge_health(nvml_log.parse_nvml(sampler_logs.read_log(log)), t0, t1)
     said = ["GPU readings: REPLAYED NVML values (the test seam, probes/readers/nvml_replay.py), not this host's GPUs"]
     return {"log": f"samplers/{log.name}", **health, "notes": (said if health["replayed"] else []) + health["flags"]}
 

@@ -15,7 +15,7 @@ Meanings and units are NVML's own, from the NVML API Reference Guide (docs.nvidi
 - nvmlDeviceGetClockInfo (NVML_CLOCK_SM, NVML_CLOCK_MEM): MHz.   nvmlDeviceGetTemperature (NVML_TEMPERATURE_GPU): °C.
 - nvmlDeviceGetCurrPcieLinkGeneration / Width: the link as negotiated now; nvmlDeviceGetMaxPcieLinkGeneration /
   Width: the most "possible with this device and system" (nvidia-smi's pcie.link.gen.max).
-- nvmlDeviceGetCurrentClocksEventReasons: a bit mask of nvmlClocksEventReason* (samplers.CLOCK_EVENT_REASONS).
+- nvmlDeviceGetCurrentClocksEventReasons: a bit mask of nvmlClocksEventReason* (sampler_logs.CLOCK_EVENT_REASONS).
 - nvmlDeviceGetPcieThroughput (NVML_PCIE_UTIL_TX_BYTES, _RX_BYTES): KB/s, a byte counter over a 20 ms interval.
 - nvmlDeviceGetPcieReplayCounter: the PCIe replay counter (packets the link resent), cumulative.
 - nvmlDeviceGetTotalEnergyConsumption: millijoules since the driver was last reloaded (Volta and newer).

@@ -1,5 +1,5 @@
-"""nvml.log read back (probes/readers/nvml.py writes it): its samples as samplers.GpuSample, its XID events and first
-errors; a cumulative counter (the energy) between two times; and what a window's log flags (XID events, PCIe
+"""nvml.log read back (probes/readers/nvml.py writes it): its samples as sampler_logs.GpuSample, its XID events and
+first errors; a cumulative counter (the energy) between two times; and what a window's log flags (XID events, PCIe
 replay-counter rises). Also which GPU sampler log a samplers directory holds, NVML's or nvidia-smi's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.readers.nvml import LOG_FIELDS, LOG_NAME, SOURCE_NVML, SOURCE_REPLAYED
-from probes.readers.samplers import GpuSample, Line, parse_nvidia_smi, read_log
+from probes.readers.sampler_logs import GpuSample, Line, parse_nvidia_smi, read_log
 
 # A counter reading is interpolated between two samples at most this far apart; wider, it is not read.
 MAX_COUNTER_GAP_S = 1.0
@@ -39,7 +39,7 @@ def _int(s: str) -> int | None:
         return None
 
 
-# nvml.log's columns, as the nvidia-smi fields samplers.GpuSample carries (and its units), or NVML's own.
+# nvml.log's columns, as the nvidia-smi fields sampler_logs.GpuSample carries (and its units), or NVML's own.
 _AS_NVIDIA_SMI: dict[str, tuple[str, int]] = {
     "memory.used_bytes": ("memory.used", 2**20),  # MiB, as nvidia-smi's memory.used
     "power_mw": ("power.draw", 1000),  # W, as nvidia-smi's power.draw
@@ -47,7 +47,7 @@ _AS_NVIDIA_SMI: dict[str, tuple[str, int]] = {
 
 
 def parse_nvml(lines: Sequence[Line]) -> NvmlLog:
-    """nvml.log's samples (in samplers.GpuSample's fields and nvidia-smi's units, plus pcie.tx_kb_s, pcie.rx_kb_s,
+    """nvml.log's samples (in sampler_logs.GpuSample's fields and nvidia-smi's units, plus pcie.tx_kb_s, pcie.rx_kb_s,
     pcie.replay_counter and energy_mj in NVML's), XID events and first errors."""
     out = NvmlLog()
     for ln in lines:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.readers import nvml, nvml_log
-from probes.readers.samplers import read_log
+from probes.readers.sampler_logs import read_log
 from serving.bench.health import point_cell
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.readers import nvml, nvml_log
-from probes.readers.samplers import read_log
+from probes.readers.sampler_logs import read_log
 
 # The NVML calls without which a check is not made (probes/readers/nvml.py logs each failure once per GPU and call).
 _XID_CALLS = ("nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from probes.readers.samplers import parse_vmstat, read_log
+from probes.readers.sampler_logs import parse_vmstat, read_log
 from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench.summary import KNEE_SVG, load_json

@@ -17,7 +17,7 @@ from probes.capture.timeline import cgroup_notes
 from probes.readers.cgroup_delta import cgroup_delta
 from probes.readers.cgroups import snapshot_from_json
 from probes.readers.nvml_log import gpu_log, read_gpu_samples
-from probes.readers.samplers import judge_pcie_links
+from probes.readers.sampler_logs import judge_pcie_links
 from serving.bench import energy as bench_energy
 from serving.bench import health as bench_health
 from serving.bench import protocol as bench

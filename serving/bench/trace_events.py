@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from probes.readers.samplers import parse_vmstat, read_log
+from probes.readers.sampler_logs import parse_vmstat, read_log
 from serving.evidence.capture_trace import (
     PID_CLIENT,
     PID_SAMPLERS,

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from probes.readers import nvml, samplers
+from probes.readers import nvml, sampler_logs, samplers
 from serving.bench import compare
 from serving.bench import protocol as bench
 from serving.config import workload
@@ -149,4 +149,4 @@ def sidecar_nvml_log(samplers_dir: Path) -> list[float]:
     while sset.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sset.stop()["nvidia-smi"].lines == 120
-    return [ln.mono_s for ln in samplers.read_log(samplers_dir / "nvml.log")]
+    return [ln.mono_s for ln in sampler_logs.read_log(samplers_dir / "nvml.log")]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from probes.readers import samplers
+from probes.readers import sampler_logs
 from serving.evidence.plots import PANEL_COLOURS
 from tests.helpers.machine import perf_refused_here
 from tests.helpers.perfetto import TraceProcessor, require_node
@@ -76,13 +76,13 @@ def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed:
     while time.monotonic() < deadline and not (log_dir / "pidstat.log").exists():
         time.sleep(1)
     time.sleep(3)
-    rows = samplers.parse_pidstat(samplers.read_log(log_dir / "pidstat.log", include_rotated=False))
+    rows = sampler_logs.parse_pidstat(sampler_logs.read_log(log_dir / "pidstat.log", include_rotated=False))
     # Only vLLM's processes (API server PID 1, EngineCore, Worker) and their threads: never the whole host.
     tgids = {r.tgid for r in rows}
     assert 1 in tgids and len(tgids) == 3, tgids
     # pidstat prints the 15-character comm of each process.
     assert {r.command for r in rows if r.tid is None} == {"vllm", "VLLM::EngineCor", "VLLM::Worker"}
-    vm = samplers.parse_vmstat(samplers.read_log(log_dir / "vmstat.log"))
+    vm = sampler_logs.parse_vmstat(sampler_logs.read_log(log_dir / "vmstat.log"))
     assert len(vm["us"]) >= 2
 
 
@@ -198,7 +198,7 @@ def test_capture_parts_and_one_clock(capture: Capture) -> None:
         assert parts["perf"]["status"] == "successful", parts["perf"]
     assert parts["record"]["status"] == "skipped"
     window = index["window"]
-    lines = samplers.read_log(bundle / "samplers" / "vmstat.log")
+    lines = sampler_logs.read_log(bundle / "samplers" / "vmstat.log")
     assert lines, "vmstat wrote nothing"
     assert all(window["start_mono_s"] - 1 <= ln.mono_s <= window["end_mono_s"] + 1 for ln in lines)
     wchan = json.loads((bundle / "kernel" / "wchan.json").read_text())

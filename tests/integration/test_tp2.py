@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from probes.readers import samplers
+from probes.readers import sampler_logs
 from tests.helpers.perfetto import TraceProcessor
 from tests.integration.conftest import (
     CONTAINER,
@@ -143,7 +143,7 @@ def test_capture_takes_stacks_and_perf_of_every_rank(capture: Path) -> None:
 def test_pidstat_covers_every_thread_of_both_ranks(capture: Path) -> None:
     index = json.loads((capture / "bundle.json").read_text())
     workers = {p["pid"] for p in index["processes"] if p["role"] == "worker"}
-    rows = samplers.parse_pidstat(samplers.read_log(capture / "samplers" / "pidstat.log"))
+    rows = sampler_logs.parse_pidstat(sampler_logs.read_log(capture / "samplers" / "pidstat.log"))
     threads = {pid: {r.tid for r in rows if r.tgid == pid and r.tid is not None} for pid in workers}
     assert all(len(t) > 1 for t in threads.values()), threads  # per thread, not only per process
     busy = {r.tgid for r in rows if r.tid is None and r.tgid in workers and r.values.get("%CPU", 0) > 5}

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV02
 
-from probes.readers import nvml, nvml_log, samplers
+from probes.readers import nvml, nvml_log, sampler_logs, samplers
 from serving.bench import br_export
 from serving.bench import report as bench_report
 from tests.helpers.bench_dirs import RECORDED, SCHEMA, bench_dir, flag, recorded_energy_mj, sidecar_nvml_log
@@ -58,7 +58,7 @@ def not_supported_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def with_log(tmp_path: Path, log: Path) -> tuple[Path, nvml_log.NvmlLog]:
     d = bench_dir(tmp_path)
     shutil.copy(log, d / "samplers" / nvml.LOG_NAME)
-    return d, nvml_log.parse_nvml(samplers.read_log(log))
+    return d, nvml_log.parse_nvml(sampler_logs.read_log(log))
 
 
 def set_window(d: Path, run_id: str, start: float, end: float) -> None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from probes.readers import samplers
+from probes.readers import sampler_logs
 from serving.config.alloc_conf import REGISTERED_PATH, TORCH_PATH, parse_alloc_conf, pinned_allocation_bytes
 from serving.host import gpu_facts, host_tuning
 from serving.record import memory_phases
@@ -33,7 +33,7 @@ def _json(name: str) -> dict[str, Any]:
 def test_the_fields_recorded_are_the_ones_the_code_asks_for() -> None:
     assert _text("fields-query-gpu.txt").strip() == ",".join(gpu_facts.QUERY_GPU_FIELDS)
     assert _text("fields-settings.txt").strip() == ",".join(host_tuning.SETTINGS_FIELDS)
-    assert _text("fields-sampled.txt").strip() == ",".join(samplers.NVIDIA_SMI_FIELDS)
+    assert _text("fields-sampled.txt").strip() == ",".join(sampler_logs.NVIDIA_SMI_FIELDS)
 
 
 def test_preflight_reads_the_real_listing_query_and_topology() -> None:
@@ -83,7 +83,9 @@ def test_the_sampler_stream_shows_the_load_where_it_ran() -> None:
     """The second run's stream against its load's phases (wall clock): the parser must see 99-100% and the power
     cap during the products, 0% and the idle reason before the first CUDA context."""
     lines = _text("nvidia-smi-sampled-2.csv").splitlines()
-    parsed = samplers.parse_nvidia_smi([samplers.Line(float(i), ln.split(",")[0], ln) for i, ln in enumerate(lines)])
+    parsed = sampler_logs.parse_nvidia_smi(
+        [sampler_logs.Line(float(i), ln.split(",")[0], ln) for i, ln in enumerate(lines)]
+    )
     assert len(parsed) == len(lines) > 100
 
     def wall(sample_text: str) -> float:
@@ -94,10 +96,12 @@ def test_the_sampler_stream_shows_the_load_where_it_ran() -> None:
     lo, hi = matmul["wall"]
     during = [s for s, ln in zip(parsed, lines, strict=True) if lo + 1 <= wall(ln) <= hi - 0.5]
     assert during and all(s.values["utilization.gpu"] >= 99 for s in during)
-    assert all(samplers.clock_event_names(s.values["clocks_event_reasons.active"]) == ["sw_power_cap"] for s in during)
+    assert all(
+        sampler_logs.clock_event_names(s.values["clocks_event_reasons.active"]) == ["sw_power_cap"] for s in during
+    )
     assert all(600 < s.values["power.draw"] <= 700 for s in during)
     first = parsed[0]
-    assert first.values["utilization.gpu"] == 0 and samplers.clock_event_names(
+    assert first.values["utilization.gpu"] == 0 and sampler_logs.clock_event_names(
         first.values["clocks_event_reasons.active"]
     ) == ["gpu_idle"]
     assert (first.values["pcie.link.gen.gpucurrent"], first.values["pcie.link.width.current"]) == (5, 16)

@@ -18,9 +18,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from probes.readers import nvml, nvml_log, samplers
+from probes.readers import nvml, nvml_log, sampler_logs
 from probes.readers.nvml_replay import EventData, Memory, ReplayNvml, Utilization
-from probes.readers.samplers import Line
+from probes.readers.sampler_logs import Line
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 RECORDED = FIX / "recorded-h200" / "nvml-samples.jsonl"
@@ -97,15 +97,15 @@ def test_the_recorded_load_reads_as_it_ran() -> None:
     samples = nvml_log.parse_nvml(stamped(replay_lines(str(RECORDED)))).samples
     busy = [s for s in samples if s.values["utilization.gpu"] >= 99 and s.values["power.draw"] > 600]
     assert len(busy) >= 25
-    assert {tuple(samplers.clock_event_names(s.values["clocks_event_reasons.active"])) for s in busy} == {
+    assert {tuple(sampler_logs.clock_event_names(s.values["clocks_event_reasons.active"])) for s in busy} == {
         ("sw_power_cap",)
     }
     copies = [s for s in samples if s.values["pcie.rx_kb_s"] > 50e6]
     assert copies and all(59e6 < s.values["pcie.rx_kb_s"] < 60e6 for s in copies)
     # The PCIe judgement reads NVML's samples as it reads nvidia-smi's: at Gen 5 x16 whenever busy.
-    (link,) = samplers.judge_pcie_links(samples, 5, 16)
+    (link,) = sampler_logs.judge_pcie_links(samples, 5, 16)
     assert link.busy_samples >= 25 and link.line is None
-    assert samplers.judge_pcie_links(samples, 6, 16)[0].line is not None  # a class asking Gen 6 is not met
+    assert sampler_logs.judge_pcie_links(samples, 6, 16)[0].line is not None  # a class asking Gen 6 is not met
 
 
 def test_the_energy_counter_agrees_with_the_power_readings() -> None:

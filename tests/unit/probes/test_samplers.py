@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.readers import nvml, samplers
-from probes.readers.samplers import Line
+from probes.readers import nvml, sampler_logs, samplers
+from probes.readers.sampler_logs import Line
 
 FIX = Path(__file__).parent.parent.parent / "fixtures"
 SYSSTAT = FIX / "sysstat-12.6"
@@ -49,7 +49,7 @@ def test_unknown_sampler_is_refused() -> None:
 
 
 def test_vmstat_drops_the_since_boot_row() -> None:
-    series = samplers.parse_vmstat(samplers.read_log(SYSSTAT / "vmstat.log"))
+    series = sampler_logs.parse_vmstat(sampler_logs.read_log(SYSSTAT / "vmstat.log"))
     # 5 lines: two headers, the since-boot row, two interval rows.
     assert len(series["us"]) == 2
     assert [v for _, v in series["id"]] == [97.0, 93.0]  # not the since-boot 45
@@ -57,14 +57,14 @@ def test_vmstat_drops_the_since_boot_row() -> None:
 
 
 def test_iostat_rows_by_device_and_column() -> None:
-    by_dev = samplers.parse_iostat(samplers.read_log(SYSSTAT / "iostat.log"))
+    by_dev = sampler_logs.parse_iostat(sampler_logs.read_log(SYSSTAT / "iostat.log"))
     assert "vda" in by_dev
     assert {"r/s", "w/s", "r_await", "aqu-sz", "%util"} <= set(by_dev["vda"])
     assert len(by_dev["vda"]["r/s"]) == 2  # -y: no since-boot report; 2 intervals in 3 s
 
 
 def test_pidstat_process_and_thread_rows() -> None:
-    rows = samplers.parse_pidstat(samplers.read_log(SYSSTAT / "pidstat.log"))
+    rows = sampler_logs.parse_pidstat(sampler_logs.read_log(SYSSTAT / "pidstat.log"))
     procs_rows = [r for r in rows if r.tid is None]
     assert {r.tgid for r in procs_rows} == {1, 30, 54}
     worker_threads = [r for r in rows if r.tgid == 54 and r.tid is not None]
@@ -75,48 +75,48 @@ def test_pidstat_process_and_thread_rows() -> None:
 
 def test_nvidia_smi_csv_lines_with_na_fields() -> None:
     text = (FIX / "nvidia-smi" / "query-gpu-3x3090.constructed.csv").read_text().splitlines()
-    samples = samplers.parse_nvidia_smi([Line(float(i), "", t) for i, t in enumerate(text)])
+    samples = sampler_logs.parse_nvidia_smi([Line(float(i), "", t) for i, t in enumerate(text)])
     assert [s.index for s in samples] == [0, 1, 2, 0, 1, 2]
     assert samples[0].values["utilization.gpu"] == 97.0
     assert "power.draw" not in samples[2].values  # [N/A]
     assert samples[2].values["memory.used"] == 22990.0
 
 
-def _sampled(fixture: str) -> list[samplers.GpuSample]:
+def _sampled(fixture: str) -> list[sampler_logs.GpuSample]:
     """A class's replayed stream (tests/fixtures/gpu-hosts/<class>/nvidia-smi-sampled.csv), as the sidecar logs it."""
     text = (FIX / "gpu-hosts" / fixture / "nvidia-smi-sampled.csv").read_text().splitlines()
-    assert text[0] == "# fields: " + ",".join(samplers.NVIDIA_SMI_FIELDS)
-    return samplers.parse_nvidia_smi([Line(0.2 * i, "", t) for i, t in enumerate(text[1:])])
+    assert text[0] == "# fields: " + ",".join(sampler_logs.NVIDIA_SMI_FIELDS)
+    return sampler_logs.parse_nvidia_smi([Line(0.2 * i, "", t) for i, t in enumerate(text[1:])])
 
 
 def test_the_sampled_fields_read_the_pcie_link_and_the_clock_event_reasons() -> None:
     samples = _sampled("rtx3090-3gpu")
     idle, busy = samples[1].values, samples[7].values  # GPU 1 before the first request, then in decode
     assert (idle["utilization.gpu"], idle["power.draw"], idle["clocks.sm"]) == (0, 31.17, 210)
-    assert samplers.clock_event_names(idle["clocks_event_reasons.active"]) == ["gpu_idle"]
+    assert sampler_logs.clock_event_names(idle["clocks_event_reasons.active"]) == ["gpu_idle"]
     assert (busy["utilization.gpu"], busy["pcie.link.gen.gpucurrent"], busy["pcie.link.width.current"]) == (47, 1, 8)
     assert busy["pcie.link.gen.max"] == 4 and busy["clocks_event_reasons.active"] == 0
     capped = [s for s in samples if s.values.get("clocks_event_reasons.active") == 4]
     # GPU 2, whose power limit is set to 300 W (nvidia-smi-settings.csv), at its cap.
     assert [(s.index, s.values["power.draw"]) for s in capped] == [(2, 299.6)]
-    assert samplers.clock_event_names(capped[0].values["clocks_event_reasons.active"]) == ["sw_power_cap"]
-    assert samplers.clock_event_names(0x1 | 0x40 | 0x1000) == ["gpu_idle", "hw_thermal_slowdown", "0x1000"]
+    assert sampler_logs.clock_event_names(capped[0].values["clocks_event_reasons.active"]) == ["sw_power_cap"]
+    assert sampler_logs.clock_event_names(0x1 | 0x40 | 0x1000) == ["gpu_idle", "hw_thermal_slowdown", "0x1000"]
 
 
 def test_a_link_below_the_class_while_busy_is_flagged_and_an_idle_drop_is_not() -> None:
-    judged = {j.gpu: j for j in samplers.judge_pcie_links(_sampled("rtx3090-3gpu"), 4, 16)}
+    judged = {j.gpu: j for j in sampler_logs.judge_pcie_links(_sampled("rtx3090-3gpu"), 4, 16)}
     assert [g for g, j in judged.items() if j.line] == [1]
     assert judged[1].line is not None and judged[1].line.startswith(
         "GPU 1: PCIe link at Gen 1 x8 in 8 of 8 busy samples (utilization >= 20%), below the class's Gen 4 x16"
     )
     # GPUs 0 and 2 drop to Gen 1 when idle, and are at Gen 4 x16 whenever busy.
     assert (judged[0].busy_samples, judged[0].below_samples) == (8, 0) and judged[2].below_samples == 0
-    assert all(j.line is None for j in samplers.judge_pcie_links(_sampled("rtxpro6000-8gpu"), 5, 16))
+    assert all(j.line is None for j in sampler_logs.judge_pcie_links(_sampled("rtxpro6000-8gpu"), 5, 16))
 
 
 def test_a_log_of_the_seeds_nine_fields_still_reads() -> None:
     line = "2026/11/29 12:00:00.000, 0, 97, 61, 23011, 301.52, 1905, 9751, 71"
-    (s,) = samplers.parse_nvidia_smi([Line(1.0, "", line)])
+    (s,) = sampler_logs.parse_nvidia_smi([Line(1.0, "", line)])
     assert s.values["utilization.gpu"] == 97 and "pcie.link.gen.gpucurrent" not in s.values
 
 
@@ -143,7 +143,7 @@ def test_sidecar_log_rotates_once(tmp_path: Path) -> None:
     log.close()
     assert (tmp_path / "x.log.1").exists()
     assert (tmp_path / "x.log").stat().st_size <= 300
-    lines = samplers.read_log(tmp_path / "x.log")
+    lines = sampler_logs.read_log(tmp_path / "x.log")
     assert lines[-1].text == "line 49"
     assert all(a.mono_s <= b.mono_s for a, b in itertools.pairwise(lines))
 
@@ -160,7 +160,7 @@ def test_a_real_sampler_set_stamps_lines_on_the_monotonic_clock(tmp_path: Path) 
     results = sset.stop()
     after = time.monotonic()
     assert results["vmstat"].status == "successful", results["vmstat"].reason
-    lines = samplers.read_log(tmp_path / "vmstat.log")
+    lines = sampler_logs.read_log(tmp_path / "vmstat.log")
     assert len(lines) >= 4  # two headers and at least two rows
     assert all(before <= ln.mono_s <= after for ln in lines)
 
@@ -221,7 +221,7 @@ def test_sidecar_starts_its_logs_afresh_and_stops_on_sigterm(tmp_path: Path) -> 
     _stdout, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
     assert "previous serving container" in (out / "vmstat.log.1").read_text()
-    current = samplers.read_log(out / "vmstat.log", include_rotated=False)
+    current = sampler_logs.read_log(out / "vmstat.log", include_rotated=False)
     assert current and all("previous" not in ln.text for ln in current)
     assert json.loads((out / "samplers.json").read_text())["samplers"]["vmstat"]["status"] == "successful"
 
@@ -260,7 +260,7 @@ def test_a_sidecars_pidstat_follows_the_engine_processes_that_start_after_it(tmp
         watched([server.pid, engine.pid], samplers.FOLLOW_S + 10)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            tgids = {r.tgid for r in samplers.parse_pidstat(samplers.read_log(out / "pidstat.log"))}
+            tgids = {r.tgid for r in sampler_logs.parse_pidstat(sampler_logs.read_log(out / "pidstat.log"))}
             if engine.pid in tgids:
                 break
             time.sleep(0.5)

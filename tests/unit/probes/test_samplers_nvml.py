@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from probes.readers import nvml, nvml_log, samplers
+from probes.readers import nvml, nvml_log, sampler_logs, samplers
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 RECORDED = FIX / "recorded-h200" / "nvml-samples.jsonl"
@@ -56,7 +56,7 @@ def test_the_nvml_reader_runs_in_this_process_and_logs_every_recorded_sample(tmp
     assert (r.status, r.reason, r.log, r.lines, r.exit_code) == ("successful", None, "nvml.log", 120, None)
     assert r.via == LABEL
     assert nvml_log.gpu_log(tmp_path) == tmp_path / "nvml.log" and not (tmp_path / "nvidia-smi.log").exists()
-    lines = samplers.read_log(tmp_path / "nvml.log")
+    lines = sampler_logs.read_log(tmp_path / "nvml.log")
     assert all(before <= ln.mono_s <= after for ln in lines)
     assert all(a.mono_s <= b.mono_s for a, b in itertools.pairwise(lines))
     samples = nvml_log.read_gpu_samples(tmp_path / "nvml.log")
@@ -91,7 +91,7 @@ def test_the_cli_samples_nvml_through_the_replay_the_environment_names(tmp_path:
     assert f"(via {LABEL})" in cp.stdout
     doc = json.loads((out / "samplers.json").read_text())["samplers"]["nvidia-smi"]
     assert (doc["status"], doc["log"], doc["via"]) == ("successful", "nvml.log", LABEL)
-    texts = [ln.text for ln in samplers.read_log(out / "nvml.log")]
+    texts = [ln.text for ln in sampler_logs.read_log(out / "nvml.log")]
     assert 3 <= len(texts) <= 12 and all(t.startswith("replayed,0,") for t in texts)
 
 
