@@ -50,6 +50,10 @@ export HYPOTHESIS PREDICT
 # Exported, like HYPOTHESIS: the recipe reads it from the environment, never as part of a shell string.
 REF       ?=
 export REF
+# make diagnose: the capture or bench to diagnose (runs/<host>/<ts>, its capture/ or bench/, or the <ts>); unset,
+# HOST's newest. Exported, like REF.
+RUN       ?=
+export RUN
 # pytest selection for `make test-unit`/`make test`, e.g. PYTEST_ARGS='-k manifest'.
 PYTEST_ARGS ?=
 
@@ -134,6 +138,10 @@ capture: $(STAMP) ## One evidence bundle over SECONDS (default 20), sending WORK
 	@case "$(SECONDS)" in ""|*[!0-9]*|0*) echo "make capture: SECONDS=$(SECONDS): give SECONDS=n, the window in whole seconds, 1 or more (default 20)" >&2; exit 2;; esac
 	@$(OBSERVE) $(CHECK_HOST)
 	$(OBSERVE) $(PLAYBOOK) ansible/capture.yml -e capture_seconds=$(SECONDS) $(if $(filter command line environment,$(origin WORKLOAD)),-e capture_workload=$(WORKLOAD),)
+
+.PHONY: diagnose
+diagnose: $(STAMP) ## The seed's method on a capture or bench: RUN=<run dir or ts> (default HOST's newest); diagnosis.txt
+	@$(BIN)/refdeploy diagnose --host "$(HOST)" --run "$$RUN"
 
 .PHONY: profile
 profile: $(STAMP) ## The torch profiler on every rank: REQUESTS (default 4) of WORKLOAD (default smoke); KEEP=1 keeps it on

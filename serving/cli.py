@@ -5,6 +5,7 @@
   refdeploy bench-report BENCH_DIR
   refdeploy compare --a RUN[,RUN...] --b RUN[,RUN...] [--variable FIELD]
   refdeploy verify-ref --ref REF [--profile-out FILE]
+  refdeploy diagnose [--run RUN] [--host HOST]
 
 Each prints JSON or text on stdout and one clear line on stderr when it refuses; exit status 2 means bad
 input, 1 means a check failed. The playbooks' own decisions run in-process (ansible/action_plugins,
@@ -101,6 +102,10 @@ def parser() -> argparse.ArgumentParser:
     from serving.record.verify import register as register_verify
 
     register_verify(sub)
+    # make diagnose: the seed's method on one capture or bench (serving/diagnose/).
+    from serving.diagnose.engine import register as register_diagnose
+
+    register_diagnose(sub)
     return ap
 
 

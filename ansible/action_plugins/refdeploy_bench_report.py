@@ -1,5 +1,6 @@
 """Action plugin refdeploy_bench_report: a fetched bench's summary, report.txt and report.html, on the controller
-(serving/bench/report.py report_bench), and whether the bench completed.
+(serving/bench/report.py report_bench), and whether the bench completed; then its diagnosis (serving/diagnose/:
+diagnosis.txt and diagnosis.json beside the report, its top findings among the lines shown).
 
   - name: Write the report
     refdeploy_bench_report:
@@ -28,8 +29,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from serving.bench.report import report_bench
+        from serving.diagnose.engine import after_run
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         args = dict(self._task.args)
-        result.update(report_bench(Path(str(args.pop("bench_dir"))), args), changed=False)
+        bench_dir = Path(str(args.pop("bench_dir")))
+        result.update(report_bench(bench_dir, args), changed=False)
+        # The seed's method on what the bench wrote (serving/diagnose/): diagnosis.txt beside report.txt.
+        if (bench_dir / "summary.json").is_file():
+            result["lines"] = list(result.get("lines") or []) + after_run(bench_dir)
         return result

@@ -9,7 +9,8 @@ the window (serving/record/memory_phases.py), which the trace draws too.
       bundle: runs/<host>/<id>/capture
       memory_log: [lines]                # optional: the engine log's refdeploy-memory-phase lines
     register: page                       # page.path: the page written; page.trace: the trace;
-                                         # page.memory_lines: a line per rank, its memory at decode
+                                         # page.memory_lines: a line per rank, its memory at decode;
+                                         # page.diagnosis_lines: its diagnosis (serving/diagnose/), in brief
 
 Fails with one line where timeline.json cannot be drawn (missing, not JSON, not schema 1).
 """
@@ -43,5 +44,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         except (OSError, ReportInputError) as e:
             result.update(failed=True, msg=f"could not draw the timeline page or the trace of {bundle}: {e}")
             return result
-        result.update(changed=False, path=str(path), trace=str(trace), memory_lines=memory_lines)
+        from serving.diagnose.engine import after_run
+
+        # A whole capture's (make capture), not one probe's (make probe): the method needs every part.
+        diagnosis = after_run(bundle) if bundle.name == "capture" else []
+        result.update(changed=False, path=str(path), trace=str(trace), memory_lines=memory_lines,
+                      diagnosis_lines=diagnosis)  # fmt: skip
         return result

@@ -11,6 +11,7 @@ serving's floors, from the bottom (docs/layout.md draws them):
   record               what ran: manifest, verify, effective config, validate, the run record
   evidence             probe plans and outcomes, capture and profiler reports, what a probe brought home
   bench                the benchmark protocol, reports, exports, compare, hypotheses
+  diagnose             the seed's method on a capture or bench: the rules and the diagnosis
   bridge               what the playbooks call
   cli                  the operator's commands
 
@@ -40,8 +41,9 @@ FLOORS = {
     "serving.record": 4,
     "serving.evidence": 5,
     "serving.bench": 6,
-    "serving.bridge": 7,
-    "serving.cli": 8,
+    "serving.diagnose": 7,
+    "serving.bridge": 8,
+    "serving.cli": 9,
 }
 PROBES_FLOORS = {
     "probes.base": 0,

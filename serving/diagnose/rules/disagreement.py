@@ -1,0 +1,87 @@
+"""Client and server disagree (seed 000 §1 and §4: cross-check the client's events against the server's token
+metrics): a stream buffered on its way (the client's TPOT under half the server's: tokens arrived in bursts), a
+first token held back (the client's TTFT over twice the server's and 50 ms more), or token counts that differ. Then
+the client's intervals are not the server's, and no rule about the server explains them.
+
+The thresholds are the bench's own flags' (serving/bench/runs.py, docs/benchmarks.md), so a bench's flagged runs
+and a capture's figures are judged alike.
+"""
+
+from __future__ import annotations
+
+from serving.diagnose.evidence import Evidence
+from serving.diagnose.model import Finding
+from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules.interval import shares
+
+SEED = "000 §1, §4"
+BUFFERED_TPOT_RATIO = 0.5  # client TPOT p50 under this share of the server's TPOT mean
+LATE_TTFT_RATIO, LATE_TTFT_MS = 2.0, 50.0  # client TTFT p50 over twice the server's, and 50 ms more
+TOKENS_DIFFER = 0.02  # server tokens against the client's completed x output_len
+
+
+def _capture_signs(ev: Evidence) -> list[str]:
+    c, s = ev.client, ev.server
+    signs = []
+    tpots = (c.get("tpot_p50_ms"), s.get("tpot_ms"))
+    if tpots[0] and tpots[1] and tpots[1].value and float(tpots[0].value) < BUFFERED_TPOT_RATIO * float(tpots[1].value):
+        signs.append(
+            f"buffered stream: the client's TPOT p50 {float(c['tpot_p50_ms'].value):.2f} ms is under half the "
+            f"server's {float(s['tpot_ms'].value):.2f} ms"
+        )
+    if c.get("ttft_p50_ms") and s.get("ttft_ms") and s["ttft_ms"].value is not None:
+        ct, st = float(c["ttft_p50_ms"].value), float(s["ttft_ms"].value)
+        if ct > LATE_TTFT_RATIO * st and ct - st > LATE_TTFT_MS:
+            signs.append(f"late first token: the client's TTFT p50 {ct:.1f} ms against the server's {st:.1f} ms")
+    if c.get("one_burst") and int(c["one_burst"].value or 0) > 0:
+        signs.append(f"{int(c['one_burst'].value)} requests' tokens arrived in one burst")
+    done, n, gen = c.get("completed"), c.get("output_len"), s.get("generation_tokens")
+    if done and n and gen and done.value and n.value:
+        want = float(done.value) * float(n.value)
+        if want and abs(float(gen.value) - want) / want > TOKENS_DIFFER:
+            signs.append(
+                f"token counts differ: the server generated {float(gen.value):.0f}, the client expected {want:.0f}"
+            )
+    return signs
+
+
+def run(ev: Evidence) -> list[Finding]:
+    if ev.kind == "bench":
+        flagged = ev.conditions.get("flagged_runs")
+        signs = [f for f in (flagged.value if flagged else []) if any(
+            k in f for k in ("buffered stream", "first token", "token count", "tokens"))]  # fmt: skip
+        cited = flagged.artifact if flagged else "summary.json"
+    else:
+        if not ev.client:
+            raise CannotRun("no client figures: the capture sent no workload")
+        signs = _capture_signs(ev)
+        cited = "requests/requests.json, metrics/delta.json"
+    figures = [
+        fig("client TTFT p50", ev.client.get("ttft_p50_ms"), "ms"),
+        fig("server TTFT mean", ev.server.get("ttft_ms"), "ms"),
+        fig("client TPOT p50", ev.client.get("tpot_p50_ms"), "ms"),
+        fig("server TPOT mean", ev.server.get("tpot_ms"), "ms"),
+    ]
+    if not signs:
+        return [Finding(
+            rule="disagreement", seed=SEED, verdict="rules out",
+            title="the stream was not changed between server and client: their TTFT and TPOT agree",
+            symptom="no buffered stream, late first token or differing token count", explains=0.0, figures=figures,
+            not_established="nothing about the server's own speed", next_steps=[],
+        )]  # fmt: skip
+    try:
+        share = shares(ev)["decode"] if any("buffered" in s or "burst" in s for s in signs) else 1.0
+    except CannotRun:
+        share = 1.0
+    return [Finding(
+        rule="disagreement", seed=SEED, verdict="consistent with",
+        title="something between server and client changes the stream: the client's intervals are not the server's",
+        symptom="; ".join(signs[:4]) + (f" (and {len(signs) - 4} more)" if len(signs) > 4 else ""),
+        explains=round(min(1.0, share), 3), figures=figures,
+        not_established=f"what does it (a proxy's buffering, the client's own CPU): the signs are read from {cited}",
+        next_steps=["make bench (straight to the server) and make bench VIA=<the proxy>, then "
+                    "make compare VARIABLE=via A=<direct> B=<through it>"],
+    )]  # fmt: skip
+
+
+RULE = Rule("disagreement", SEED, run)

@@ -1,0 +1,121 @@
+"""`make diagnose` end to end on recorded runs of this machine (tests/fixtures/diagnose/README.md says what each is):
+a healthy light capture and bench, whose only true finding is the CPU build's (decode bound by its worker thread's
+CPU), and the capture with a CONSTRUCTED GPU sampler log stamped into its window (launch-bound, a link at Gen 1 x8).
+The faults induced for real are tests/integration/test_diagnose_faults.py's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from serving.diagnose.engine import diagnose, render_text, run_diagnosis
+from serving.diagnose.evidence import load_evidence
+from serving.diagnose.model import Diagnosis, json_schema
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "tests" / "fixtures" / "diagnose"
+SCHEMA = REPO / "docs" / "diagnosis.schema.json"
+
+
+def _consistent(d: Diagnosis) -> list[str]:
+    return [f.rule for f in d.findings if f.verdict == "consistent with"]
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    out = tmp_path / name
+    shutil.copytree(FIXTURES / name, out)
+    return out
+
+
+def _cites_what_exists(d: Diagnosis, run_dir: Path) -> None:
+    for f in d.findings:
+        for g in f.figures:
+            for artifact in g.artifact.split(", "):
+                assert (run_dir / artifact).is_file(), f"{f.rule}: {g.name} cites {artifact}, not in {run_dir}"
+
+
+def test_a_healthy_capture_finds_decode_bound_by_its_worker_thread_and_nothing_else(tmp_path: Path) -> None:
+    run = _copy("capture-cpu-tiny", tmp_path)
+    d, js, txt = run_diagnosis(run)
+    assert _consistent(d) == ["interval", "threads"], render_text(d)
+    assert d.slow_interval.startswith("decode (93%")
+    top = d.findings[1]
+    assert top.title.startswith("execution-bound decode: the worker's thread VLLM::Worker runs 86% of a CPU")
+    assert "and vLLM's threads use 1.7 of the container's 2 CPUs" in top.title
+    assert 0.7 < top.explains < 0.9
+    # The rest is ruled out, each by a rule that ran; GPU and voiding could not, and say why.
+    ruled = {f.rule for f in d.findings if f.verdict == "rules out"}
+    assert ruled == {"disagreement", "overload", "cgroup", "contention", "kv", "page_cache"}
+    cannot = {r.rule: r.why for r in d.rules if r.status == "could not run"}
+    assert set(cannot) == {"gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
+    _cites_what_exists(d, run)
+    # Written beside the evidence, the text leading with the findings.
+    assert js == run / "diagnosis.json" and txt.read_text().splitlines()[3].startswith("findings, the most")
+    jsonschema.validate(json.loads(js.read_text()), json.loads(SCHEMA.read_text()))
+
+
+def test_a_healthy_bench_finds_the_same_and_judges_only_its_measured_runs(tmp_path: Path) -> None:
+    run = _copy("bench-cpu-tiny", tmp_path)
+    ev = load_evidence(run)
+    assert ev.windows is not None and len(ev.windows) == 4  # c1-m1, c1-m2, c4-m1, c4-m2
+    d = diagnose(ev)
+    assert _consistent(d) == ["interval", "threads"], render_text(d)
+    assert "at point c4" in d.findings[0].title
+    assert {r.rule for r in d.rules if r.status == "could not run"} == {"gpu"}
+    _cites_what_exists(d, run)
+
+
+def test_a_launch_bound_gpu_on_a_slow_link_is_diagnosed_as_such(tmp_path: Path) -> None:
+    """CONSTRUCTED GPU samples (tests/fixtures/diagnose/README.md) in the recorded capture's window."""
+    run = _copy("capture-cpu-tiny", tmp_path)
+    bundle = json.loads((run / "bundle.json").read_text())
+    bundle["config"]["pcie_min"] = [4, 16]  # the 3090 class's PCIe 4.0 x16 (inventory gpu_class)
+    (run / "bundle.json").write_text(json.dumps(bundle))
+    t0 = float(bundle["window"]["start_mono_s"])
+    lines = (FIXTURES / "nvidia-smi-3x3090-launch-bound.constructed.csv").read_text().splitlines()
+    (run / "samplers" / "nvidia-smi.log").write_text(
+        "".join(f"{t0 + 0.5 + 0.2 * (i // 3):.6f}\t2026-12-04T12:00:00+00:00\t{ln}\n" for i, ln in enumerate(lines))
+    )
+    d, _js, _txt = run_diagnosis(run)
+    gpu = [f for f in d.findings if f.rule == "gpu" and f.verdict == "consistent with"]
+    assert [f.title.split(":")[0] for f in gpu] == [
+        "launch-bound",
+        "GPU 0's PCIe link ran below the class's while busy",
+    ]
+    assert "the GPUs ran kernels 28% of the time while a worker thread ran 86% of a CPU" in gpu[0].title
+    assert "GPU 0: PCIe link at Gen 1 x8 in 15 of 15 busy samples" in gpu[1].symptom
+    assert {f.rule for f in gpu} == {"gpu"} and not any("GPU 1" in f.title or "GPU 2" in f.title for f in gpu)
+
+
+def test_the_schema_file_is_the_models_and_rejects_what_the_model_does() -> None:
+    assert json.loads(SCHEMA.read_text()) == json.loads(json.dumps(json_schema())), (
+        "docs/diagnosis.schema.json is stale: python -m serving.diagnose.model > docs/diagnosis.schema.json"
+    )
+    d = diagnose(load_evidence(FIXTURES / "capture-cpu-tiny")).model_dump(mode="json")
+    d["findings"][0]["verdict"] = "proves"  # the seed's words only
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(d, json_schema())
+
+
+def test_diagnose_refuses_what_is_not_a_run_in_one_line(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "serving.cli", "diagnose", "--run", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO, check=False)  # fmt: skip
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        f"{tmp_path} is neither a capture (bundle.json) nor a bench (summary.json and manifest.json): give "
+        "RUN=runs/<host>/<ts>, its capture/ or bench/ directory, or the <ts>"
+    )
+
+
+def test_the_docs_carry_the_rules_thresholds_as_the_modules_state_them() -> None:
+    from serving.diagnose.rules import thresholds_table
+
+    assert thresholds_table() in (REPO / "docs" / "diagnose.md").read_text(), (
+        "docs/diagnose.md's table is stale: python -m serving.diagnose.rules.table"
+    )
