@@ -238,6 +238,11 @@ test-integration: $(STAMP) ## The images, then the integration tests as make tes
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	@$(if $(strip $(PYTEST_ARGS)),$(MAKE) images && $(BIN)/pytest $(PYTEST_ARGS),$(BIN)/python tests/schedule.py integration)
 
+.PHONY: test-diagnose
+test-diagnose: $(STAMP) ## make diagnose on faults induced for real on this machine's deployment (~6 min); not in make test
+	@$(BIN)/python -I serving/standalone/prereqs.py test
+	$(MAKE) images && $(BIN)/pytest tests/integration/test_diagnose_faults.py -s $(PYTEST_ARGS)
+
 .PHONY: test-cuda-image
 test-cuda-image: $(STAMP) ## Build the CUDA runtime image (~4 GB, ~15 min), import vLLM in it, rewrite its record; not in make test
 	REFDEPLOY_CUDA_IMAGE=1 $(BIN)/pytest tests/integration/test_cuda_image.py

@@ -28,14 +28,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup", "memory_log"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.bench.report import report_bench
+        from serving.bench.report import report_bench, rewrite_page
         from serving.diagnose.engine import after_run
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         args = dict(self._task.args)
         bench_dir = Path(str(args.pop("bench_dir")))
         result.update(report_bench(bench_dir, args), changed=False)
-        # The seed's method on what the bench wrote (serving/diagnose/): diagnosis.txt beside report.txt.
+        # The seed's method on what the bench wrote (serving/diagnose/): diagnosis.txt beside report.txt, and the
+        # findings first on report.html.
         if (bench_dir / "summary.json").is_file():
-            result["lines"] = list(result.get("lines") or []) + after_run(bench_dir)
+            lines, lead = after_run(bench_dir)
+            result["lines"] = list(result.get("lines") or []) + lines
+            if lead:
+                rewrite_page(bench_dir, lead)
         return result

@@ -46,8 +46,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             return result
         from serving.diagnose.engine import after_run
 
-        # A whole capture's (make capture), not one probe's (make probe): the method needs every part.
-        diagnosis = after_run(bundle) if bundle.name == "capture" else []
+        # A whole capture's (make capture), not one probe's (make probe): the method needs every part. The page
+        # is drawn again with the findings first.
+        diagnosis: list[str] = []
+        if bundle.name == "capture":
+            diagnosis, lead = after_run(bundle)
+            if lead:
+                write_page(bundle, lead)
         result.update(changed=False, path=str(path), trace=str(trace), memory_lines=memory_lines,
                       diagnosis_lines=diagnosis)  # fmt: skip
         return result

@@ -34,7 +34,7 @@ def _colour(panel: str, i: int) -> str:
     return cols[i % len(cols)]
 
 
-def render_html(s: BenchSummary, bench_dir: Path) -> str:
+def render_html(s: BenchSummary, bench_dir: Path, lead: str = "") -> str:
     manifest = s.manifest
     panels: list[str] = []
     for p in s.points:
@@ -90,7 +90,8 @@ def render_html(s: BenchSummary, bench_dir: Path) -> str:
         svg = knee_svg.read_text()
         panels.insert(0, '<div id="knee">' + svg[svg.find("<svg") :] + "</div>")
     m = manifest
-    head = f"<h1>bench {escape(m['workload']['name'])} on {escape(m['host'])}</h1>" + _answer(s)
+    # `lead`: the bench's diagnosis, where it has one (serving/diagnose/engine.py findings_html), before the answer.
+    head = f"<h1>bench {escape(m['workload']['name'])} on {escape(m['host'])}</h1>" + lead + _answer(s)
     body = '<div id="plots">' + "".join(f"<figure>{p}</figure>" for p in panels) + "</div>"
     text = f'<details id="report-text"><summary>report.txt</summary><pre>{escape(render_text(s))}</pre></details>'
     return (

@@ -64,6 +64,15 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
 CLIENT_EXITS = {1: "a run failed", 2: "bad plan"}
 
 
+def rewrite_page(bench_dir: Path, lead: str) -> Path:
+    """report.html again from the bench's summary.json, `lead` first (its diagnosis, written after the report)."""
+    from serving.bench.summary_schema import read_summary
+
+    path = bench_dir / REPORT_HTML
+    path.write_text(render_html(read_summary(bench_dir / SUMMARY_JSON), bench_dir, lead))
+    return path
+
+
 def report_bench(bench_dir: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
     """Write a fetched bench's summary and reports, and say whether the bench completed: {"ok", "lines", "line"}.
 

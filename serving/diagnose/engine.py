@@ -1,8 +1,9 @@
 """`make diagnose`: the seed's method applied to one capture or bench (serving/diagnose/rules/, in seed 000 §14's
 order), written beside the evidence as diagnosis.json (serving/diagnose/model.py) and diagnosis.txt.
 
-Findings are ranked: "consistent with" first, by how much of the slow interval each can explain; then "cannot
-tell"; then what the evidence rules out. Rules that could not run are listed with what they lacked.
+Findings are ranked: "consistent with" first (the slow interval's own finding leading, then the causes by how
+much of a request's time each can account for); then "cannot tell"; then what the evidence rules out. Rules that
+could not run are listed with what they lacked.
 
   refdeploy diagnose [--run RUN] [--host HOST]    RUN: runs/<host>/<ts>[/capture|/bench], or the <ts>;
                                                    default: HOST's newest capture or bench
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
         runs.append(RuleRun(rule=rule.name, seed=rule.seed, status="ran"))
         # A figure with no value says nothing, and cites nothing.
         findings += [f.model_copy(update={"figures": [g for g in f.figures if g.value is not None]}) for f in found]
-    findings.sort(key=lambda f: (ORDER[f.verdict], -f.explains))
+    # The slow interval's finding first (where the time goes), then the causes by how much they account for.
+    findings.sort(key=lambda f: (ORDER[f.verdict], f.rule != "interval", -f.explains))
     try:
         name, share = slow_interval(ev)
         slow = f"{name} ({share:.0%} of each request)"
@@ -51,10 +54,11 @@ def render_text(d: Diagnosis) -> str:
     window = f"{d.window_s:.1f} s window" if d.window_s else "no window recorded"
     lines = [f"diagnosis of {d.run_dir} ({d.kind}, {window})", f"slow interval: {d.slow_interval}", ""]
     shown = [f for f in d.findings if f.verdict != "rules out"]
-    lines.append("findings, the most of the slow interval explained first:" if shown else "findings: none")
+    lines.append("findings, where the time goes, then the causes by how much of it each accounts for:"
+                 if shown else "findings: none")  # fmt: skip
     for i, f in enumerate(shown, 1):
         lines += [f"{i}. {f.verdict}: {f.title}",
-                  f"   explains up to {f.explains:.0%} of the slow interval; rule {f.rule} (seed {f.seed})",
+                  f"   accounts for up to {f.explains:.0%} of a request's time; rule {f.rule} (seed {f.seed})",
                   f"   seen: {f.symptom}"]  # fmt: skip
         for g in f.figures:
             if g.value is not None:
@@ -108,17 +112,36 @@ def run_diagnosis(run_dir: Path) -> tuple[Diagnosis, Path, Path]:
     return d, js, txt
 
 
-def after_run(run_dir: Path) -> list[str]:
-    """The diagnosis a capture or bench writes at its end, in a few lines to print; a diagnosis that cannot be
-    made says why in one line, and never fails the run whose evidence it reads."""
+def findings_html(d: Diagnosis) -> str:
+    """The findings as the first section of the capture's or bench's page: what the evidence is consistent with,
+    each with how much it accounts for; the figures and next steps are diagnosis.txt's."""
+    shown = [f for f in d.findings if f.verdict != "rules out"]
+    items = "".join(
+        f"<li><b>{escape(f.verdict)}</b>: {escape(f.title)} <small>(up to {f.explains:.0%} of a request's time; "
+        f"rule {escape(f.rule)}, seed {escape(f.seed)})</small><br><small>{escape(f.symptom)}</small></li>"
+        for f in shown
+    )
+    ruled = ", ".join(f.rule for f in d.findings if f.verdict == "rules out") or "nothing"
+    missing = ", ".join(r.rule for r in d.rules if r.status == "could not run") or "none"
+    return (
+        f'<section id="diagnosis"><h2>Diagnosis</h2><p>slow interval: {escape(d.slow_interval)}</p>'
+        f"<ol>{items}</ol><p><small>ruled out: {escape(ruled)}; could not run: {escape(missing)}. "
+        "diagnosis.txt has every figure, the artifact it came from, and the next step.</small></p></section>"
+    )
+
+
+def after_run(run_dir: Path) -> tuple[list[str], str]:
+    """The diagnosis a capture or bench writes at its end: a few lines to print, and the section its page leads
+    with. One that cannot be made says why in one line, and never fails the run whose evidence it reads."""
     try:
         d, _js, txt = run_diagnosis(run_dir)
     except (InputError, OSError, ValueError, KeyError, TypeError) as e:
-        return [f"diagnosis: not made ({type(e).__name__}: {e}); make diagnose RUN={run_dir} says more"]
+        return [f"diagnosis: not made ({type(e).__name__}: {e}); make diagnose RUN={run_dir} says more"], ""
     shown = [f for f in d.findings if f.verdict != "rules out"][:3]
-    return [f"diagnosis ({txt}): slow interval {d.slow_interval}"] + [
-        f"  {i}. {f.verdict}: {f.title} (explains up to {f.explains:.0%})" for i, f in enumerate(shown, 1)
+    lines = [f"diagnosis ({txt}): slow interval {d.slow_interval}"] + [
+        f"  {i}. {f.verdict}: {f.title} (up to {f.explains:.0%} of a request's time)" for i, f in enumerate(shown, 1)
     ]
+    return lines, findings_html(d)
 
 
 def cmd_diagnose(a: argparse.Namespace) -> int:

@@ -40,6 +40,8 @@ class ThreadCpu:
     median: float
     max: float
     samples: int
+    # pidstat's %wait: the share of a CPU the thread spent runnable, waiting for one (its run-queue time).
+    wait_median: float = 0.0
 
 
 @dataclass
@@ -188,6 +190,7 @@ def _samplers(run_dir: Path, sdir: str, ev: Evidence, roles: Mapping[int, str]) 
     ps = run_dir / sdir / "pidstat.log"
     if ps.is_file():
         by_tid: dict[tuple[int, int], list[float]] = {}
+        waits: dict[tuple[int, int], list[float]] = {}
         names: dict[tuple[int, int], str] = {}
         roles = dict(roles)
         for row in sampler_logs.parse_pidstat(sampler_logs.read_log(ps)):
@@ -197,9 +200,19 @@ def _samplers(run_dir: Path, sdir: str, ev: Evidence, roles: Mapping[int, str]) 
             if row.tid is None or "%CPU" not in row.values or not _in_window(row.mono_s, ev.windows):
                 continue
             by_tid.setdefault((row.tgid, row.tid), []).append(row.values["%CPU"])
+            waits.setdefault((row.tgid, row.tid), []).append(row.values.get("%wait", 0.0))
             names[(row.tgid, row.tid)] = row.command
         threads = [
-            ThreadCpu(tgid, tid, names[(tgid, tid)], roles.get(tgid, "?"), statistics.median(v), max(v), len(v))
+            ThreadCpu(
+                tgid,
+                tid,
+                names[(tgid, tid)],
+                roles.get(tgid, "?"),
+                statistics.median(v),
+                max(v),
+                len(v),
+                statistics.median(waits[(tgid, tid)]),
+            )
             for (tgid, tid), v in sorted(by_tid.items())
         ]
         ev.threads = Src(threads, f"{sdir}/pidstat.log")

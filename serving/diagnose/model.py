@@ -33,8 +33,9 @@ class Finding(StrictModel):
     verdict: Verdict
     title: str  # one line: what the evidence is consistent with, rules out, or cannot tell
     symptom: str  # what was seen
-    # How much of the slow interval it can explain, 0..1: the ranking key. A finding that rules something out,
-    # or cannot tell, explains nothing (0).
+    # How much of a request's time it can account for, 0..1 (the slow interval's finding: that interval's share):
+    # the ranking key after the slow interval's own finding, which comes first as the frame. A finding that rules
+    # something out, or cannot tell, accounts for nothing (0).
     explains: float = Field(ge=0.0, le=1.0)
     figures: list[Figure]
     not_established: str  # what this does not yet show

@@ -101,8 +101,9 @@ a {{ color: {TEXT}; }}
 """
 
 
-def render_html(timeline: Mapping[str, Any]) -> str:
-    """The timeline as one self-contained HTML page: header, summary table, the panels, events, notes."""
+def render_html(timeline: Mapping[str, Any], lead: str = "") -> str:
+    """The timeline as one self-contained HTML page: header, `lead` (the capture's diagnosis, where it has one:
+    serving/diagnose/engine.py findings_html), summary table, the panels, events, notes."""
     w = read_window(timeline)
     host = as_text(timeline.get("host"))
     container = as_text(timeline.get("container"))
@@ -122,6 +123,7 @@ def render_html(timeline: Mapping[str, Any]) -> str:
         f"<h1>Evidence timeline: {escape(host)}, container {escape(container)}</h1>",
         f"<p>window: {escape(w.start_wall)} &rarr; {escape(w.end_wall)} ({escape(seconds_text(w.seconds))})</p>",
         "</header>",
+        lead,
         "<h2>Summary</h2>",
         '<table class="summary">',
         "<tr><th>figure</th><th>value</th><th>unit</th></tr>",
@@ -167,12 +169,12 @@ def render_html(timeline: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_page(bundle_dir: Path) -> Path:
-    """Read BUNDLE_DIR/timeline.json; write timeline.html next to it; return its path."""
+def write_page(bundle_dir: Path, lead: str = "") -> Path:
+    """Read BUNDLE_DIR/timeline.json; write timeline.html next to it, `lead` first; return its path."""
     if not bundle_dir.is_dir():
         raise ReportInputError(f"{bundle_dir}: not a directory")
     path = bundle_dir / HTML_FILE
-    write_atomic(path, render_html(load_timeline(bundle_dir / TIMELINE_FILE)))
+    write_atomic(path, render_html(load_timeline(bundle_dir / TIMELINE_FILE), lead))
     return path
 
 

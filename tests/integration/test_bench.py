@@ -13,13 +13,10 @@ fails within bounds, keeping what it had; the default is deployed again, as the 
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import json
 import re
 import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.buffering_proxy import buffering_proxy
 from tests.integration.conftest import CONTAINER, REPO, RUNS, MakeResult, bench_dir, docker, inspect, make
 
 pytestmark = pytest.mark.integration
@@ -350,44 +348,12 @@ def test_a_bench_whose_prefix_cache_was_allowed_to_hit_is_left_out_by_name(tmp_p
     assert f"A left out {hit} c1-m1: prefix-cache hits where none may be" in r.output, r.output[-2000:]
 
 
-class _BufferingProxy(http.server.BaseHTTPRequestHandler):
-    """A reverse proxy that holds each response until the server has finished it, as a proxy with response
-    buffering on does (nginx's proxy_buffering, the default): a stream reaches the client in one burst."""
-
-    upstream = ("127.0.0.1", 8000)
-
-    def _relay(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        conn = http.client.HTTPConnection(*self.upstream, timeout=300)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-        conn.request(self.command, self.path, body=body or None, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()  # the whole response, then all of it at once
-        self.send_response(resp.status)
-        for k, v in resp.getheaders():
-            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        conn.close()
-
-    do_GET = do_POST = _relay
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.mark.timing(margin="12 of 12 direct runs unflagged against more than half (CI-like run 2026-12-04)")
 def test_a_stream_a_proxy_buffered_is_flagged_and_a_direct_one_is_not(default_benches: list[Path]) -> None:
     """The same workload through a buffering proxy: the client's chunk times are the proxy's, every measured run is
     flagged against the server's own TPOT and left out of a compare; the direct benches' runs are mostly not."""
-    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BufferingProxy)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        b = bench(f"ANSIBLE_ARGS=-e bench_via=127.0.0.1:{proxy.server_address[1]}", runs="2")
-    finally:
-        proxy.shutdown()
+    with buffering_proxy(("127.0.0.1", 8000)) as port:
+        b = bench(f"ANSIBLE_ARGS=-e bench_via=127.0.0.1:{port}", runs="2")
     assert b.rc == 0, b.output[-4000:]
     proxied = bench_dir(b)
     measured = [r for r in summary(proxied)["runs"] if r["phase"] == "measured"]

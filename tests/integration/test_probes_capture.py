@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from probes.readers import sampler_logs
+from serving.diagnose.model import Diagnosis
 from serving.evidence.plots import PANEL_COLOURS
 from tests.helpers.machine import perf_refused_here
 from tests.helpers.perfetto import TraceProcessor, require_node
@@ -251,6 +252,23 @@ def workload_capture(deployed: None) -> tuple[Path, Any]:
     r = make("capture", "SECONDS=15", "WORKLOAD=smoke")
     assert r.rc == 0, r.output[-5000:]
     return _bundle_dir(r.output), r
+
+
+@pytest.mark.timing(margin="the worker thread at 86% of a CPU against the rule's 75 (the recorded capture, 2026-12-05)")
+def test_a_workload_captures_diagnosis_finds_decode_bound_by_its_worker_thread(
+    workload_capture: tuple[Path, Any],
+) -> None:
+    """The capture diagnoses itself at its end (serving/diagnose/): on this healthy light run, the one true finding
+    is the CPU build's, decode bound by its worker thread's CPU; every other rule rules its cause out."""
+    bundle, r = workload_capture
+    d = Diagnosis.model_validate_json((bundle / "diagnosis.json").read_text())
+    said = "\n".join(f"{f.verdict}: {f.rule}: {f.title}" for f in d.findings)
+    assert [f.rule for f in d.findings if f.verdict == "consistent with"] == ["interval", "threads"], said
+    assert d.slow_interval.startswith("decode"), d.slow_interval
+    assert "diagnosis (" in r.output and "execution-bound decode" in r.output
+    # The page leads with it: before the summary table and the panels.
+    page = (bundle / "timeline.html").read_text()
+    assert 0 < page.index('<section id="diagnosis">') < page.index("<h2>Summary</h2>")
 
 
 def test_a_workload_capture_holds_every_request_it_sent(workload_capture: tuple[Path, Any]) -> None:

@@ -24,7 +24,10 @@ def shares(ev: Evidence) -> dict[str, float]:
     ttft, tpot = ev.client.get("ttft_p50_ms"), ev.client.get("tpot_p50_ms")
     n = ev.client.get("output_len")
     if ttft is None or tpot is None or ttft.value is None or tpot.value is None or n is None or not n.value:
-        raise CannotRun("no client TTFT and TPOT (a capture without WORKLOAD sent no requests)")
+        raise CannotRun(
+            "no client TTFT and TPOT: a capture without WORKLOAD sends no requests, and a bench whose measured runs "
+            "were all left out (flagged) pools none"
+        )
     decode = (int(n.value) - 1) * float(tpot.value)
     total = float(ttft.value) + decode
     if total <= 0:

@@ -6,8 +6,9 @@ From pidstat -u -t (per thread, 100 = one CPU): a thread at BUSY_PCT or more of 
 executing, not waiting; the vLLM threads together at ALLOWED_SHARE or more of the container's cpuset exhaust the
 CPUs they may run on. Each busy thread is tied to its wchan samples (the share of them on a CPU, "running") and to
 the py-spy location that repeats across the dumps. A thread is waiting where its wchan samples are mostly one
-class (WCHAN_CLASSES): synchronisation, page I/O, network/IPC, sleep. The finding explains the slow interval's
-share times the busy thread's share of a CPU: a decode whose worker thread runs 90% of a CPU is bounded by it.
+class (WCHAN_CLASSES): synchronisation, page I/O, network/IPC, sleep. The finding accounts for the execution
+share of a request's time (prefill and decode, not queueing) times the busy thread's share of a CPU: a decode
+whose worker thread runs 90% of a CPU is bounded by it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from serving.diagnose.evidence import Evidence, ThreadCpu, thread_rows
 from serving.diagnose.model import Finding
 from serving.diagnose.rules import CannotRun, Rule, fig
-from serving.diagnose.rules.interval import slow_interval
+from serving.diagnose.rules.interval import shares
 
 SEED = "000 §5, §11"
 BUSY_PCT = 75.0
@@ -65,29 +66,38 @@ def run(ev: Evidence) -> list[Finding]:
                fig("CPUs the container may run on", ev.cpuset_cpus, "CPUs")]  # fmt: skip
     for t in busy[:3]:
         figures.append(fig(f"{t.role} thread {t.tid} ({t.name}) CPU median", src, "% of one CPU", value=t.median))
+        figures.append(fig(f"{t.role} thread {t.tid} ({t.name}) waiting for a CPU, median", src, "% of one CPU",
+                           value=t.wait_median))  # fmt: skip
         w = _wchan_of(ev, t)
         if w:
             on = w.get("running", 0) / max(1, sum(w.values()))
             figures.append(fig(f"{t.role}/{t.name} wchan samples on a CPU", ev.wchan, "", value=round(on, 3)))
+    # A busy thread explains execution, not waiting in the queue: the larger of prefill and decode names it, and
+    # both together (all but the queueing share) bound what it explains.
     try:
-        interval, share = slow_interval(ev)
+        s = shares(ev)
+        interval = "decode" if s["decode"] >= s["prefill"] else "prefill"
+        share = s["decode"] + s["prefill"]
     except CannotRun:
-        interval, share = "the window", 1.0
+        interval, share = "", 1.0
     if busy:
         top = busy[0]
         where = _repeated_location(ev, top)
         exhausted = allowed is not None and total >= ALLOWED_SHARE * 100 * allowed
-        title = f"execution-bound {interval}: the {top.role}'s thread {top.name} runs {top.median:.0f}% of a CPU" + (
-            f", and vLLM's threads use {total / 100:.1f} of the container's {allowed} CPUs" if exhausted else ""
+        title = (
+            f"execution-bound{' ' + interval if interval else ''}: the {top.role}'s thread {top.name} runs "
+            f"{top.median:.0f}% of a CPU"
+            + (f", and vLLM's threads use {total / 100:.1f} of the container's {allowed} CPUs" if exhausted else "")
         )
         return [Finding(
             rule="threads", seed=SEED, verdict="consistent with", title=title,
-            symptom=", ".join(f"{t.role}/{t.name} (tid {t.tid}) {t.median:.0f}% (max {t.max:.0f}%)" for t in busy[:3])
+            symptom=", ".join(f"{t.role}/{t.name} (tid {t.tid}) {t.median:.0f}% (max {t.max:.0f}%, waiting for a CPU "
+                              f"{t.wait_median:.0f}%)" for t in busy[:3])
             + (f"; repeated in every stack dump: {where}" if where else ""),
             explains=round(min(1.0, share * top.median / 100.0), 3), figures=figures,
             not_established="which operation is the cost inside the thread (perf's report and the stacks say where "
             "it runs); that it is not busy-polling (a CUDA engine's thread can spin waiting for the GPU)",
-            next_steps=[f"make hypothesis HYPOTHESIS='the {top.role} thread is CPU-bound in {interval}' "
+            next_steps=[f"make hypothesis HYPOTHESIS='the {top.role} thread is CPU-bound in {interval or 'execution'}' "
                         "PREDICT='tpot_ms down >= 10%'",
                         "make bench on a host or cpuset with faster or more CPUs for that rank, then "
                         "make compare VARIABLE=container.cpuset_cpus"],

@@ -56,7 +56,7 @@ def test_a_healthy_capture_finds_decode_bound_by_its_worker_thread_and_nothing_e
     assert set(cannot) == {"gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
     _cites_what_exists(d, run)
     # Written beside the evidence, the text leading with the findings.
-    assert js == run / "diagnosis.json" and txt.read_text().splitlines()[3].startswith("findings, the most")
+    assert js == run / "diagnosis.json" and txt.read_text().splitlines()[3].startswith("findings, where the time goes")
     jsonschema.validate(json.loads(js.read_text()), json.loads(SCHEMA.read_text()))
 
 
