@@ -70,6 +70,8 @@ class Evidence:
     wchan: Src | None = None  # {"rounds": n, "counts": {"<pid> <role>/<thread>": {wchan: n}}}
     stacks: Src | None = None  # stacks/aggregate.json
     gpu: Src | None = None  # [GpuSample] from the GPU sampler's log
+    # {"host_mems", "mems_allowed", "processes": [{pid, comm, node_bytes}]} at the window's end (numa_maps).
+    numa: Src | None = None
     pcie_min: tuple[int, int] | None = None  # the class's Gen and width
     # Conditions that void figures: the engine profiled, a stand-in engine, runs the bench flagged.
     conditions: dict[str, Src] = field(default_factory=dict)
@@ -168,6 +170,24 @@ def _cpuset(snapshot: Any, rel: str, ev: Evidence) -> None:
     outer = ((levels[-1] if levels else {}).get("cpuset") or {}).get("cpus_effective")
     if outer:
         ev.host_cpus = len(_cpulist(str(outer)))
+
+
+def _numa(state: Any, rel: str, ev: Evidence) -> None:
+    """Each vLLM process's resident bytes per node, and the nodes its container (innermost level) and the host
+    (outermost) may allocate on, from a host-state reading."""
+    levels = (((state or {}).get("cgroup") or {}).get("levels")) or []
+    procs = [
+        {
+            "pid": p.get("pid"),
+            "comm": p.get("comm"),
+            "node_bytes": dict((p.get("numa_maps") or {}).get("node_bytes") or {}),
+        }
+        for p in (state or {}).get("processes") or []
+        if ((p.get("numa_maps") or {}).get("status")) == "successful"
+    ]
+    mems = [((lv.get("cpuset") or {}).get("mems_effective")) for lv in levels]
+    if procs and mems and mems[0] and mems[-1]:
+        ev.numa = Src({"host_mems": str(mems[-1]), "mems_allowed": str(mems[0]), "processes": procs}, rel)
 
 
 def _cpulist(text: str) -> list[int]:
@@ -272,6 +292,7 @@ def _capture(d: Path) -> Evidence:
     _cgroup_levels(_json(d, "host-state/cgroup-delta.json", ev), "host-state/cgroup-delta.json", ev)
     state = _json(d, "host-state/before/host-state.json", ev)
     after = _json(d, "host-state/after/host-state.json", ev)
+    _numa(after, "host-state/after/host-state.json", ev)
     if state and after and state.get("taken_mono_s") and after.get("taken_mono_s"):
         ev.cgroup_span = (float(state["taken_mono_s"]), float(after["taken_mono_s"]))
     _cpuset((state or {}).get("cgroup"), "host-state/before/host-state.json", ev)

@@ -45,14 +45,15 @@ def ordered() -> list[Rule]:
         gpu,
         interval,
         kv,
+        numa,
         overload,
         page_cache,
         threads,
         voiding,
     )
 
-    return [m.RULE for m in (interval, disagreement, overload, cgroup, threads, contention, kv, page_cache, gpu,
-                             voiding)]  # fmt: skip
+    return [m.RULE for m in (interval, disagreement, overload, cgroup, threads, contention, kv, numa, page_cache,
+                             gpu, voiding)]  # fmt: skip
 
 
 def thresholds_table() -> str:

@@ -51,7 +51,7 @@ def test_a_healthy_capture_finds_decode_bound_by_its_worker_thread_and_nothing_e
     assert 0.7 < top.explains < 0.9
     # The rest is ruled out, each by a rule that ran; GPU and voiding could not, and say why.
     ruled = {f.rule for f in d.findings if f.verdict == "rules out"}
-    assert ruled == {"disagreement", "overload", "cgroup", "contention", "kv", "page_cache"}
+    assert ruled == {"disagreement", "overload", "cgroup", "contention", "kv", "numa", "page_cache"}
     cannot = {r.rule: r.why for r in d.rules if r.status == "could not run"}
     assert set(cannot) == {"gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
     _cites_what_exists(d, run)
@@ -67,7 +67,7 @@ def test_a_healthy_bench_finds_the_same_and_judges_only_its_measured_runs(tmp_pa
     d = diagnose(ev)
     assert _consistent(d) == ["interval", "threads"], render_text(d)
     assert "at point c4" in d.findings[0].title
-    assert {r.rule for r in d.rules if r.status == "could not run"} == {"gpu"}
+    assert {r.rule for r in d.rules if r.status == "could not run"} == {"gpu", "numa"}  # a bench reads no numa_maps
     _cites_what_exists(d, run)
 
 

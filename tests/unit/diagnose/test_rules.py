@@ -11,7 +11,17 @@ import pytest
 
 from serving.diagnose.engine import diagnose
 from serving.diagnose.evidence import Evidence, Src, ThreadCpu
-from serving.diagnose.rules import CannotRun, cgroup, contention, disagreement, kv, overload, page_cache, threads
+from serving.diagnose.rules import (
+    CannotRun,
+    cgroup,
+    contention,
+    disagreement,
+    kv,
+    numa,
+    overload,
+    page_cache,
+    threads,
+)
 
 
 def _ev(**kw: Any) -> Evidence:
@@ -136,3 +146,18 @@ def test_page_io_waits_with_io_wait_are_page_cache_misses() -> None:
     assert [f.verdict for f in page_cache.run(ev)] == ["consistent with"]
     counts["7 worker/VLLM::Worker"] = {"folio_wait_bit_common": 2, "running": 28}  # 6.7%: one sign, not enough
     assert [f.verdict for f in page_cache.run(ev)] == ["rules out"]
+
+
+def test_memory_outside_the_containers_nodes_is_misplaced_and_inside_them_cannot_be_told() -> None:
+    procs = [{"pid": 7, "comm": "VLLM::Worker", "node_bytes": {"N0": 6 << 30, "N1": 2 << 30}},
+             {"pid": 1, "comm": "vllm", "node_bytes": {"N0": 1 << 30}}]  # fmt: skip
+    ev = _ev(
+        numa=Src({"host_mems": "0-1", "mems_allowed": "0", "processes": procs}, "host-state/after/host-state.json")
+    )
+    [f] = numa.run(ev)
+    assert f.verdict == "consistent with" and f.explains == 0.25
+    assert f.title.startswith("misplaced memory: VLLM::Worker (pid 7) holds 25% of its resident memory outside")
+    procs[0]["node_bytes"] = {"N0": 6 << 30, "N1": 0}
+    assert [f.verdict for f in numa.run(ev)] == ["cannot tell"]
+    ev.numa = Src({"host_mems": "0", "mems_allowed": "0", "processes": procs}, "h")
+    assert [f.verdict for f in numa.run(ev)] == ["rules out"]
