@@ -62,8 +62,12 @@ def run(ev: Evidence) -> list[Finding]:
             title="offered load above what the engine serves: requests queue before they are scheduled",
             symptom=said, explains=round(min(1.0, max(explains, 0.0)), 3), figures=figures,
             not_established="why the engine serves no more (its CPU, its KV cache, a limit): the rules below",
-            next_steps=["make bench SEARCH=rate (the highest arrival rate whose SLOs hold), or the same workload at "
-                        "a lower load: make compare VARIABLE=workload.arrival_rates"],
+            next_steps=[("make bench SEARCH=rate (the highest arrival rate whose SLOs hold)"
+                         if ev.load.get("request_rate") and ev.load["request_rate"].value
+                         else "make bench SEARCH=concurrency (the most clients whose SLOs hold)")
+                        + ", or the same workload at a lower load, then make compare VARIABLE="
+                        + ("workload.arrival_rates" if ev.load.get("request_rate") and ev.load["request_rate"].value
+                           else "workload.concurrency")],
         )]  # fmt: skip
     return [Finding(
         rule="overload", seed=SEED, verdict="rules out",

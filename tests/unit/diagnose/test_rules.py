@@ -111,6 +111,7 @@ def test_waiting_requests_and_queue_time_are_overload_and_neither_alone_is() -> 
     ev.server.update(queue_ms=Src(12.0, "m"), ttft_ms=Src(20.0, "m"))
     [f] = overload.run(ev)
     assert f.verdict == "consistent with" and "requests waited in 62% of the samples (at most 5)" in f.symptom
+    assert f.next_steps[0].endswith("then make compare VARIABLE=workload.concurrency")  # closed-loop clients
     ev.server["queue_ms"] = Src(5.0, "m")  # 25% of TTFT
     assert [f.verdict for f in overload.run(ev)] == ["rules out"]
     short = _ev(gauges={"waiting": Src([0, 0], "g")}, load={"achieved_over_requested": Src(0.8, "summary.json")})
