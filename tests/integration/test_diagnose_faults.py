@@ -8,10 +8,13 @@ no finding contradicts it.
   - the same kind of quota on its ancestor (/docker: every container under it, the capture's own included);
   - offered load above what the engine serves: 32 clients against max_num_seqs 8;
   - two CPU-burning neighbour containers on the engine's CPUs, weighted above it;
-  - a buffering proxy between the bench client and the server.
+  - a buffering proxy between the bench client and the server;
+  - a KV cache too small for the load: cpu-tiny with --num-gpu-blocks-override 24 (768 tokens) against eight
+    clients of 96 + 96 tokens, its own deploy, then the default's again.
 
-Not in `make test` (its phases already pass the 40-minute aim): `make test-diagnose` runs it, about 6 minutes here
-(one deploy, four captures, one bench). No engine start beyond the deploy it shares. A healthy light capture's
+Not in `make test` (its phases already pass the 40-minute aim): `make test-diagnose` runs it, about 5 minutes here
+(five captures, one bench; engine starts: the small-KV deploy and the default's after it, and the default's first
+where none is running). A healthy light capture's
 diagnosis is checked in make test, on the capture test_probes_capture.py makes anyway.
 """
 
@@ -32,7 +35,7 @@ from tests.helpers.buffering_proxy import buffering_proxy
 from tests.integration.conftest import CONTAINER, REPO, bench_dir, docker, inspect, make
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 1
+ENGINE_STARTS = 3
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -165,3 +168,29 @@ def test_a_buffering_proxy_is_a_disagreement_before_anything_else(deployed: None
     assert 0 < page.index('<section id="diagnosis">') < page.index('<section id="answer">')
     assert "something between server and client changes the stream" in page
     print(f"\nbuffering proxy:\n{(run / 'diagnosis.txt').read_text()[:2500]}")
+
+
+def test_a_kv_cache_too_small_for_the_load_is_kv_pressure(tmp_path: Path) -> None:
+    """Last: its own deploy, then the default's again."""
+    profile = yaml.safe_load((REPO / "serving" / "profiles" / "cpu-tiny.yaml").read_text())
+    profile["name"] = "cpu-tiny-small-kv"
+    # 24 blocks of 32 tokens: 768 tokens of KV, room for 1.5 requests of max_model_len 512 (vLLM's start-up line).
+    profile["vllm"].update(max_model_len=512, max_num_batched_tokens=512,
+                           extra_args=["--num-gpu-blocks-override", "24"])  # fmt: skip
+    (tmp_path / "small-kv.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    smoke = yaml.safe_load((REPO / "serving" / "workloads" / "smoke.yaml").read_text())
+    workload = tmp_path / "longer.yaml"  # eight requests of 192 tokens need 48 blocks
+    workload.write_text(yaml.safe_dump({**smoke, "name": "longer", "input_len": 96, "output_len": 96,
+                                        "concurrency": [8]}))  # fmt: skip
+    try:
+        r = make("deploy", f"PROFILE={tmp_path / 'small-kv.yaml'}", timeout=900)
+        assert r.rc == 0, r.output[-4000:]
+        bundle, d = _capture(f"WORKLOAD={workload}", f"PROFILE={tmp_path / 'small-kv.yaml'}")
+    finally:
+        back = make("deploy", timeout=900)
+    assert back.rc == 0, back.output[-3000:]
+    causes = _causes(d)
+    assert causes and causes[0].rule == "kv", _text(d)
+    assert causes[0].symptom.split(" preemptions")[0].isdigit() and int(causes[0].symptom.split()[0]) > 0
+    assert not any(f.rule in ("cgroup", "contention", "disagreement") for f in causes), _text(d)
+    print(f"\nsmall KV cache:\n{(bundle / 'diagnosis.txt').read_text()[:2500]}")
