@@ -19,6 +19,7 @@ from serving.bench import conditions as bench_conditions
 from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench import text as bench_text
+from serving.bench import workload_data as bench_data
 from serving.bench.summary_schema import BenchSummary, PointSummary, Stat
 from serving.config import workload
 from serving.config.profile import load_profile
@@ -128,13 +129,13 @@ def test_a_trace_whose_lines_share_blocks_intends_prefix_hits(tmp_path: Path) ->
         '{"timestamp": 0.5, "input_length": 32, "output_length": 4, "hash_ids": [1, 3]}\n'
     )
     w = workload.load_workload(str(write_workload(tmp_path, dataset="trace", trace="t.jsonl", concurrency=[])))
-    data = bench.workload_data(w)
+    data = bench_data.workload_data(w)
     assert data["shared_blocks"] and workload.intends_prefix_hits(w.model_dump(mode="json"), data)
     short = tmp_path / "s.jsonl"
     short.write_text('{"timestamp": 0, "input_length": 64, "output_length": 4, "hash_ids": [1]}\n')
     w2 = w.model_copy(update={"trace": str(short)})
     with pytest.raises(workload.TraceError, match="1 hash_ids of 16 tokens cover 16 tokens, input_length is 64"):
-        bench.workload_data(w2)
+        bench_data.workload_data(w2)
 
 
 def test_a_trace_lines_output_lengths_are_each_checked(tmp_path: Path) -> None:
