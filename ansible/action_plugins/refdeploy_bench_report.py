@@ -28,18 +28,21 @@ class ActionModule(ActionBase):  # type: ignore[misc]
     _VALID_ARGS = frozenset(("bench_dir", "host", "client_rc", "timeout_s", "change", "cgroup", "memory_log"))
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from serving.bench.report import report_bench, rewrite_page
+        from serving.bench.report import report_bench
         from serving.diagnose.engine import after_run
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         args = dict(self._task.args)
         bench_dir = Path(str(args.pop("bench_dir")))
-        result.update(report_bench(bench_dir, args), changed=False)
-        # The seed's method on what the bench wrote (serving/diagnose/): diagnosis.txt beside report.txt, and the
-        # findings first on report.html.
-        if (bench_dir / "summary.json").is_file():
-            lines, lead = after_run(bench_dir)
-            result["lines"] = list(result.get("lines") or []) + lines
-            if lead:
-                rewrite_page(bench_dir, lead)
+        # The seed's method on what the bench wrote (serving/diagnose/): diagnosis.txt beside report.txt, its top
+        # findings after the report's lines, and report.html opening with them (made before the page is drawn).
+        diagnosis: list[str] = []
+
+        def lead(d: Path) -> str:
+            lines, html = after_run(d)
+            diagnosis.extend(lines)
+            return html
+
+        result.update(report_bench(bench_dir, args, lead), changed=False)
+        result["lines"] = list(result.get("lines") or []) + diagnosis
         return result

@@ -29,6 +29,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from probes.capture.report_input import ReportInputError
+        from serving.diagnose.engine import after_run
         from serving.evidence.capture_report import write_page
         from serving.evidence.capture_trace import write_trace
         from serving.record.memory_phases import write_capture_memory
@@ -36,23 +37,17 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         result: dict[str, Any] = super().run(tmp, task_vars or {})
         bundle = Path(str(self._task.args["bundle"]))
         memory_lines: list[str] = []
+        # A whole capture's diagnosis (make capture), not one probe's (make probe): the method needs every part. It
+        # comes first, so that the page is drawn once, opening with its findings.
+        diagnosis, lead = after_run(bundle) if bundle.name == "capture" else ([], "")
         try:
             if self._task.args.get("memory_log") is not None:
                 memory_lines = write_capture_memory(bundle, [str(x) for x in self._task.args["memory_log"]])
-            path = write_page(bundle)
+            path = write_page(bundle, lead)
             trace = write_trace(bundle)
         except (OSError, ReportInputError) as e:
             result.update(failed=True, msg=f"could not draw the timeline page or the trace of {bundle}: {e}")
             return result
-        from serving.diagnose.engine import after_run
-
-        # A whole capture's (make capture), not one probe's (make probe): the method needs every part. The page
-        # is drawn again with the findings first.
-        diagnosis: list[str] = []
-        if bundle.name == "capture":
-            diagnosis, lead = after_run(bundle)
-            if lead:
-                write_page(bundle, lead)
         result.update(changed=False, path=str(path), trace=str(trace), memory_lines=memory_lines,
                       diagnosis_lines=diagnosis)  # fmt: skip
         return result

@@ -14,7 +14,7 @@ and the samplers' and gauges' series on the bench's timeline with the runs marke
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,10 @@ REPORT_TXT = "report.txt"
 REPORT_HTML = "report.html"
 
 
-def write_report(bench_dir: Path) -> dict[str, Any]:
+def write_report(bench_dir: Path, lead: Callable[[Path], str] | None = None) -> dict[str, Any]:
+    """summary.json, report.txt, report.html, trace.json and the field's export of a fetched bench. `lead`, given
+    the bench directory once summary.json is written, returns what report.html opens with (the bench's diagnosis:
+    serving/diagnose/, which this floor does not import)."""
     # Through the schema: a figure it does not name, or of the wrong type, fails here, not in a reader of the file.
     summary = BenchSummary.model_validate(build_summary(bench_dir))
     (bench_dir / SUMMARY_JSON).write_text(summary.dumps())
@@ -39,7 +42,7 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
         from serving.bench.knee_plot import draw_knee
 
         draw_knee(summary.knee["result"], summary.knee["runs"], bench_dir / KNEE_SVG)
-    (bench_dir / REPORT_HTML).write_text(render_html(summary, bench_dir))
+    (bench_dir / REPORT_HTML).write_text(render_html(summary, bench_dir, lead(bench_dir) if lead else ""))
     s = summary.dump()
     bench_trace.write_trace(bench_dir)
     # The field's format last: its documents reference the files above (serving/bench/br_export.py).
@@ -64,28 +67,21 @@ def write_report(bench_dir: Path) -> dict[str, Any]:
 CLIENT_EXITS = {1: "a run failed", 2: "bad plan"}
 
 
-def rewrite_page(bench_dir: Path, lead: str) -> Path:
-    """report.html again from the bench's summary.json, `lead` first (its diagnosis, written after the report)."""
-    from serving.bench.summary_schema import read_summary
-
-    path = bench_dir / REPORT_HTML
-    path.write_text(render_html(read_summary(bench_dir / SUMMARY_JSON), bench_dir, lead))
-    return path
-
-
-def report_bench(bench_dir: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+def report_bench(
+    bench_dir: Path, settings: Mapping[str, Any], lead: Callable[[Path], str] | None = None
+) -> dict[str, Any]:
     """Write a fetched bench's summary and reports, and say whether the bench completed: {"ok", "lines", "line"}.
 
     settings: host, client_rc (the client container's exit), timeout_s (its bound), change (the serving
     container's change in the window, serving.evidence.continuity), cgroup (the readings of the server's cgroups before
     and after: rc, stdout, stderr of each), memory_log (the engine log's memory rows, patch 0003). `lines` is what
     the operator is shown: the report, where it is, and the change; `line` the one line a bench that did not
-    complete stops on."""
+    complete stops on. `lead`: as write_report's."""
     if "cgroup" in settings:
         write_cgroup_readings(bench_dir, settings.get("cgroup"))
     if settings.get("memory_log") is not None:
         memory_phases.write_bench_memory(bench_dir, [str(x) for x in settings["memory_log"]])
-    summary = write_report(bench_dir)
+    summary = write_report(bench_dir, lead)
     lines = (bench_dir / REPORT_TXT).read_text().splitlines()
     lines += [f"report: {bench_dir / REPORT_TXT}", f"page:   {bench_dir / REPORT_HTML}"]
     change = settings.get("change") or {}
