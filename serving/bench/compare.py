@@ -34,6 +34,7 @@ from serving.bench import protocol as bench
 from serving.bench import runs as bench_runs
 from serving.bench import stats
 from serving.errors import InputError
+from serving.record.run_dirs import resolve_run_dir
 
 SCHEMA_VERSION = 1
 NO_DIFFERENCE = "no measurable difference"
@@ -93,20 +94,10 @@ class Side:
 
 
 def resolve_bench_dir(ref: str, runs_dir: Path) -> Path:
-    """A bench directory from a path (runs/<host>/<ts> or its bench/) or a bare run id (<ts>) under runs_dir. A run
-    id under two hosts is refused, naming both (the first in sort order was compared without a word), and so is one
-    that resolves outside runs_dir (a symlink out, `..`): a run id names a run under runs/, nothing else."""
-    found = [c for c in (Path(ref), Path(ref) / "bench") if _is_bench(c)]
-    if not found and "/" not in ref and ref not in (".", ".."):
-        found = [c for c in sorted(runs_dir.glob(f"*/{ref}/bench")) if _is_bench(c)]
-        if outside := [c for c in found if not c.resolve().is_relative_to(runs_dir.resolve())]:
-            raise InputError(f"{ref}: {outside[0]} resolves outside {runs_dir}: give the bench directory's own path")
-        if len(found) > 1:
-            hosts = ", ".join(str(c.parent) for c in found)
-            raise InputError(f"{ref}: a bench run of several hosts ({hosts}): give the one meant as its path")
-    if not found:
-        raise InputError(f"{ref}: not a bench run (expected runs/<host>/<timestamp>/bench/ with manifest.json)")
-    return found[0]
+    """A bench directory from a path (runs/<host>/<ts> or its bench/) or a bare run id (<ts>) under runs_dir
+    (serving/record/run_dirs.py)."""
+    return resolve_run_dir(ref, runs_dir, ("bench",), _is_bench, "bench",
+                           "runs/<host>/<timestamp>/bench/ with manifest.json")  # fmt: skip
 
 
 def _is_bench(d: Path) -> bool:

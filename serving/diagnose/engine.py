@@ -18,11 +18,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from serving.diagnose.evidence import Evidence, load_evidence
+from serving.diagnose.evidence import Evidence, is_bench, is_capture, load_evidence
 from serving.diagnose.model import Diagnosis, Finding, RuleRun
 from serving.diagnose.rules import CannotRun, ordered
 from serving.diagnose.rules.interval import slow_interval
 from serving.errors import InputError
+from serving.record.run_dirs import resolve_run_dir
 
 ORDER = {"consistent with": 0, "cannot tell": 1, "rules out": 2}
 
@@ -84,21 +85,13 @@ def write(d: Diagnosis, out_dir: Path) -> tuple[Path, Path]:
 
 
 def resolve_run(run: str, host: str, runs_dir: Path) -> Path:
-    """RUN as the operator gives it: a directory, or a timestamp under runs/<host>/; "" the newest capture or bench
-    of the host (by its timestamp, the directory's name)."""
+    """RUN as the operator gives it (serving/record/run_dirs.py: a directory, or a <ts> under runs/<host>/); ""
+    the newest capture or bench of the host (by its timestamp, the directory's name)."""
     if run:
-        path = Path(run)
-        if path.is_dir():
-            return path
-        found = sorted(runs_dir.glob(f"*/{run}"))
-        if len(found) > 1:
-            raise InputError(f"RUN={run}: runs under {len(found)} hosts have it ({', '.join(map(str, found))}): "
-                             "give runs/<host>/<ts>")  # fmt: skip
-        if found:
-            return found[0]
-        raise InputError(f"RUN={run}: no such run directory, nor a <ts> under {runs_dir}/<host>/")
+        return resolve_run_dir(run, runs_dir, ("capture", "bench"), lambda d: is_capture(d) or is_bench(d),
+                               "capture or bench", "runs/<host>/<timestamp>/capture/ or bench/")  # fmt: skip
     base = runs_dir / host
-    candidates = sorted(p.parent for p in list(base.glob("*/capture")) + list(base.glob("*/bench")))
+    candidates = sorted(p for p in [*base.glob("*/capture"), *base.glob("*/bench")] if is_capture(p) or is_bench(p))
     if not candidates:
         raise InputError(f"no capture or bench of {host} under {base}: run make capture or make bench first, "
                          "or give RUN=")  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 from probes.readers import sampler_logs
 from probes.readers.cgroup_delta import cgroup_delta
 from probes.readers.cgroups import snapshot_from_json
-from serving.errors import InputError
+from serving.host.numa import parse_cpulist
 
 
 @dataclass(frozen=True)
@@ -104,20 +104,18 @@ def _ms(s: float | None) -> float | None:
     return None if s is None else s * 1000.0
 
 
+def is_capture(d: Path) -> bool:
+    return (d / "bundle.json").is_file() or (d / "capture-started.json").is_file()
+
+
+def is_bench(d: Path) -> bool:
+    return (d / "summary.json").is_file() and (d / "manifest.json").is_file()
+
+
 def load_evidence(run_dir: Path) -> Evidence:
-    """The evidence of a capture or bench directory; InputError (one line) where it is neither."""
+    """The evidence of a capture's or a bench's directory (serving/diagnose/engine.py resolves which one)."""
     run_dir = run_dir.resolve()
-    if (run_dir / "bundle.json").is_file() or (run_dir / "capture-started.json").is_file():
-        return _capture(run_dir)
-    if (run_dir / "summary.json").is_file() and (run_dir / "manifest.json").is_file():
-        return _bench(run_dir)
-    for sub in ("capture", "bench"):
-        if (run_dir / sub).is_dir():
-            return load_evidence(run_dir / sub)
-    raise InputError(
-        f"{run_dir} is neither a capture (bundle.json) nor a bench (summary.json and manifest.json): give "
-        "RUN=runs/<host>/<ts>, its capture/ or bench/ directory, or the <ts>"
-    )
+    return _capture(run_dir) if is_capture(run_dir) else _bench(run_dir)
 
 
 # --- the parts both kinds share ------------------------------------------------------------------------------
@@ -166,10 +164,10 @@ def _cpuset(snapshot: Any, rel: str, ev: Evidence) -> None:
     levels = (snapshot or {}).get("levels") or []
     inner = ((levels[0] if levels else {}).get("cpuset") or {}).get("cpus_effective")
     if inner:
-        ev.cpuset_cpus = Src(len(_cpulist(str(inner))), rel)
+        ev.cpuset_cpus = Src(len(parse_cpulist(str(inner))), rel)
     outer = ((levels[-1] if levels else {}).get("cpuset") or {}).get("cpus_effective")
     if outer:
-        ev.host_cpus = len(_cpulist(str(outer)))
+        ev.host_cpus = len(parse_cpulist(str(outer)))
 
 
 def _numa(state: Any, rel: str, ev: Evidence) -> None:
@@ -188,17 +186,6 @@ def _numa(state: Any, rel: str, ev: Evidence) -> None:
     mems = [((lv.get("cpuset") or {}).get("mems_effective")) for lv in levels]
     if procs and mems and mems[0] and mems[-1]:
         ev.numa = Src({"host_mems": str(mems[-1]), "mems_allowed": str(mems[0]), "processes": procs}, rel)
-
-
-def _cpulist(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.strip().split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out += list(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    return out
 
 
 def _samplers(run_dir: Path, sdir: str, ev: Evidence, roles: Mapping[int, str]) -> None:

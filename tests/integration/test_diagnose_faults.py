@@ -59,13 +59,11 @@ def _text(d: Diagnosis) -> str:
     return "\n".join(f"{f.verdict}: {f.rule}: {f.title} ({f.explains})" for f in d.findings)
 
 
-def _quota_file(cgroup_dir: Path) -> tuple[Path, str, str]:
-    """The CPU quota file of a cgroup directory, its value for half a CPU, and what removes the quota: cgroup v2's
-    cpu.max, or v1's cpu.cfs_quota_us (with the default 100 ms period)."""
+def _quota_file(cgroup_dir: Path) -> tuple[Path, str]:
+    """The CPU quota file of a cgroup directory and what removes the quota: cgroup v2's cpu.max, or v1's
+    cpu.cfs_quota_us (with the default 100 ms period)."""
     v2 = cgroup_dir / "cpu.max"
-    if v2.exists():
-        return v2, "50000 100000", "max 100000"
-    return cgroup_dir / "cpu.cfs_quota_us", "50000", "-1"
+    return (v2, "max 100000") if v2.exists() else (cgroup_dir / "cpu.cfs_quota_us", "-1")
 
 
 def _container_cgroup(name: str) -> Path:
@@ -78,7 +76,7 @@ def _container_cgroup(name: str) -> Path:
 
 @contextlib.contextmanager
 def _quota(cgroup_dir: Path, cpus: float) -> Iterator[None]:
-    path, _half, off = _quota_file(cgroup_dir)
+    path, off = _quota_file(cgroup_dir)
     value = f"{int(cpus * 100000)} 100000" if path.name == "cpu.max" else str(int(cpus * 100000))
     path.write_text(value)
     try:

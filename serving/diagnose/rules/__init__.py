@@ -36,6 +36,12 @@ def fig(name: str, src: Src | None, unit: str = "", value: object = None) -> Fig
                   artifact=src.artifact if src is not None else "-")  # fmt: skip
 
 
+def ruled_out(rule: str, seed: str, title: str, symptom: str, figures: list[Figure], not_established: str) -> Finding:
+    """What the evidence rules out: it accounts for none of a request's time and has no next step."""
+    return Finding(rule=rule, seed=seed, verdict="rules out", title=title, symptom=symptom, explains=0.0,
+                   figures=figures, not_established=not_established, next_steps=[])  # fmt: skip
+
+
 def ordered() -> list[Rule]:
     """Every rule, in the seed's order."""
     from serving.diagnose.rules import (

@@ -14,7 +14,7 @@ from typing import Any
 
 from serving.diagnose.evidence import Evidence
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 
 SEED = "000 §5"
 THROTTLED_SHARE = 0.05
@@ -73,12 +73,12 @@ def run(ev: Evidence) -> list[Finding]:
             ))  # fmt: skip
     if not out:
         worst = max((lv.get("throttled_share") or 0.0 for lv in levels), default=0.0)
-        out.append(Finding(
-            rule="cgroup", seed=SEED, verdict="rules out",
+        out.append(ruled_out(
+            rule="cgroup", seed=SEED,
             title="no cgroup limit was hit: no level throttled or reached its memory limit",
             symptom=f"{len(levels)} levels read, the most throttled in {worst:.0%} of its periods",
-            explains=0.0, figures=[fig("levels read", src, value=len(levels))],
-            not_established="limits outside cgroups (the host's own CPUs: the contention rule)", next_steps=[],
+            figures=[fig("levels read", src, value=len(levels))],
+            not_established="limits outside cgroups (the host's own CPUs: the contention rule)"
         ))  # fmt: skip
     return out
 

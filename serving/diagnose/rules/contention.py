@@ -13,7 +13,7 @@ import statistics
 
 from serving.diagnose.evidence import Evidence, vm_values
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 
 SEED = "000 §5, §13"
 HOST_BUSY = 0.9
@@ -53,12 +53,11 @@ def run(ev: Evidence) -> list[Finding]:
                         "make compare A=<with it> B=<without it> (the load is not a profile field: say so in "
                         "HYPOTHESIS)"],
         )]  # fmt: skip
-    return [Finding(
-        rule="contention", seed=SEED, verdict="rules out",
+    return [ruled_out(
+        rule="contention", seed=SEED,
         title="no contention from outside: the serving container used what the host was busy with",
         symptom=f"host {busy + steal:.0f}% busy, others {others:.2f} CPUs ({share:.0%} of the host)",
-        explains=0.0, figures=figures, not_established="contention below the CPU (memory bandwidth, caches)",
-        next_steps=[],
+        figures=figures, not_established="contention below the CPU (memory bandwidth, caches)",
     )]  # fmt: skip
 
 

@@ -11,13 +11,19 @@ and a capture's figures are judged alike.
 
 from __future__ import annotations
 
+from serving.bench.runs import (
+    BUFFERED_STREAM,
+    MAX_CLIENT_OVER_SERVER_TTFT,
+    MAX_CLIENT_TTFT_LATE_MS,
+    MIN_CLIENT_OVER_SERVER_TPOT,
+)
 from serving.diagnose.evidence import Evidence
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 
 SEED = "000 §1, §4"
-BUFFERED_TPOT_RATIO = 0.5  # client TPOT p50 under this share of the server's TPOT mean
-LATE_TTFT_RATIO, LATE_TTFT_MS = 2.0, 50.0  # client TTFT p50 over twice the server's, and 50 ms more
+# The bench's own flags (serving/bench/runs.py), by how each begins after its run's id.
+BENCH_FLAGS = (BUFFERED_STREAM, "the server generated")
 TOKENS_DIFFER = 0.02  # server tokens against the client's completed x output_len
 # A capture's requests whose tokens all came in one chunk: a few happen when the API server falls behind on a
 # busy host (one of 60 under neighbours here); a proxy that buffers makes it every request's.
@@ -28,14 +34,19 @@ def _capture_signs(ev: Evidence) -> list[str]:
     c, s = ev.client, ev.server
     signs = []
     tpots = (c.get("tpot_p50_ms"), s.get("tpot_ms"))
-    if tpots[0] and tpots[1] and tpots[1].value and float(tpots[0].value) < BUFFERED_TPOT_RATIO * float(tpots[1].value):
+    if (
+        tpots[0]
+        and tpots[1]
+        and tpots[1].value
+        and float(tpots[0].value) < MIN_CLIENT_OVER_SERVER_TPOT * float(tpots[1].value)
+    ):
         signs.append(
-            f"buffered stream: the client's TPOT p50 {float(c['tpot_p50_ms'].value):.2f} ms is under half the "
+            f"{BUFFERED_STREAM}: the client's TPOT p50 {float(c['tpot_p50_ms'].value):.2f} ms is under half the "
             f"server's {float(s['tpot_ms'].value):.2f} ms"
         )
     if c.get("ttft_p50_ms") and s.get("ttft_ms") and s["ttft_ms"].value is not None:
         ct, st = float(c["ttft_p50_ms"].value), float(s["ttft_ms"].value)
-        if ct > LATE_TTFT_RATIO * st and ct - st > LATE_TTFT_MS:
+        if ct > MAX_CLIENT_OVER_SERVER_TTFT * st and ct - st > MAX_CLIENT_TTFT_LATE_MS:
             signs.append(f"late first token: the client's TTFT p50 {ct:.1f} ms against the server's {st:.1f} ms")
     bursts, done = c.get("one_burst"), c.get("completed")
     if bursts and done and done.value and int(bursts.value or 0) >= BURST_SHARE * int(done.value):
@@ -53,8 +64,7 @@ def _capture_signs(ev: Evidence) -> list[str]:
 def run(ev: Evidence) -> list[Finding]:
     if ev.kind == "bench":
         flagged = ev.conditions.get("flagged_runs")
-        signs = [f for f in (flagged.value if flagged else []) if any(
-            k in f for k in ("buffered stream", "first token", "token count", "tokens"))]  # fmt: skip
+        signs = [f for f in (flagged.value if flagged else []) if f.split(": ", 1)[-1].startswith(BENCH_FLAGS)]
         cited = flagged.artifact if flagged else "summary.json"
     else:
         if not ev.client:
@@ -68,11 +78,11 @@ def run(ev: Evidence) -> list[Finding]:
         fig("server TPOT mean", ev.server.get("tpot_ms"), "ms"),
     ]
     if not signs:
-        return [Finding(
-            rule="disagreement", seed=SEED, verdict="rules out",
+        return [ruled_out(
+            rule="disagreement", seed=SEED,
             title="the stream was not changed between server and client: their TTFT and TPOT agree",
-            symptom="no buffered stream, late first token or differing token count", explains=0.0, figures=figures,
-            not_established="nothing about the server's own speed", next_steps=[],
+            symptom="no buffered stream, late first token or differing token count", figures=figures,
+            not_established="nothing about the server's own speed"
         )]  # fmt: skip
     return [Finding(
         rule="disagreement", seed=SEED, verdict="consistent with",

@@ -15,7 +15,7 @@ import statistics
 from probes.readers import sampler_logs
 from serving.diagnose.evidence import Evidence, thread_rows
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 from serving.diagnose.rules.threads import BUSY_PCT
 
 SEED = "000 §5, §9, §12"
@@ -72,11 +72,11 @@ def run(ev: Evidence) -> list[Finding]:
                 next_steps=["nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE under load"],
             ))  # fmt: skip
     if not out:
-        out.append(Finding(
-            rule="gpu", seed=SEED, verdict="rules out",
+        out.append(ruled_out(
+            rule="gpu", seed=SEED,
             title="no GPU-side sign: not launch-bound, links and clocks as the class's",
-            symptom=f"GPU utilization {util:.0f}% (median)", explains=0.0, figures=figures,
-            not_established="what runs inside the GPU (the profiler's trace)", next_steps=[],
+            symptom=f"GPU utilization {util:.0f}% (median)", figures=figures,
+            not_established="what runs inside the GPU (the profiler's trace)"
         ))  # fmt: skip
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from serving.diagnose.evidence import Evidence
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 
 SEED = "000 §10"
 KV_FULL = 0.9  # vllm:kv_cache_usage_perc is a fraction
@@ -40,11 +40,11 @@ def run(ev: Evidence) -> list[Finding]:
                         "make bench with a larger KV cache (or lower max_num_seqs), then "
                         "make compare VARIABLE=<that field>"],
         )]  # fmt: skip
-    return [Finding(
-        rule="kv", seed=SEED, verdict="rules out",
+    return [ruled_out(
+        rule="kv", seed=SEED,
         title="no KV-cache pressure: nothing preempted, the cache far from full",
         symptom=f"0 preemptions; the KV cache at most {top:.1%} used" if top is not None else "0 preemptions",
-        explains=0.0, figures=figures, not_established="KV at a higher load or longer context", next_steps=[],
+        figures=figures, not_established="KV at a higher load or longer context"
     )]  # fmt: skip
 
 

@@ -13,36 +13,26 @@ from __future__ import annotations
 
 from serving.diagnose.evidence import Evidence
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
+from serving.host.numa import parse_cpulist  # the kernel's list format, nodes as CPUs
 
 SEED = "000 §5"
 MISPLACED_SHARE = 0.1
-
-
-def _nodes(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in (text or "").split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out |= set(range(int(a), int(b) + 1))
-        elif part.strip():
-            out.add(int(part))
-    return out
 
 
 def run(ev: Evidence) -> list[Finding]:
     if ev.numa is None:
         raise CannotRun("no per-process NUMA reading (host-state/after/host-state.json: a capture's hoststate part)")
     src, n = ev.numa, ev.numa.value
-    host, allowed = _nodes(n["host_mems"]), _nodes(n["mems_allowed"])
+    host, allowed = set(parse_cpulist(n["host_mems"])), set(parse_cpulist(n["mems_allowed"]))
     figures = [fig("the host's NUMA nodes", src, value=n["host_mems"]),
                fig("nodes the container may allocate on", src, value=n["mems_allowed"])]  # fmt: skip
     if len(host) <= 1:
-        return [Finding(
-            rule="numa", seed=SEED, verdict="rules out",
+        return [ruled_out(
+            rule="numa", seed=SEED,
             title=f"memory placement: the host has one NUMA node ({n['host_mems']}), nothing to misplace",
-            symptom="every byte is on node " + n["host_mems"], explains=0.0, figures=figures,
-            not_established="-", next_steps=[],
+            symptom="every byte is on node " + n["host_mems"], figures=figures,
+            not_established="-"
         )]  # fmt: skip
     misplaced = []
     for p in n["processes"]:

@@ -4,21 +4,21 @@ its requested rate).
 
 Consistent with overload when requests waited in the engine (vllm:num_requests_waiting above 0 in at least
 WAITING_SHARE of the window's samples) and queue time is at least QUEUE_SHARE of the server's TTFT; or when a
-bench's client reached under ACHIEVED_MIN of its requested arrival rate. It explains the queueing share of the
-requests' time.
+bench's client reached under MIN_ACHIEVED_RATE_RATIO (the bench's own flag) of its requested arrival rate. It
+explains the queueing share of the requests' time.
 """
 
 from __future__ import annotations
 
+from serving.bench.runs import MIN_ACHIEVED_RATE_RATIO
 from serving.diagnose.evidence import Evidence
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 from serving.diagnose.rules.interval import shares
 
 SEED = "000 §4"
 WAITING_SHARE = 0.25
 QUEUE_SHARE = 0.5
-ACHIEVED_MIN = 0.98  # the bench's own flag (docs/benchmarks.md)
 
 
 def run(ev: Evidence) -> list[Finding]:
@@ -30,7 +30,7 @@ def run(ev: Evidence) -> list[Finding]:
     waited = sum(1 for v in samples if v > 0) / len(samples) if samples else 0.0
     queue_share = float(queue.value) / float(ttft.value) if queue and ttft and ttft.value else 0.0
     achieved = ev.load.get("achieved_over_requested")
-    short = achieved is not None and achieved.value is not None and float(achieved.value) < ACHIEVED_MIN
+    short = achieved is not None and achieved.value is not None and float(achieved.value) < MIN_ACHIEVED_RATE_RATIO
     figures = [
         fig("samples with requests waiting", waiting, "", value=round(waited, 3)),
         fig("most requests waiting", waiting, "requests", value=max(samples) if samples else None),
@@ -42,6 +42,7 @@ def run(ev: Evidence) -> list[Finding]:
         figures.append(fig("max_num_seqs", ev.max_num_seqs))
     if achieved is not None:
         figures.append(fig("achieved over requested arrival rate", achieved))
+    by_rate = bool(ev.load.get("request_rate") and ev.load["request_rate"].value)  # else closed-loop clients
     if (waited >= WAITING_SHARE and queue_share >= QUEUE_SHARE) or short:
         try:
             explains = shares(ev)["queueing"]
@@ -62,18 +63,15 @@ def run(ev: Evidence) -> list[Finding]:
             title="offered load above what the engine serves: requests queue before they are scheduled",
             symptom=said, explains=round(min(1.0, max(explains, 0.0)), 3), figures=figures,
             not_established="why the engine serves no more (its CPU, its KV cache, a limit): the rules below",
-            next_steps=[("make bench SEARCH=rate (the highest arrival rate whose SLOs hold)"
-                         if ev.load.get("request_rate") and ev.load["request_rate"].value
-                         else "make bench SEARCH=concurrency (the most clients whose SLOs hold)")
-                        + ", or the same workload at a lower load, then make compare VARIABLE="
-                        + ("workload.arrival_rates" if ev.load.get("request_rate") and ev.load["request_rate"].value
-                           else "workload.concurrency")],
+            next_steps=[f"make bench SEARCH={'rate' if by_rate else 'concurrency'} (the highest load whose SLOs "
+                        "hold), or the same workload at a lower load, then make compare VARIABLE=workload."
+                        + ("arrival_rates" if by_rate else "concurrency")],
         )]  # fmt: skip
-    return [Finding(
-        rule="overload", seed=SEED, verdict="rules out",
+    return [ruled_out(
+        rule="overload", seed=SEED,
         title="no queueing: requests were scheduled as they arrived",
         symptom=f"requests waited in {waited:.0%} of the samples; queue time {queue_share:.0%} of the server's TTFT",
-        explains=0.0, figures=figures, not_established="capacity at a higher load", next_steps=[],
+        figures=figures, not_established="capacity at a higher load"
     )]  # fmt: skip
 
 

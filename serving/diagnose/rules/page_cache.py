@@ -15,7 +15,7 @@ import statistics
 
 from serving.diagnose.evidence import Evidence, vm_values
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 from serving.diagnose.rules.threads import wchan_class
 
 SEED = "000 §11"
@@ -56,11 +56,11 @@ def run(ev: Evidence) -> list[Finding]:
             next_steps=["make bench with WORKLOAD page_cache: warm, then cold, and make compare "
                         "VARIABLE=workload.page_cache; make probe-io for the drive's QD1/QD64 latency"],
         )]  # fmt: skip
-    return [Finding(
-        rule="page_cache", seed=SEED, verdict="rules out",
+    return [ruled_out(
+        rule="page_cache", seed=SEED,
         title="no page-cache misses on the engine's path in the window",
         symptom="; ".join(signs) or "no page-I/O waits, no I/O wait, no storage reads by the engine",
-        explains=0.0, figures=figures, not_established="a cold start (the window began warm)", next_steps=[],
+        figures=figures, not_established="a cold start (the window began warm)"
     )]  # fmt: skip
 
 

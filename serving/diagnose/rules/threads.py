@@ -18,7 +18,7 @@ from typing import Any
 
 from serving.diagnose.evidence import Evidence, ThreadCpu, thread_rows
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 from serving.diagnose.rules.interval import shares
 
 SEED = "000 §5, §11"
@@ -111,12 +111,12 @@ def run(ev: Evidence) -> list[Finding]:
     said = ", ".join(f"{k} {v}" for k, v in sorted(waits.items(), key=lambda kv: -kv[1])[:4])
     waited = (f": the engine's threads' wchan samples: {said}" if said
               else " (what they wait in is not in the evidence: no wchan samples)")  # fmt: skip
-    return [Finding(
-        rule="threads", seed=SEED, verdict="rules out",
+    return [ruled_out(
+        rule="threads", seed=SEED,
         title=f"no vLLM thread exhausts a CPU{waited}",
         symptom=f"the busiest thread runs {max(t.median for t in rows):.0f}% of a CPU",
-        explains=0.0, figures=figures,
-        not_established="what the waits are for: wchan alone does not name the file, lock or peer", next_steps=[],
+        figures=figures,
+        not_established="what the waits are for: wchan alone does not name the file, lock or peer"
     )]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from serving.diagnose.evidence import Evidence
 from serving.diagnose.model import Finding
-from serving.diagnose.rules import CannotRun, Rule, fig
+from serving.diagnose.rules import CannotRun, Rule, fig, ruled_out
 
 SEED = "000 §6, §14"
 
@@ -36,11 +36,11 @@ def run(ev: Evidence) -> list[Finding]:
             not_established="the speed without them: bench again without the profiler, on the real engine",
             next_steps=["make deploy (without PROFILER), then make bench"],
         )]  # fmt: skip
-    return [Finding(
-        rule="voiding", seed=SEED, verdict="rules out",
+    return [ruled_out(
+        rule="voiding", seed=SEED,
         title="nothing voids the figures: no profiler, no stand-in, no flagged run",
-        symptom="the bench ran as the deployment serves", explains=0.0, figures=figures,
-        not_established="-", next_steps=[],
+        symptom="the bench ran as the deployment serves", figures=figures,
+        not_established="-"
     )]  # fmt: skip
 
 

@@ -108,8 +108,13 @@ def test_diagnose_refuses_what_is_not_a_run_in_one_line(tmp_path: Path) -> None:
                        capture_output=True, text=True, cwd=REPO, check=False)  # fmt: skip
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == (
-        f"{tmp_path} is neither a capture (bundle.json) nor a bench (summary.json and manifest.json): give "
-        "RUN=runs/<host>/<ts>, its capture/ or bench/ directory, or the <ts>"
+        f"{tmp_path}: not a capture or bench run (expected runs/<host>/<timestamp>/capture/ or bench/)"
+    )
+    # A run id that leads out of runs/ is refused too (serving/record/run_dirs.py, as compare's sides).
+    r = subprocess.run([sys.executable, "-m", "serving.cli", "diagnose", "--run", "..", "--runs-dir", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO, check=False)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "..: not a capture or bench run (expected runs/<host>/<timestamp>/capture/ or bench/)"
     )
 
 
