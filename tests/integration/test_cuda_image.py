@@ -33,12 +33,17 @@ ENGINE_STARTS = 0
 
 RECORD = REPO / "images" / "vllm" / "verified-cuda.json"
 PROFILE = "rtx3090-pp3"
-# The last two words: the memory-by-phase module of patch 0003 is in the CUDA build, and the worker wrapper
-# that every executor builds its workers with calls it (the same code the CPU build runs in the tests).
+# Words five and six: the memory-by-phase module of patch 0003 is in the CUDA build, and the worker wrapper
+# that every executor builds its workers with calls it (the same code the CPU build runs in the tests). The last
+# two: the GPU worker's execute_model opens a rank-trace step (patch 0004) and has the deferred receive (0005).
 IMPORT_CHECK = (
     "import inspect, vllm, torch, triton; from vllm.v1.worker import refdeploy_memory as m, worker_base as wb; "
+    "from vllm.v1.worker import gpu_worker as gw, refdeploy_steps; "
+    "src = inspect.getsource(gw.Worker.execute_model); "
     "print(vllm.__version__, torch.__version__, torch.version.cuda, triton.__version__, m.MARK, "
-    "'instrumented' if 'refdeploy_memory' in inspect.getsource(wb.WorkerWrapperBase.init_worker) else 'bare')"
+    "'instrumented' if 'refdeploy_memory' in inspect.getsource(wb.WorkerWrapperBase.init_worker) else 'bare', "
+    "'rank-trace' if 'refdeploy_steps.recorder' in src else 'no-rank-trace', "
+    "'deferred-recv' if 'DeferredIntermediateTensors(' in src else 'no-deferred-recv')"
 )
 
 
@@ -53,9 +58,10 @@ def _check_in_image(tag: str) -> str:
 
 
 def _assert_import_output(line: str) -> None:
-    vllm_version, torch_version, cuda, _triton, mark, wrapped = line.split()
+    vllm_version, torch_version, cuda, _triton, mark, wrapped, steps, deferred = line.split()
     assert vllm_version == "0.32.0"
     assert (mark, wrapped) == ("refdeploy-memory-phase", "instrumented"), line
+    assert (steps, deferred) == ("rank-trace", "deferred-recv"), line
     assert torch_version.startswith("2.13.0") and "+cpu" not in torch_version, torch_version
     assert cuda != "None", "torch in the CUDA image was built without CUDA"
 

@@ -29,7 +29,8 @@ def test_the_cuda_image_record_is_for_the_current_inputs() -> None:
         f"images/vllm/verified-cuda.json records {record['tag']}, the inputs under images/ now make {tag}: "
         "run `make test-cuda-image` (builds and imports it, ~15 min) and commit the record it rewrites"
     )
-    vllm_version, torch_version, cuda, _triton, mark, wrapped = record["import_output"].split()
+    vllm_version, torch_version, cuda, _triton, mark, wrapped, steps, deferred = record["import_output"].split()
     assert (vllm_version, mark, wrapped) == ("0.32.0", "refdeploy-memory-phase", "instrumented")
+    assert (steps, deferred) == ("rank-trace", "deferred-recv")
     assert torch_version.startswith("2.13.0") and "+cpu" not in torch_version and cuda != "None"
     assert record["image_id"].startswith("sha256:")
