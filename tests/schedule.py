@@ -57,7 +57,7 @@ LOCAL = tuple(
 STATISTICAL = tuple(
     f"{IT}{m}.py"
     for m in (
-        "test_bench", "test_knee", "test_workloads", "test_tp2", "test_probes_on_deployment",
+        "test_bench", "test_knee", "test_workloads", "test_tp2", "test_pp2", "test_probes_on_deployment",
         "test_probes_capture", "test_probes_evidence",
     )
 )  # fmt: skip

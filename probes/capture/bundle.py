@@ -20,6 +20,7 @@ a capture is asked for, and the input checked first: probes/capture/config.py). 
   stacks/                py-spy dumps (raw JSON), aggregate.txt, aggregate.json, speedscope recordings
   kernel/                perf data and report, wchan.json, wchan.txt
   host-state/            before/ and after/ snapshots, cgroup-delta.json
+  ranks/                 each worker rank's steps in the window (the patched runtime's rank trace, where it is on)
 
 `make probe PROBE=<part>` runs the same with one part (`--only`).
 
@@ -89,6 +90,7 @@ def run_capture(cfg: CaptureConfig) -> dict[str, Any]:
     c.metrics_after()
     c.thread_results()
     c.after()
+    c.rank_steps()
     return c.write()
 
 
@@ -125,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--perf-skip-note", default="", help="why perf is skipped: it was given no capability")
     ap.add_argument("--pcie-min-gen", type=int, help="the class's PCIe generation a busy GPU's link must reach")
     ap.add_argument("--pcie-min-width", type=int, default=16, help="the class's PCIe link width")
+    ap.add_argument("--rank-trace-dir", type=Path, help="the engine's per-step rank trace files (patch 0004)")
     ap.add_argument("--archive", type=Path, help="pack the bundle into this .tar.gz when it ends, whatever its exit")
     ap.add_argument(
         "--workload-json", default="", help="send this workload's requests in the window (probes/senders/load.py)"
@@ -148,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_file_note=args.data_file_note,
         perf_skip_note=args.perf_skip_note,
         pcie_min=(args.pcie_min_gen, args.pcie_min_width) if args.pcie_min_gen else None,
+        rank_trace_dir=args.rank_trace_dir,
     )
     code = _run(cfg, args.out, args.workload_json)
     if args.archive is not None and code != 2 and args.out.is_dir():

@@ -49,6 +49,8 @@ class CaptureConfig:
     pcie_min: tuple[int, int] | None = None
     # The requests the capture sends through its window (make capture WORKLOAD=...); None: it only watches.
     load: load.LoadSpec | None = None
+    # The patched runtime's rank trace directory (probes/readers/rank_steps.py); None where the engine writes none.
+    rank_trace_dir: Path | None = None
 
 
 def check_input(cfg: CaptureConfig) -> list[procs.VllmProcess]:

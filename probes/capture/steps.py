@@ -37,7 +37,7 @@ from probes.capture.timeline import (
     sampler_panels,
     summary_figures,
 )
-from probes.readers import hoststate, kernel, metrics, procs, samplers, stacks
+from probes.readers import hoststate, kernel, metrics, procs, rank_steps, samplers, stacks
 from probes.senders import load
 
 SCHEMA_VERSION = 1
@@ -124,6 +124,7 @@ class Capture:
         self.stop = threading.Event()
         self.load_proc: subprocess.Popen[bytes] | None = None
         self.requests: dict[str, Any] | None = None
+        self.rank_trace: dict[str, Any] | None = None
         self.spans: list[dict[str, Any]] = []
         self.in_flight: list[tuple[float, int]] = []
 
@@ -394,6 +395,20 @@ class Capture:
             "successful", None, ["host-state/before/", "host-state/after/", "host-state/cgroup-delta.json"]
         )
 
+    def rank_steps(self) -> None:
+        """Each rank's steps from the window's start until now (the patched runtime's rank trace), where the engine
+        writes one."""
+        src = self.cfg.rank_trace_dir
+        if src is None:
+            return
+        try:
+            # To now, not the window's end: the requests still in flight when it closed were waited for.
+            self.rank_trace = rank_steps.copy_window(src, self.cfg.out, self.t0, time.monotonic())
+        except OSError as e:
+            self.rank_trace = {"dir": str(src), "ranks": {}, "unreadable": [f"{src}: {e.strerror or e}"]}
+        if not self.rank_trace["ranks"]:
+            self.notes.append(f"rank trace: no step of any rank in the window ({src})")
+
     def _panels(self) -> dict[str, Any]:
         panels = sampler_panels(self.sdir, self.results, self.found, self.t0, self.end[0])
         m = self.parts["metrics"]
@@ -472,6 +487,7 @@ class Capture:
             "gpu_links": self.links,
             "gpu_health": self.health,
             "requests": self.requests,
+            "rank_trace": self.rank_trace,
             "parts": {k: asdict(v) for k, v in parts.items()},
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         }

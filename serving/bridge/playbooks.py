@@ -141,6 +141,7 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             pcie_min=_pcie_min(settings.get("gpu_class")),
             workload=load,
             api_key_copy=p.api.key_copy if p.api.key_file else "",
+            rank_trace_dir=p.rank_trace_dir or "",
             container_name=str(settings.get("container") or f"{p.profile.container.name}-probe"),
             perf_skip=perf.skip,
         )

@@ -316,6 +316,12 @@ class Probes(StrictModel):
     sidecar_max_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
     # Host directory for the sidecar's logs: <dir>/<container name>/.
     sidecar_host_dir: str = "/var/lib/refdeploy/samplers"
+    # The patched runtime's per-step rank trace (images/vllm/patches/0004-*): every worker rank writes what it did
+    # in each engine step into <RANK_TRACE_DIR>/<container name>/rank<R>.steps.jsonl, which the capture takes into
+    # its bundle and trace.json. Off by default; its cost on decode is in docs/experiments/pp-receive.md.
+    rank_trace: bool = False
+    # Each rank's file rotates once at this size, so a rank keeps at most twice this on the host.
+    rank_trace_max_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
 
     @field_validator("sidecar_host_dir")
     @classmethod

@@ -11,6 +11,9 @@ What it holds (each from the bundle file named, which stays the record):
 - the vLLM processes under their own pids: each thread's kernel wait (kernel/wchan.json's transitions) as slices
   on that thread, and each py-spy dump (stacks/result.json, stacks/dump-*.json) an instant on the thread it caught,
   with its stack;
+- each worker rank's engine steps (ranks/, the patched runtime's rank trace where the profile turns it on), a track
+  inside that worker's process: a "step N" slice with its receive, preparation, forward, sampling and send nested
+  (serving/evidence/rank_trace.py);
 - "capture": the window, every perf recording's span (kernel/perf-*.result.json, a track each) and the timeline's
   events.
 
@@ -28,6 +31,8 @@ from typing import Any
 
 from probes.capture.report_input import ReportInputError, finite, load_timeline
 from probes.capture.summary import write_atomic
+from probes.readers.rank_steps import RANKS_DIR
+from serving.evidence import rank_trace
 
 TRACE_FILE = "trace.json"
 TIMELINE_FILE = "timeline.json"
@@ -250,6 +255,8 @@ def build_trace(bundle: Path) -> dict[str, Any]:
         *wchan_events(bundle, end),
         *stack_events(bundle),
         *memory_events(bundle, start if start is not None else end, end),
+        # The capture cut them: from the window's start until its requests ended.
+        *rank_trace.rank_events(rank_trace.read_steps(bundle / RANKS_DIR)[0]),
     ]
     return trace_document(
         events,
@@ -258,7 +265,7 @@ def build_trace(bundle: Path) -> dict[str, Any]:
             "container": timeline.get("container"),
             "window_start_wall": (timeline.get("window") or {}).get("start_wall"),
             "built_from": "timeline.json, requests/requests.jsonl, kernel/wchan.json, kernel/perf-*.result.json, "
-            "stacks/result.json, bundle.json, memory-phases.json",
+            "stacks/result.json, bundle.json, memory-phases.json, ranks/rank*.steps.jsonl",
         },
     )
 

@@ -19,7 +19,7 @@ from typing import Any
 from probes.capture.parts import DEFAULT_PARTS, PARTS
 from serving.config.redact import API_KEY_MOUNT
 from serving.errors import InputError
-from serving.plan.render import GPU_ACCESS_ENV, gpu_access_description
+from serving.plan.render import GPU_ACCESS_ENV, RANK_TRACE_MOUNT, gpu_access_description
 
 
 class ProbePlanError(InputError):
@@ -165,6 +165,7 @@ def render_capture_argv(
     pcie_min: tuple[int, int] | None = None,
     workload: Mapping[str, Any] | None = None,
     api_key_copy: str = "",
+    rank_trace_dir: str = "",
 ) -> list[str]:
     """`docker run` of probes.capture.bundle beside the serving container.
 
@@ -179,7 +180,8 @@ def render_capture_argv(
     why no data file is given (the page-cache reading is then skipped); `pcie_min` is the class's PCIe (generation,
     width), which a link under load must reach. `workload` is what the capture sends through its window
     (probes/senders/load.py's LoadSpec fields), with the API key's host copy `api_key_copy` mounted read-only where
-    the server has a key; the argv carries the key's path, never the key.
+    the server has a key; the argv carries the key's path, never the key. `rank_trace_dir`: the host directory of
+    the patched runtime's rank trace (the plan's), mounted read-only; the bundle keeps the window's steps.
     """
     unknown = sorted(set(parts) - set(CAPTURE_PARTS))
     if not parts or unknown:
@@ -217,6 +219,8 @@ def render_capture_argv(
         argv += ["--volume", f"{d}:{d}:ro"]
     if workload and api_key_copy:
         argv += ["--volume", f"{api_key_copy}:{API_KEY_MOUNT}:ro"]
+    if rank_trace_dir:
+        argv += ["--volume", f"{rank_trace_dir}:{RANK_TRACE_MOUNT}:ro"]
     argv += [probes_image, "python3", "-m", "probes.capture.bundle",
              "--out", "/out/bundle", "--archive", "/out/bundle.tar.gz",
              "--seconds", f"{seconds:g}",
@@ -230,6 +234,8 @@ def render_capture_argv(
         argv += ["--data-file-note", data_file_note]
     if "perf" in parts and perf_skip:
         argv += ["--perf-skip-note", perf_skip]
+    if rank_trace_dir:
+        argv += ["--rank-trace-dir", RANK_TRACE_MOUNT]
     if pcie_min is not None:
         argv += ["--pcie-min-gen", str(pcie_min[0]), "--pcie-min-width", str(pcie_min[1])]
     if workload:

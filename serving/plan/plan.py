@@ -44,11 +44,13 @@ from serving.plan.render import (
     cache_volume,
     private_network,
     profiler_host_dir,
+    rank_trace_host_dir,
     render_container_spec,
     render_sidecar_spec,
     spec_digest,
     with_api_key,
     with_profiler,
+    with_rank_trace,
 )
 from serving.plan.served import largest_file, model_format_failures, model_state, parse_served_files, tokenizer_path
 
@@ -140,6 +142,8 @@ class Plan(StrictModel):
     # make profile: the profiler the engine runs with (vLLM's --profiler-config; serving/plan/render.py
     # with_profiler) and the host directory its traces go to; None for the normal spec.
     profiler: Profiler | None = None
+    # The host directory each rank's per-step trace goes to (profile probes.rank_trace); None where it is off.
+    rank_trace_dir: str | None = None
     # A GPU profile's smoke test, run before the serving container is touched (serving/plan/gpu_smoke.py).
     gpu_smoke: GpuSmoke | None = None
     # The host directory of the engine's compile caches (serving/plan/render.py compile_cache_dir); the serve role
@@ -383,6 +387,8 @@ def build_plan(
     bench: BenchTargets | None = None
     if spec is not None and profiler:
         spec = with_profiler(spec, profiler)
+    if spec is not None and profile.probes.rank_trace:
+        spec = with_rank_trace(spec, profile.probes.rank_trace_max_bytes)
     argv = list(spec["command"]) if spec is not None else None
     smoke: GpuSmoke | None = None
     if spec is not None:
@@ -431,6 +437,7 @@ def build_plan(
         failures=failures,
         ok=not failures,
         profiler=_profiler(profile, profiler) if profiler and spec is not None else None,
+        rank_trace_dir=rank_trace_host_dir(profile.container.name) if profile.probes.rank_trace and spec else None,
         gpu_smoke=smoke,
         compile_cache_dir=_cache_dir(launch),
         front_door=frontdoor.plan_front_door(profile, images.frontdoor_tag),

@@ -294,6 +294,30 @@ def with_profiler(spec: dict[str, Any], profiler: str) -> dict[str, Any]:
     }
 
 
+# The per-step rank trace (patch 0004): each rank's steps into a host directory the runtime image's user alone writes,
+# mounted at RANK_TRACE_MOUNT; the capture reads it from the host.
+RANK_TRACE_DIR = "/var/lib/refdeploy/rank-trace"
+RANK_TRACE_MOUNT = "/run/refdeploy/rank-trace"
+
+
+def rank_trace_host_dir(container_name: str) -> str:
+    return f"{RANK_TRACE_DIR}/{container_name}"
+
+
+def with_rank_trace(spec: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """The spec with the patched runtime's rank trace on: its directory mounted and named to the workers."""
+    env = {
+        **spec["env"],
+        "REFDEPLOY_RANK_TRACE_DIR": RANK_TRACE_MOUNT,
+        "REFDEPLOY_RANK_TRACE_MAX_BYTES": str(max_bytes),
+    }
+    return {
+        **spec,
+        "env": dict(sorted(env.items())),
+        "volumes": [*spec["volumes"], f"{rank_trace_host_dir(spec['name'])}:{RANK_TRACE_MOUNT}"],
+    }
+
+
 def api_key_copy(container_name: str) -> str:
     """Where the serve role puts the copy of the key the containers read."""
     return f"{SECRETS_DIR}/{container_name}.api-key"

@@ -100,6 +100,40 @@ def test_the_tp2_profile_binds_each_rank_to_its_cpu() -> None:
     assert "--tensor-parallel-size" in plan.launch.spec["command"]
 
 
+def test_the_pp2_profiles_run_two_stages_with_the_rank_trace_and_differ_only_in_the_deferred_receive() -> None:
+    a, b = _cpu("cpu-tiny-pp2"), _cpu("cpu-tiny-pp2-deferred")
+    assert a.ok and b.ok and a.launch is not None and b.launch is not None
+    assert [(r.rank, r.cpus) for r in a.launch.ranks] == [(0, "0"), (1, "1")]
+    cmd = a.launch.spec["command"]
+    assert cmd[cmd.index("--pipeline-parallel-size") + 1] == "2" and "--tensor-parallel-size" not in cmd
+    env = a.launch.spec["env"]
+    assert (env["REFDEPLOY_RANK_TRACE_DIR"], env["REFDEPLOY_RANK_TRACE_MAX_BYTES"]) == (
+        "/run/refdeploy/rank-trace", str(4 * 1024 * 1024),
+    )  # fmt: skip
+    assert "/var/lib/refdeploy/rank-trace/refdeploy-vllm:/run/refdeploy/rank-trace" in a.launch.spec["volumes"]
+    assert a.rank_trace_dir == "/var/lib/refdeploy/rank-trace/refdeploy-vllm"
+    assert "REFDEPLOY_PP_DEFER_RECV" not in env and b.launch.spec["env"]["REFDEPLOY_PP_DEFER_RECV"] == "1"
+    assert {k: v for k, v in b.launch.spec["env"].items() if k != "REFDEPLOY_PP_DEFER_RECV"} == env
+    assert b.launch.spec["command"] == cmd
+
+    def volumes(p: Plan) -> list[str]:  # the compile cache is each profile's own
+        assert p.launch is not None
+        return [v.replace(p.profile.name, "<profile>") for v in p.launch.spec["volumes"]]
+
+    assert volumes(a) == volumes(b)
+    # Off by default: no variable, no mount, no directory.
+    plain = _cpu("cpu-tiny")
+    assert plain.launch is not None and plain.rank_trace_dir is None
+    assert not any(k.startswith("REFDEPLOY_RANK_TRACE") for k in plain.launch.spec["env"])
+    assert not any("rank-trace" in v for v in plain.launch.spec["volumes"])
+    # The capture mounts the directory read-only and is told where.
+    argv = playbooks.capture_argv(a.model_dump(mode="json"), {"out": "/x", "seconds": 5, "probe": "capture"})["argv"]
+    assert "/var/lib/refdeploy/rank-trace/refdeploy-vllm:/run/refdeploy/rank-trace:ro" in argv
+    assert argv[argv.index("--rank-trace-dir") + 1] == "/run/refdeploy/rank-trace"
+    plain_argv = playbooks.capture_argv(plain.model_dump(mode="json"), {"out": "/x", "seconds": 5})["argv"]
+    assert "--rank-trace-dir" not in plain_argv
+
+
 def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_failure_lines() -> None:
     data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
     del data["env"]["VLLM_CPU_OMP_THREADS_BIND"]  # vLLM's own binding: the plan cannot name each rank's CPUs

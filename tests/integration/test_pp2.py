@@ -1,0 +1,149 @@
+"""Two pipeline stages on this machine, with the patched runtime's per-step rank trace: profile cpu-tiny-pp2
+(vLLM's CPU build, PP=2, one stage per CPU; images/vllm/patches/0004-*). A capture under the smoke workload
+takes each rank's steps into its bundle (ranks/) and trace.json, which Perfetto's trace processor reads back:
+every rank a track of step slices inside its worker, with the receive, the preparation and the forward pass
+nested, and the steps where the requests say they must be. The default deploy is restored last.
+
+Cost: two engine starts (this profile, then the default back) and one 10 s capture, about 3 minutes here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.evidence.rank_trace import STEPS_TID
+from tests.helpers.perfetto import TraceProcessor, require_node
+from tests.integration.conftest import REPO, complete, make, manifest_of
+
+pytestmark = pytest.mark.integration
+ENGINE_STARTS = 2
+
+PROFILE = "cpu-tiny-pp2"
+TRACE_DIR = Path("/var/lib/refdeploy/rank-trace/refdeploy-vllm")  # serving/plan/render.py rank_trace_host_dir
+
+
+@pytest.fixture(scope="module")
+def pp2_capture() -> Iterator[Path]:
+    """cpu-tiny-pp2 deployed, then `make capture PROFILE=cpu-tiny-pp2 SECONDS=10 WORKLOAD=smoke` (the plan of that
+    profile mounts its rank trace directory into the capture); its bundle. The default deploy after."""
+    r = make("deploy", f"PROFILE={PROFILE}")
+    assert r.rc == 0, r.output[-4000:]
+    _, manifest = manifest_of(r)
+    try:
+        assert manifest["verified"] is True, [c for c in manifest["verification"] if not c["ok"]]
+        titles = [rk["title"] for rk in manifest["placement"]["ranks"]]
+        assert titles == ["VLLM::Worker_PP0", "VLLM::Worker_PP1"], titles
+        c = make("capture", f"PROFILE={PROFILE}", "SECONDS=10", "WORKLOAD=smoke")
+        assert c.rc == 0, c.output[-5000:]
+        m = re.search(r"bundle: (\S+?)/?['\"]?$", c.output, re.M)
+        assert m, c.output[-3000:]
+        bundle = Path(m.group(1))
+        assert bundle.is_relative_to(REPO / "runs" / "localhost"), bundle
+        yield bundle
+    finally:
+        r = make("deploy")  # the default deploy, as the other tests expect
+        assert r.rc == 0, r.output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def loaded(pp2_capture: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceProcessor]:
+    require_node()
+    with TraceProcessor.start(tmp_path_factory.mktemp("tp") / "stderr.txt") as tp:
+        tp.load((pp2_capture / "trace.json").read_bytes())
+        yield tp
+
+
+def _requests(bundle: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(ln) for ln in (bundle / "requests" / "requests.jsonl").read_text().splitlines()]
+    assert rows and all(r["ok"] for r in rows), rows
+    return rows
+
+
+def test_the_bundle_keeps_each_ranks_steps_of_the_window(pp2_capture: Path) -> None:
+    index = json.loads((pp2_capture / "bundle.json").read_text())
+    kept = index["rank_trace"]["ranks"]
+    assert set(kept) == {"0", "1"} and min(kept.values()) > 0, index["rank_trace"]
+    assert index["rank_trace"]["unreadable"] == []
+    workers = {p["pid"] for p in index["processes"] if p["role"] == "worker"}
+    for rank in ("0", "1"):
+        rows = [json.loads(ln) for ln in (pp2_capture / "ranks" / f"rank{rank}.steps.jsonl").read_text().splitlines()]
+        assert len(rows) == kept[rank]
+        assert {r["pid"] for r in rows} <= workers  # this engine's workers, not an earlier engine's lines
+        assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
+
+
+def test_each_rank_is_a_track_of_steps_with_receive_preparation_and_forward(
+    pp2_capture: Path, loaded: TraceProcessor
+) -> None:
+    errors = loaded.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+    assert errors == []
+    rows = loaded.query(
+        "select s.name, s.ts, s.dur, s.depth, t.tid, p.pid, p.name as process from slice s "
+        "join thread_track tt on s.track_id = tt.id join thread t using (utid) join process p using (upid) "
+        "where s.category = 'rank step'"
+    )
+    index = json.loads((pp2_capture / "bundle.json").read_text())
+    workers = {p["pid"] for p in index["processes"] if p["role"] == "worker"}
+    by_rank = {rank: [r for r in rows if r["tid"] == STEPS_TID + rank] for rank in (0, 1)}
+    for rank, mine in by_rank.items():
+        # Inside its worker's process.
+        assert len({r["pid"] for r in mine}) == 1 and mine[0]["pid"] in workers, (rank, workers)
+        names = {r["name"] for r in mine if r["depth"] >= 1}
+        assert {"preprocess", "forward"} <= names, (rank, names)
+    # The second stage receives the first's metadata before it prepares (vLLM's order, patch 0005 off) and sends
+    # nothing; the first stage sends and receives nothing.
+    assert {r["depth"] for r in by_rank[1] if r["name"] == "recv_metadata"} == {1}
+    assert not [r for r in by_rank[0] if r["name"].startswith("recv_")]
+    assert [r for r in by_rank[0] if r["name"] == "send"] and not [r for r in by_rank[1] if r["name"] == "send"]
+
+
+def test_the_steps_line_up_with_the_requests(pp2_capture: Path, loaded: TraceProcessor) -> None:
+    """On one clock: every token a request received came out of a forward step of the last stage inside that
+    request's lifetime, and its first token after a step of each stage that began after it was sent."""
+    forwards = {
+        rank: [
+            (r["ts"], r["ts"] + r["dur"])
+            for r in loaded.query(
+                "select s.ts, s.dur from slice s join thread_track tt on s.track_id = tt.id join thread t "
+                f"using (utid) where s.name = 'forward' and t.tid = {STEPS_TID + rank}"
+            )
+        ]
+        for rank in (0, 1)
+    }
+    for req in _requests(pp2_capture):
+        t0, first, end = (round(req[k] * 1e9) for k in ("t0_mono_s", "first_token_mono_s", "end_mono_s"))
+        last_stage = [f for f in forwards[1] if t0 <= f[0] and f[1] <= end]
+        assert len(last_stage) >= req["completion_tokens"], (req["id"], len(last_stage), req["completion_tokens"])
+        for rank in (0, 1):
+            assert any(t0 <= f[0] and f[1] <= first for f in forwards[rank]), (req["id"], rank)
+
+
+def test_a_paused_rank_trace_records_no_step_and_resumes_without_a_restart(pp2_capture: Path) -> None:
+    """The `paused` file in the host's trace directory stops the recording (the cost benchmark switches with it);
+    the workers look for it at most every 0.5 s."""
+    files = [TRACE_DIR / f"rank{r}.steps.jsonl" for r in (0, 1)]
+
+    def lines() -> list[int]:
+        return [len(f.read_text().splitlines()) for f in files]
+
+    paused = TRACE_DIR / "paused"
+    paused.touch()
+    try:
+        time.sleep(1.2)
+        complete("import os", 4)  # the steps in flight when the file appeared may still be written
+        before = lines()
+        complete("import os", 8)
+        assert lines() == before
+    finally:
+        paused.unlink()
+    time.sleep(1.2)
+    complete("import os", 8)
+    after = lines()
+    assert all(a >= b + 8 for a, b in zip(after, before, strict=True)), (before, after)

@@ -1,0 +1,123 @@
+"""The patched runtime's rank trace (serving/evidence/rank_trace.py, probes/readers/rank_steps.py) on the RECORDED
+steps of a two-stage CPU engine (tests/fixtures/rank_trace/README.md): the figures seed 000 §8 reads, the capture's
+cut to its window, and the steps as trace.json tracks read back by Perfetto's trace processor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from probes.readers.rank_steps import copy_window
+from serving.evidence import rank_trace
+from serving.evidence.capture_trace import write_trace
+from tests.helpers.perfetto import TraceProcessor, require_node
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rank_trace" / "pp2-cpu-tiny"
+
+
+def _steps(variant: str) -> list[rank_trace.Step]:
+    steps, bad = rank_trace.read_steps(FIXTURES / variant)
+    assert bad == 0
+    return steps
+
+
+def test_vllms_order_receives_first_and_the_deferred_receive_sits_inside_the_preparation() -> None:
+    first = {f["rank"]: f for f in rank_trace.rank_figures(_steps("receive-first"))}
+    deferred = {f["rank"]: f for f in rank_trace.rank_figures(_steps("deferred"))}
+    assert (first[1]["steps"], first[1]["receive_before_preparation"], first[1]["receive_inside_preparation"]) == (
+        20, 20, 0,
+    )  # fmt: skip
+    assert (deferred[1]["receive_before_preparation"], deferred[1]["receive_inside_preparation"]) == (0, 20)
+    # The first stage receives nothing; it sends.
+    assert "recv_metadata" not in first[0]["spans_ms"] and "send" in first[0]["spans_ms"]
+    # Preparation proper is preprocess less the receive inside it: in the deferred run that is most of preprocess.
+    pre, prep = deferred[1]["spans_ms"]["preprocess"]["median"], deferred[1]["preparation_ms"]["median"]
+    assert pre is not None and prep is not None and prep < 0.5 * pre
+
+
+def test_a_line_that_is_not_a_step_is_counted_and_the_window_cuts(tmp_path: Path) -> None:
+    lines = (FIXTURES / "receive-first" / "rank1.steps.jsonl").read_text().splitlines()
+    (tmp_path / "rank1.steps.jsonl").write_text("\n".join([*lines[:5], "{not json", '{"rank": 1}']) + "\n")
+    steps, bad = rank_trace.read_steps(tmp_path)
+    assert (len(steps), bad) == (5, 2)
+    third = json.loads(lines[2])
+    cut, _ = rank_trace.read_steps(tmp_path, start=third["t0"], end=third["t1"])
+    assert [s.step for s in cut] == [3]  # a rank's steps follow one another: the neighbours end before, start after
+
+
+def test_the_capture_keeps_the_steps_that_overlap_its_window_byte_for_byte(tmp_path: Path) -> None:
+    src = tmp_path / "host"
+    src.mkdir()
+    lines = (FIXTURES / "receive-first" / "rank0.steps.jsonl").read_text().splitlines()
+    # The rotated file holds the older steps; an engine before this one left its own lines in the same file.
+    (src / "rank0.steps.jsonl.1").write_text("\n".join(lines[:10]) + "\n")
+    (src / "rank0.steps.jsonl").write_text("\n".join(lines[10:]) + "\n")
+    (src / "other.txt").write_text("not a rank file\n")
+    start, end = json.loads(lines[8])["t0"], json.loads(lines[12])["t1"]
+    got = copy_window(src, tmp_path / "bundle", start, end)
+    kept = (tmp_path / "bundle" / "ranks" / "rank0.steps.jsonl").read_text().splitlines()
+    assert kept == [ln for ln in lines if json.loads(ln)["t1"] >= start and json.loads(ln)["t0"] <= end]
+    assert kept[0] == lines[8] and kept[-1] == lines[12]  # across the rotation, in order
+    assert got == {"dir": str(src), "ranks": {"0": len(kept)}, "unreadable": []}
+    assert sorted(p.name for p in (tmp_path / "bundle" / "ranks").iterdir()) == ["rank0.steps.jsonl"]
+
+
+def test_the_cli_prints_the_figures_and_refuses_an_empty_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert rank_trace.main([str(FIXTURES / "deferred")]) == 0
+    out = capsys.readouterr().out
+    assert "rank 1 (PP 1, TP 0): 20 steps with a forward pass; the receive came first in 0 of 20 steps" in out
+    assert rank_trace.main([str(tmp_path)]) == 2
+    assert "no rank step" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceProcessor]:
+    require_node()
+    with TraceProcessor.start(tmp_path_factory.mktemp("tp") / "stderr.txt") as t:
+        yield t
+
+
+def _bundle(d: Path, variant: str) -> Path:
+    """A capture bundle whose window holds the fixture's steps: timeline.json and ranks/ (nothing else ran)."""
+    steps = _steps(variant)
+    t0, t1 = min(s.t0 for s in steps) - 0.5, max(s.t1 for s in steps) + 0.5
+    d.mkdir(parents=True)
+    panels = {k: {"title": k, "unit": "%", "status": "skipped", "reason": "test", "series": {}}
+              for k in ("gpu", "cpu", "io", "latency", "queue")}  # fmt: skip
+    timeline = {"schema_version": 1, "host": "localhost", "container": "refdeploy-vllm",
+                "window": {"start_mono_s": t0, "end_mono_s": t1, "seconds": t1 - t0}, "panels": panels,
+                "events": [], "summary": {}, "notes": [], "artifacts": {}}  # fmt: skip
+    (d / "timeline.json").write_text(json.dumps(timeline))
+    shutil.copytree(FIXTURES / variant, d / "ranks")
+    return d
+
+
+@pytest.mark.parametrize("variant", ["receive-first", "deferred"])
+def test_each_ranks_steps_are_a_track_in_its_worker_with_the_spans_nested(
+    tp: TraceProcessor, tmp_path: Path, variant: str
+) -> None:
+    tp.load(write_trace(_bundle(tmp_path / "capture", variant)).read_bytes())
+    errors = tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
+    assert errors == []
+    rows = tp.query(
+        "select s.name, s.depth, t.tid, t.name as track, p.pid from slice s join thread_track tt on s.track_id = tt.id "
+        "join thread t using (utid) join process p using (upid) where s.category = 'rank step'"
+    )
+    steps = _steps(variant)
+    pids = {s.rank: s.pid for s in steps}
+    for rank in (0, 1):
+        mine = [r for r in rows if r["tid"] == rank_trace.STEPS_TID + rank]
+        assert {r["pid"] for r in mine} == {pids[rank]}
+        assert mine[0]["track"].startswith(f"rank {rank} steps (PP {rank}, TP 0")
+        assert sum(1 for r in mine if r["name"].startswith("step ") and r["depth"] == 0) == 40
+        assert {r["name"] for r in mine if r["depth"] == 1} >= {"preprocess", "forward"}
+    recv = {r["depth"] for r in rows if r["name"] == "recv_metadata"}
+    # vLLM's order: the receive is a span of its own in the step; deferred: inside preprocess.
+    assert recv == ({1} if variant == "receive-first" else {2})
+    assert not [r for r in rows if r["name"] == "recv_metadata" and r["tid"] == rank_trace.STEPS_TID]
