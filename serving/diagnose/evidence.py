@@ -18,6 +18,7 @@ from typing import Any
 from probes.readers import sampler_logs
 from probes.readers.cgroup_delta import cgroup_delta
 from probes.readers.cgroups import snapshot_from_json
+from serving.evidence import rank_trace
 from serving.host.numa import parse_cpulist
 
 
@@ -76,6 +77,8 @@ class Evidence:
     # Conditions that void figures: the engine profiled, a stand-in engine, runs the bench flagged.
     conditions: dict[str, Src] = field(default_factory=dict)
     page_cache: dict[str, Src] = field(default_factory=dict)
+    # Each rank's step figures (serving/evidence/rank_trace.py rank_figures) where the engine wrote a rank trace.
+    ranks: Src | None = None
 
 
 def _json(run_dir: Path, rel: str, ev: Evidence) -> Any:
@@ -291,6 +294,9 @@ def _capture(d: Path) -> Evidence:
     stacks = _json(d, "stacks/aggregate.json", ev)
     if isinstance(stacks, list):
         ev.stacks = Src(stacks, "stacks/aggregate.json")
+    steps, _ = rank_trace.read_steps(d / "ranks")
+    if steps:
+        ev.ranks = Src(rank_trace.rank_figures(steps), "ranks/rank*.steps.jsonl")
     return ev
 
 

@@ -54,12 +54,13 @@ def ordered() -> list[Rule]:
         numa,
         overload,
         page_cache,
+        pp_order,
         threads,
         voiding,
     )
 
-    return [m.RULE for m in (interval, disagreement, overload, cgroup, threads, contention, kv, numa, page_cache,
-                             gpu, voiding)]  # fmt: skip
+    return [m.RULE for m in (interval, disagreement, overload, cgroup, threads, pp_order, contention, kv, numa,
+                             page_cache, gpu, voiding)]  # fmt: skip
 
 
 def thresholds_table() -> str:

@@ -21,6 +21,7 @@ from serving.diagnose.model import Diagnosis, json_schema
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "diagnose"
 SCHEMA = REPO / "docs" / "diagnosis.schema.json"
+RANK_TRACE = REPO / "tests" / "fixtures" / "rank_trace" / "pp2-cpu-tiny"
 
 
 def _consistent(d: Diagnosis) -> list[str]:
@@ -53,7 +54,8 @@ def test_a_healthy_capture_finds_decode_bound_by_its_worker_thread_and_nothing_e
     ruled = {f.rule for f in d.findings if f.verdict == "rules out"}
     assert ruled == {"disagreement", "overload", "cgroup", "contention", "kv", "numa", "page_cache"}
     cannot = {r.rule: r.why for r in d.rules if r.status == "could not run"}
-    assert set(cannot) == {"gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
+    assert set(cannot) == {"pp_order", "gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
+    assert "no rank trace" in cannot["pp_order"]
     _cites_what_exists(d, run)
     # Written beside the evidence, the text leading with the findings.
     assert js == run / "diagnosis.json" and txt.read_text().splitlines()[3].startswith("findings, where the time goes")
@@ -67,7 +69,8 @@ def test_a_healthy_bench_finds_the_same_and_judges_only_its_measured_runs(tmp_pa
     d = diagnose(ev)
     assert _consistent(d) == ["interval", "threads"], render_text(d)
     assert "at point c4" in d.findings[0].title
-    assert {r.rule for r in d.rules if r.status == "could not run"} == {"gpu", "numa"}  # a bench reads no numa_maps
+    # A bench reads no numa_maps and no rank trace.
+    assert {r.rule for r in d.rules if r.status == "could not run"} == {"pp_order", "gpu", "numa"}
     _cites_what_exists(d, run)
 
 
@@ -91,6 +94,27 @@ def test_a_launch_bound_gpu_on_a_slow_link_is_diagnosed_as_such(tmp_path: Path) 
     assert "the GPUs ran kernels 28% of the time while a worker thread ran 86% of a CPU" in gpu[0].title
     assert "GPU 0: PCIe link at Gen 1 x8 in 15 of 15 busy samples" in gpu[1].symptom
     assert {f.rule for f in gpu} == {"gpu"} and not any("GPU 1" in f.title or "GPU 2" in f.title for f in gpu)
+
+
+@pytest.mark.parametrize(("variant", "verdict"), [("receive-first", "consistent with"), ("deferred", "rules out")])
+def test_a_second_stage_that_receives_before_it_prepares_is_seed_8s_ordering(
+    tmp_path: Path, variant: str, verdict: str
+) -> None:
+    """The recorded capture with a PP=2 engine's RECORDED rank trace in it (tests/fixtures/rank_trace/)."""
+    run = _copy("capture-cpu-tiny", tmp_path)
+    shutil.copytree(RANK_TRACE / variant, run / "ranks")
+    d, _js, _txt = run_diagnosis(run)
+    found = [f for f in d.findings if f.rule == "pp_order"]
+    assert [f.verdict for f in found] == [verdict], render_text(d)
+    f = found[0]
+    if verdict == "consistent with":
+        assert f.title.startswith("rank 1 (PP 1) prepares its inputs only after receiving the previous stage's")
+        assert f.symptom == "the receive came first in 20 of 20 steps" and 0.05 <= f.explains <= 1.0
+        assert "REFDEPLOY_PP_DEFER_RECV=1" in f.not_established
+        assert f.next_steps[0].startswith("make hypothesis ") and "at c1'" in f.next_steps[0]
+    else:
+        assert f.symptom == "inside the preparation in 20 of 20 steps"
+    assert {g.artifact for g in f.figures} == {"ranks/rank*.steps.jsonl"}
 
 
 def test_the_schema_file_is_the_models_and_rejects_what_the_model_does() -> None:
