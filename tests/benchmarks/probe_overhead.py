@@ -12,6 +12,10 @@ Two experiments, each as interleaved pairs on the same running server:
            running versus stopped (`docker stop/start refdeploy-vllm-samplers`).
   record   `py-spy record --subprocesses` of the API server, EngineCore and Worker at 100 Hz (the capture's
            on-demand recording) running versus not.
+  ranktrace  the patched runtime's per-step rank trace (patch 0004) recording versus paused (its `paused` file
+           in the host's trace directory); only with --only ranktrace, on a profile with probes.rank_trace (e.g.
+           `make deploy PROFILE=cpu-tiny-pp2`). Paused, the worker still runs the trace's hooks (a check and no-op
+           context managers per step), so this is the cost of recording: building, timing and writing each step.
 A trial sends `requests` completions, `concurrency` at a time, each `max_tokens` long with ignore_eos, and
 takes generated tokens / wall time. Each pair runs both conditions back to back, alternating which goes
 first (ABBA), so drift on a noisy machine falls on both sides; the figure is the median of the per-pair
@@ -127,6 +131,27 @@ def _recorder(on: bool, probes_image: str, seconds: int) -> None:
         _docker("rm", "-f", RECORDER, check=False)
 
 
+RANK_TRACE_MOUNT = "/run/refdeploy/rank-trace"
+
+
+def _rank_trace_dir() -> Path:
+    """The host directory the serving container's rank trace writes to (its bind mount), or exit saying why."""
+    mounts = json.loads(_docker("container", "inspect", "--format", "{{json .Mounts}}", SERVING))
+    found = [m["Source"] for m in mounts if m.get("Destination") == RANK_TRACE_MOUNT]
+    if not found:
+        raise SystemExit(f"{SERVING} has no rank trace: deploy a profile with probes.rank_trace (PROFILE=cpu-tiny-pp2)")
+    return Path(found[0])
+
+
+def _rank_trace(on: bool, directory: Path) -> None:
+    paused = directory / "paused"
+    if on:
+        paused.unlink(missing_ok=True)
+    else:
+        paused.touch()
+    time.sleep(1.0)  # the workers look for the file at most every 0.5 s
+
+
 def experiment(
     name: str, switch: Callable[[bool], None], pairs: int, requests: int, concurrency: int, max_tokens: int
 ) -> dict[str, Any]:
@@ -176,7 +201,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--only", choices=["sidecar", "record"])
+    ap.add_argument("--only", choices=["sidecar", "record", "ranktrace"])
     a = ap.parse_args()
     if a.pairs < 5:
         raise SystemExit("--pairs: at least 5 pairs, or the median of ratios means little on a noisy machine")
@@ -189,6 +214,19 @@ def main() -> int:
     trial(a.requests, a.concurrency, a.max_tokens)
     results = []
     try:
+        if a.only == "ranktrace":
+            trace_dir = _rank_trace_dir()
+            results.append(
+                experiment(
+                    "ranktrace",
+                    lambda on: _rank_trace(on, trace_dir),
+                    a.pairs,
+                    a.requests,
+                    a.concurrency,
+                    a.max_tokens,
+                )
+            )
+            _rank_trace(True, trace_dir)
         if a.only in (None, "sidecar"):
             results.append(experiment("sidecar", _sidecar, a.pairs, a.requests, a.concurrency, a.max_tokens))
         if a.only in (None, "record"):
