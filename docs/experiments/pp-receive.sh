@@ -6,7 +6,7 @@
 #   docs/experiments/pp-receive.sh before [HOST=<inventory host>] [A=<profile>] [WORKLOAD=<name>]
 #       A deployed and captured under the workload: what its rank trace shows, to write the prediction from.
 #   docs/experiments/pp-receive.sh run PREDICT='<figure> down >= <n>% at c1' [HYPOTHESIS='...'] [HOST=..]
-#                                  [A=<profile>] [B=..] [C=..] [D=..] [WORKLOAD=<name>]
+#                                  [A=<profile>] [B=..] [C=..] [D=..] [WORKLOAD=<name>] [RUNS=<n>]
 #       The hypothesis written down, then validate, A/B/B/A and C/D/D/C benches each from its own deploy, the
 #       A/B compare against the prediction, the 2x2, and the rank trace of B.
 #
@@ -20,8 +20,8 @@ mode=${1:-}
 case "$mode" in before | run) shift ;; *) echo "pp-receive.sh: say 'before' or 'run' first (the header says what each does)" >&2; exit 2 ;; esac
 for arg in "$@"; do
   case "$arg" in
-    HOST=* | A=* | B=* | C=* | D=* | WORKLOAD=* | PREDICT=* | HYPOTHESIS=*) export "${arg?}" ;;
-    *) echo "pp-receive.sh: unknown argument '$arg' (give NAME=value: HOST A B C D WORKLOAD PREDICT HYPOTHESIS)" >&2; exit 2 ;;
+    HOST=* | A=* | B=* | C=* | D=* | WORKLOAD=* | RUNS=* | PREDICT=* | HYPOTHESIS=*) export "${arg?}" ;;
+    *) echo "pp-receive.sh: unknown argument '$arg' (give NAME=value: HOST A B C D WORKLOAD RUNS PREDICT HYPOTHESIS)" >&2; exit 2 ;;
   esac
 done
 A=${A:-cpu-tiny-pp2} B=${B:-cpu-tiny-pp2-deferred} C=${C:-cpu-tiny-pp2-compiled} D=${D:-cpu-tiny-pp2-compiled-deferred}
@@ -51,7 +51,7 @@ deploy() {  # deploy NAME PROFILE: a new container of PROFILE (a restart when it
   step "$1" make deploy $HOSTARG PROFILE="$2" ANSIBLE_ARGS='-e serve_force_replace=true'
 }
 bench() {  # bench NAME: one bench of what runs; prints its directory
-  step "$1" make bench $HOSTARG WORKLOAD="$WORKLOAD"
+  step "$1" make bench $HOSTARG WORKLOAD="$WORKLOAD" ${RUNS:+RUNS=$RUNS}
   printed "$1" 'report:\K.*?(?=/report\.txt)' | sed 's#/bench$##'
 }
 trace() {  # trace NAME PROFILE: a capture under the workload, then each rank's figures from its steps
