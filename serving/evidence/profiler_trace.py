@@ -10,7 +10,8 @@ error is the step between the two reads and any wall-clock step (NTP) during the
 bound: `otherData.clock_alignment` gives the offset taken and how far the two pairs disagree.
 
 The merged file is a Chrome trace-event document like the capture's: the Perfetto UI opens it. Each rank's events
-keep their own pid (the worker's, as the profiler wrote it).
+keep their own pid (the worker's, as the profiler wrote it). Where the engine writes the patched runtime's rank
+trace, each rank's engine steps between /start_profile and /stop_profile (ranks/) are a track in the same process.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from probes.readers.rank_steps import RANKS_DIR
 from serving.errors import InputError
+from serving.evidence import rank_trace
 from serving.evidence.capture_trace import PID_CAPTURE, meta, request_events, trace_document, us, write_document
 from serving.evidence.profiler_summary import TRACE_GLOB, rank_name, read_trace
 
@@ -95,6 +98,11 @@ def build_trace(directory: Path) -> dict[str, Any]:
         raise InputError(f"{directory / RUN_FILE}: {e}") from None
     alignment = clock_offset(run)
     events = [*profile_marks(run), *request_events(directory)]
+    # Each rank's engine steps under the profiler, where the engine writes a rank trace (patch 0004): beside its
+    # operators, in its worker's process.
+    window = [(run.get(k) or {}).get("mono_s") for k in ("start_profile", "stop_profile")]
+    if all(isinstance(t, int | float) for t in window):
+        events += rank_trace.rank_events(rank_trace.read_steps(directory / RANKS_DIR, *window)[0])
     merged = {}
     for path in sorted(directory.glob(TRACE_GLOB)):
         evs, n = rank_events(path, alignment["mono_minus_wall_s"])
@@ -108,7 +116,7 @@ def build_trace(directory: Path) -> dict[str, Any]:
             "clock_alignment": alignment,
             "merged": merged,
             "profiled": "figures taken under the profiler are not results",
-            "built_from": f"{RUN_FILE}, requests/requests.jsonl, {TRACE_GLOB}",
+            "built_from": f"{RUN_FILE}, requests/requests.jsonl, {TRACE_GLOB}, {RANKS_DIR}/ (a rank trace)",
         },
     )
 

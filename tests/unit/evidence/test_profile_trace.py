@@ -112,3 +112,21 @@ def test_perfetto_reads_the_merged_trace_without_error(tmp_path: Path) -> None:
     assert errors == []
     assert [r["ts"] for r in mm] == [round((MONO0 + 1.0) * 1e9)] * 2
     assert spans == [{"n": 2}]
+
+
+def test_a_rank_traces_steps_under_the_profiler_are_a_track_in_each_worker(tmp_path: Path) -> None:
+    """The RECORDED steps of a PP=2 engine (tests/fixtures/rank_trace/), as `make profile` packs the trace directory
+    under ranks/: the steps between /start_profile and /stop_profile, in their workers' processes."""
+    d = _profile(tmp_path / "profile")
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "rank_trace" / "pp2-cpu-tiny" / "receive-first"
+    (d / "ranks").mkdir()
+    rows = [json.loads(ln) for ln in (src / "rank1.steps.jsonl").read_text().splitlines()]
+    for r in (0, 1):
+        (d / "ranks" / f"rank{r}.steps.jsonl").write_text((src / f"rank{r}.steps.jsonl").read_text())
+    run = json.loads((d / "profile-run.json").read_text())
+    run["start_profile"]["mono_s"], run["stop_profile"]["mono_s"] = rows[4]["t0"], rows[9]["t1"]  # steps 5-10
+    (d / "profile-run.json").write_text(json.dumps(run))
+    trace = build_trace(d)
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "rank step" and e["name"].startswith("step ")]
+    by_pid = {pid: sorted(e["args"]["step"] for e in steps if e["pid"] == pid) for pid in {e["pid"] for e in steps}}
+    assert by_pid[214] == [5, 6, 7, 8, 9, 10] and set(by_pid) == {213, 214}  # the recorded workers' pids
