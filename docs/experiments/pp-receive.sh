@@ -50,8 +50,8 @@ printed() {  # printed NAME PATTERN: the path this step printed (Ansible may fol
 deploy() {  # deploy NAME PROFILE: a new container of PROFILE (a restart when it already runs)
   step "$1" make deploy $HOSTARG PROFILE="$2" ANSIBLE_ARGS='-e serve_force_replace=true'
 }
-bench() {  # bench NAME: one bench of what runs; prints its directory
-  step "$1" make bench $HOSTARG WORKLOAD="$WORKLOAD" ${RUNS:+RUNS=$RUNS}
+bench() {  # bench NAME PROFILE: one bench of the profile just deployed; prints its directory
+  step "$1" make bench $HOSTARG PROFILE="$2" WORKLOAD="$WORKLOAD" ${RUNS:+RUNS=$RUNS}
   printed "$1" 'report:\K.*?(?=/report\.txt)' | sed 's#/bench$##'
 }
 trace() {  # trace NAME PROFILE: a capture under the workload, then each rank's figures from its steps
@@ -81,7 +81,7 @@ declare -A runs n
 for p in A B B A C D D C; do
   n[$p]=$((${n[$p]:-0} + 1))
   deploy "deploy-$p${n[$p]}" "${!p}"
-  dir=$(bench "bench-$p${n[$p]}")
+  dir=$(bench "bench-$p${n[$p]}" "${!p}")
   runs[$p]+="${runs[$p]:+,}$dir"
 done
 step compare-ab make compare A="${runs[A]}" B="${runs[B]}" VARIABLE=REFDEPLOY_PP_DEFER_RECV DESIGN=restarts \
