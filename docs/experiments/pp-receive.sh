@@ -84,10 +84,12 @@ for p in A B B A C D D C; do
   dir=$(bench "bench-$p${n[$p]}" "${!p}")
   runs[$p]+="${runs[$p]:+,}$dir"
 done
+# PREDICT= on the command line: the Makefile reads PREDICT from the environment, and a prediction given to
+# compare itself is one written after the runs (and a 2x2 takes none).
 step compare-ab make compare A="${runs[A]}" B="${runs[B]}" VARIABLE=REFDEPLOY_PP_DEFER_RECV DESIGN=restarts \
-  HYPOTHESIS="$hyp"
+  HYPOTHESIS="$hyp" PREDICT=
 step compare-2x2 make compare A="${runs[A]}" B="${runs[B]}" C="${runs[C]}" D="${runs[D]}" \
-  VARIABLE=REFDEPLOY_PP_DEFER_RECV,enforce_eager
+  VARIABLE=REFDEPLOY_PP_DEFER_RECV,enforce_eager HYPOTHESIS= PREDICT=
 cat "$log/compare-ab.log" "$log/compare-2x2.log" | grep -v '^make'
 
 # 5. The rank trace after the change.

@@ -9,8 +9,9 @@ stacks): a "step N" slice with the spans nested in it.
 
 The figures are what seed 000 §8 reads from such a trace: on a non-first PP rank, how long a step waited to receive
 the previous stage's metadata, whether the input preparation ran before that wait (the receive first, vLLM's
-order) or around it (patch 0005's deferred receive), and how long preparation itself took (preprocess less any
-receive inside it).
+order) or around it (patch 0005's deferred receive), how long preparation itself took (preprocess less any
+receive inside it), and the hand-off: from the previous stage's send to this stage's forward in the same step,
+which a receive-first order lengthens by the preparation.
 
   python -m serving.evidence.rank_trace DIR [--start MONO --end MONO]   per-rank figures, as text
 """
@@ -131,14 +132,30 @@ def _ms(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def handoffs(steps: Sequence[Step], later: Sequence[Step]) -> list[float]:
+    """Seconds from the previous stage's send to this stage's forward, for each step both ran (the same step
+    number and the same requests: seed 000 §6 aligns a step across ranks by its step, not by when a receive
+    began). What a receive-first order adds to it is this stage's preparation."""
+    sends = {(s.step, s.reqs): s.first("send") for s in steps}
+    out = []
+    for s in later:
+        send, forward = sends.get((s.step, s.reqs)), s.first("forward")
+        if send is not None and forward is not None:
+            out.append(forward[0] - send[0])
+    return out
+
+
 def rank_figures(steps: Sequence[Step]) -> list[dict[str, Any]]:
     """Per rank, over its steps that ran a forward pass: how many, each span's median and p90 (ms), the
-    preparation proper (preprocess less a receive inside it), and the receive's place in the step."""
+    preparation proper (preprocess less a receive inside it), the receive's place in the step, and for a later
+    stage the hand-off from the previous stage's send to its own forward."""
     out: list[dict[str, Any]] = []
     for rank in sorted({s.rank for s in steps}):
         mine = [s for s in steps if s.rank == rank and s.first("forward") is not None]
         if not mine:
             continue
+        pp, tp = mine[0].pp, mine[0].tp
+        previous = [s for s in steps if s.pp == pp - 1 and s.tp == tp]
         names = sorted({n for s in mine for n, _, _ in s.spans})
         before = sum(
             1 for s in mine if (m := s.first("recv_metadata")) and (p := s.first("preprocess")) and m[1] <= p[0]
@@ -155,6 +172,7 @@ def rank_figures(steps: Sequence[Step]) -> list[dict[str, Any]]:
             "step_ms": _ms([s.t1 - s.t0 for s in mine]),
             "receive_before_preparation": before,
             "receive_inside_preparation": inside,
+            "handoff_ms": _ms(handoffs(previous, mine)) if pp > 0 else None,
         })  # fmt: skip
     return out
 
@@ -168,6 +186,8 @@ def figures_text(figures: Sequence[dict[str, Any]]) -> list[str]:
         )
         lines.append(f"rank {f['rank']} (PP {f['pp']}, TP {f['tp']}): {f['steps']} steps with a forward pass; {order}")
         rows = {**f["spans_ms"], "preparation (preprocess less receive)": f["preparation_ms"], "step": f["step_ms"]}
+        if f["handoff_ms"] is not None:
+            rows["previous stage's send to this forward"] = f["handoff_ms"]
         for name, v in rows.items():
             lines.append(f"  {name:40s} median {v['median']:>9} ms   p90 {v['p90']:>9} ms")
     return lines

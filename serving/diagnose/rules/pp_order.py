@@ -49,7 +49,9 @@ def run(ev: Evidence) -> list[Finding]:
             fig(f"{name}: metadata receive, median", src, "ms", value=wait),
             fig(f"{name}: preparation (preprocess less receive), median", src, "ms", value=prep),
             fig(f"{name}: step, median", src, "ms", value=step),
-        ]
+            fig(f"{name}: from the previous stage's send to this forward, median", src, "ms",
+                value=(f["handoff_ms"] or {}).get("median")),
+        ]  # fmt: skip
         if steps and first / steps >= FIRST_SHARE and prep and step and prep / step >= PREP_SHARE:
             out.append(Finding(
                 rule="pp_order", seed=SEED, verdict="consistent with",

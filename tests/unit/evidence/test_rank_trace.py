@@ -34,6 +34,14 @@ def test_vllms_order_receives_first_and_the_deferred_receive_sits_inside_the_pre
     assert (deferred[1]["receive_before_preparation"], deferred[1]["receive_inside_preparation"]) == (0, 20)
     # The first stage receives nothing; it sends.
     assert "recv_metadata" not in first[0]["spans_ms"] and "send" in first[0]["spans_ms"]
+    # In vLLM's order the next stage's forward waits for the send, the receive, then the preparation: every step's
+    # hand-off is at least its preparation. The first stage has no previous stage.
+    steps = _steps("receive-first")
+    sends = {s.step: s.first("send") for s in steps if s.rank == 0}
+    for s in (s for s in steps if s.rank == 1 and s.first("forward")):
+        handoff = rank_trace.handoffs([x for x in steps if x.rank == 0 and x.step == s.step], [s])
+        assert handoff and handoff[0] >= s.total("preprocess") - s.receive_inside_preprocess() > 0, (s.step, sends)
+    assert first[0]["handoff_ms"] is None and first[1]["handoff_ms"]["median"] is not None
     # Preparation proper is preprocess less the receive inside it: in the deferred run that is most of preprocess.
     pre, prep = deferred[1]["spans_ms"]["preprocess"]["median"], deferred[1]["preparation_ms"]["median"]
     assert pre is not None and prep is not None and prep < 0.5 * pre
