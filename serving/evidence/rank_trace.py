@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.errors import InputError
+from serving.standalone.knee import percentile  # the project's one percentile, vLLM's (interpolated)
 
 STEPS_GLOB = "rank*.steps.jsonl*"
 # The steps track of a rank, inside its worker's process: a tid no Linux thread gets (pid_max <= 2^22).
@@ -125,11 +126,7 @@ def rank_events(steps: Iterable[Step]) -> list[dict[str, Any]]:
 def _ms(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"median": None, "p90": None}
-    ordered = sorted(values)
-    return {
-        "median": round(statistics.median(ordered) * 1000, 3),
-        "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))] * 1000, 3),
-    }
+    return {"median": round(statistics.median(values) * 1000, 3), "p90": round(percentile(values, 90) * 1000, 3)}
 
 
 def handoffs(steps: Sequence[Step], later: Sequence[Step]) -> list[float]:
@@ -166,7 +163,7 @@ def rank_figures(steps: Sequence[Step]) -> list[dict[str, Any]]:
             if (m := s.first("recv_metadata")) and (p := s.first("preprocess")) and p[0] <= m[0] and m[1] <= p[1]
         )
         out.append({
-            "rank": rank, "pp": mine[0].pp, "tp": mine[0].tp, "steps": len(mine),
+            "rank": rank, "pp": pp, "tp": tp, "steps": len(mine),
             "spans_ms": {n: _ms([s.total(n) for s in mine if s.first(n) is not None]) for n in names},
             "preparation_ms": _ms([s.total("preprocess") - s.receive_inside_preprocess() for s in mine]),
             "step_ms": _ms([s.t1 - s.t0 for s in mine]),
