@@ -75,6 +75,7 @@ RAW_DIR = "raw"
 FINCORE_NOT_FOUND = "fincore not found: apt-get install util-linux"
 FINCORE_COLUMNS = "RES,PAGES,SIZE,FILE"
 DEFAULT_FINCORE_TIMEOUT_S = 60.0
+DEFAULT_SYS_ROOT = Path("/sys")
 
 _T = TypeVar("_T")
 
@@ -117,6 +118,8 @@ class ProcessState:
     limits: LimitsReading
     smaps_rollup: SmapsRollupReading
     numa_maps: NumaMapsReading  # where its memory is, per NUMA node (the allowed lists say only where it may be)
+    # /proc/<pid>/status Cpus_allowed_list: the CPUs its main thread may run on (a rank's binding), None if unread
+    cpus_allowed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,9 @@ class HostState:
     processes: list[ProcessState]
     meminfo: MeminfoReading
     page_cache: FincoreReading
+    # The host's NUMA nodes and their CPUs ({"N0": "0-15", ...}, /sys/devices/system/node/node<N>/cpulist, as
+    # numa_maps names nodes): with cpus_allowed, which node a rank's CPUs are on. None where sysfs has no nodes.
+    node_cpus: dict[str, str] | None = None
 
 
 def host_state_cgroup_delta(before: HostState, after: HostState) -> dict[str, Any]:
@@ -247,6 +253,31 @@ def _comm(pid: int, proc_root: Path) -> str | None:
         return None
 
 
+def _cpus_allowed(pid: int, proc_root: Path) -> str | None:
+    """Cpus_allowed_list from /proc/<pid>/status (the kernel's list format, "0-3,8"), None if unread."""
+    try:
+        text = (proc_root / str(pid) / "status").read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def read_node_cpus(sys_root: Path = DEFAULT_SYS_ROOT) -> dict[str, str] | None:
+    """Each NUMA node's CPUs from sysfs ({"N0": "0-15"}); None where the kernel lists no node (no NUMA support).
+    A container sees the host's: /sys/devices/system is not namespaced."""
+    base = sys_root / "devices" / "system" / "node"
+    out: dict[str, str] = {}
+    for d in sorted(base.glob("node[0-9]*"), key=lambda d: int(d.name[4:])):
+        try:
+            out[f"N{d.name[4:]}"] = (d / "cpulist").read_text().strip()
+        except OSError:
+            continue
+    return out or None
+
+
 # --- snapshot ---------------------------------------------------------------------------------------------
 
 
@@ -279,6 +310,7 @@ def snapshot(
     fincore_binary: str = "fincore",
     fincore_timeout_s: float = DEFAULT_FINCORE_TIMEOUT_S,
     no_data_files: str = "",
+    sys_root: Path = DEFAULT_SYS_ROOT,
 ) -> HostState:
     """Everything at once: the cgroup of the first PID (the container's PID 1), limits and smaps_rollup of each
     PID, /proc/meminfo, and the page-cache residency of the data files. Bad input raises HostStateInputError
@@ -294,6 +326,7 @@ def snapshot(
             read_limits(pid, proc_root),
             read_smaps_rollup(pid, proc_root),
             read_numa_maps(pid, proc_root),
+            _cpus_allowed(pid, proc_root),
         )
         for pid in pids
     ]
@@ -316,6 +349,7 @@ def snapshot(
             if no_data_files
             else "no data files given (--data-file)",
         ),
+        node_cpus=read_node_cpus(sys_root),
     )
 
 

@@ -162,3 +162,22 @@ def test_memory_outside_the_containers_nodes_is_misplaced_and_inside_them_cannot
     assert [f.verdict for f in numa.run(ev)] == ["cannot tell"]
     ev.numa = Src({"host_mems": "0", "mems_allowed": "0", "processes": procs}, "h")
     assert [f.verdict for f in numa.run(ev)] == ["rules out"]
+
+
+def test_a_ranks_memory_off_its_own_cpus_node_is_misplaced_even_inside_the_containers_nodes() -> None:
+    """CONSTRUCTED two-node host (sysfs node0/cpulist 0-15, node1/cpulist 16-31): the worker runs on node 1's
+    CPUs, its container may allocate on both nodes, and three quarters of its memory is on node 0."""
+    procs = [{"pid": 7, "comm": "VLLM::Worker", "node_bytes": {"N0": 6 << 30, "N1": 2 << 30}, "cpus_allowed": "16-23"},
+             {"pid": 1, "comm": "vllm", "node_bytes": {"N0": 1 << 30}, "cpus_allowed": "0-31"}]  # fmt: skip
+    state = {"host_mems": "0-1", "mems_allowed": "0-1", "processes": procs, "node_cpus": {"N0": "0-15", "N1": "16-31"}}
+    ev = _ev(numa=Src(state, "host-state/after/host-state.json"))
+    [f] = numa.run(ev)
+    assert f.verdict == "consistent with" and f.explains == 0.75, f
+    assert f.title.endswith("outside its CPUs' node (1; CPUs 16-23)"), f.title
+    assert f.symptom == "VLLM::Worker 75%"  # pid 1 may run anywhere: its memory is on a node of its CPUs
+    procs[0]["node_bytes"] = {"N0": 0, "N1": 8 << 30}
+    [f] = numa.run(ev)
+    assert f.verdict == "rules out" and "VLLM::Worker 16-23" in f.symptom, f
+    del procs[1]["cpus_allowed"]  # a bundle without the CPU list of one process
+    [f] = numa.run(ev)
+    assert f.verdict == "cannot tell" and f.symptom.endswith("no CPU list for vllm (pid 1)"), f

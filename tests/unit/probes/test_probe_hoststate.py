@@ -28,6 +28,7 @@ from probes.readers.hoststate import (
     snapshot,
     write_host_state,
 )
+from serving.host.numa import parse_cpulist
 from tests.helpers.cgroup_trees import CID, FIXTURES, build_proc, cgroup_lines_v1, set_v1_counters, write
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -190,5 +191,20 @@ def test_snapshot_of_this_process_on_the_real_host(tmp_path: Path) -> None:
     assert process.limits.status == "successful" and "Max open files" in process.limits.limits
     assert process.smaps_rollup.pss is not None and process.smaps_rollup.pss.pss_kb > 0
     assert state.meminfo.values_kb["MemTotal"] > 0
+    # The CPUs it may run on and the host's nodes, as the kernel lists them (os.sched_getaffinity, sysfs).
+    assert process.cpus_allowed is not None
+    assert set(parse_cpulist(process.cpus_allowed)) == os.sched_getaffinity(0)
+    assert state.node_cpus and "N0" in state.node_cpus
+    assert set().union(*(parse_cpulist(v) for v in state.node_cpus.values())) >= os.sched_getaffinity(0)
     doc = json.loads(write_host_state(state, tmp_path / "out").read_text())
     assert doc["cgroup"]["levels"][0]["path"] == cgroup.levels[0].path
+    assert doc["processes"][0]["cpus_allowed"] == process.cpus_allowed and doc["node_cpus"] == state.node_cpus
+
+
+def test_node_cpus_reads_each_node_in_number_order_and_none_without_nodes(tmp_path: Path) -> None:
+    """A sysfs tree as a two-node host has it (/sys/devices/system/node/node<N>/cpulist), node10 after node2."""
+    for n, cpus in ((0, "0-15,32-47"), (2, "16-31"), (10, "48-63")):
+        write(tmp_path / "devices" / "system" / "node" / f"node{n}" / "cpulist", cpus + "\n")
+    assert hoststate.read_node_cpus(tmp_path) == {"N0": "0-15,32-47", "N2": "16-31", "N10": "48-63"}
+    assert list(hoststate.read_node_cpus(tmp_path) or {}) == ["N0", "N2", "N10"]
+    assert hoststate.read_node_cpus(tmp_path / "absent") is None
