@@ -130,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rank-trace-dir", type=Path, help="the engine's per-step rank trace files (patch 0004)")
     ap.add_argument("--archive", type=Path, help="pack the bundle into this .tar.gz when it ends, whatever its exit")
     ap.add_argument(
+        "--engine-json", default="", help='the serving container\'s labels: {"profiler": ..., "stand_in": ...}'
+    )
+    ap.add_argument(
         "--workload-json", default="", help="send this workload's requests in the window (probes/senders/load.py)"
     )
     args = ap.parse_args(argv)
@@ -153,6 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         pcie_min=(args.pcie_min_gen, args.pcie_min_width) if args.pcie_min_gen else None,
         rank_trace_dir=args.rank_trace_dir,
     )
+    try:
+        cfg.engine = _engine(args.engine_json)
+    except ValueError as e:
+        print(f"capture: --engine-json: {e}", file=sys.stderr)
+        return 2
     code = _run(cfg, args.out, args.workload_json)
     if args.archive is not None and code != 2 and args.out.is_dir():
         try:
@@ -160,6 +168,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as e:
             print(f"capture: could not pack the bundle into {args.archive}: {e}", file=sys.stderr)
     return code
+
+
+def _engine(text: str) -> dict[str, str] | None:
+    """--engine-json: {"profiler": str, "stand_in": str}, both strings ("" for none); None when not given."""
+    if not text:
+        return None
+    doc = json.loads(text)  # a JSONDecodeError is a ValueError
+    if not isinstance(doc, dict) or set(doc) != {"profiler", "stand_in"}:
+        raise ValueError(f"give an object with exactly the keys profiler and stand_in, not {text[:80]}")
+    return {k: str(v or "") for k, v in doc.items()}
 
 
 def _run(cfg: CaptureConfig, out: Path, workload_json: str) -> int:

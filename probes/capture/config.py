@@ -51,6 +51,9 @@ class CaptureConfig:
     load: load.LoadSpec | None = None
     # The patched runtime's rank trace directory (probes/readers/rank_steps.py); None where the engine writes none.
     rank_trace_dir: Path | None = None
+    # What the serving container's labels said of its engine at the window's start (the capture role reads them):
+    # {"profiler": "torch" or "", "stand_in": what stands in or ""}; None where the caller did not say.
+    engine: dict[str, str] | None = None
 
 
 def check_input(cfg: CaptureConfig) -> list[procs.VllmProcess]:

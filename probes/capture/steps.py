@@ -488,6 +488,7 @@ class Capture:
             "gpu_health": self.health,
             "requests": self.requests,
             "rank_trace": self.rank_trace,
+            "engine": cfg.engine,
             "parts": {k: asdict(v) for k, v in parts.items()},
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         }

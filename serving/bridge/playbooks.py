@@ -142,6 +142,7 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
             workload=load,
             api_key_copy=p.api.key_copy if p.api.key_file else "",
             rank_trace_dir=p.rank_trace_dir or "",
+            engine=settings.get("engine"),
             container_name=str(settings.get("container") or f"{p.profile.container.name}-probe"),
             perf_skip=perf.skip,
         )

@@ -71,7 +71,8 @@ class Evidence:
     wchan: Src | None = None  # {"rounds": n, "counts": {"<pid> <role>/<thread>": {wchan: n}}}
     stacks: Src | None = None  # stacks/aggregate.json
     gpu: Src | None = None  # [GpuSample] from the GPU sampler's log
-    # {"host_mems", "mems_allowed", "processes": [{pid, comm, node_bytes}]} at the window's end (numa_maps).
+    # {"host_mems", "mems_allowed", "node_cpus", "processes": [{pid, comm, node_bytes, cpus_allowed}]} at the
+    # window's end (numa_maps, /proc/<pid>/status, sysfs).
     numa: Src | None = None
     pcie_min: tuple[int, int] | None = None  # the class's Gen and width
     # Conditions that void figures: the engine profiled, a stand-in engine, runs the bench flagged.
@@ -182,13 +183,15 @@ def _numa(state: Any, rel: str, ev: Evidence) -> None:
             "pid": p.get("pid"),
             "comm": p.get("comm"),
             "node_bytes": dict((p.get("numa_maps") or {}).get("node_bytes") or {}),
+            "cpus_allowed": p.get("cpus_allowed"),
         }
         for p in (state or {}).get("processes") or []
         if ((p.get("numa_maps") or {}).get("status")) == "successful"
     ]
     mems = [((lv.get("cpuset") or {}).get("mems_effective")) for lv in levels]
     if procs and mems and mems[0] and mems[-1]:
-        ev.numa = Src({"host_mems": str(mems[-1]), "mems_allowed": str(mems[0]), "processes": procs}, rel)
+        ev.numa = Src({"host_mems": str(mems[-1]), "mems_allowed": str(mems[0]), "processes": procs,
+                       "node_cpus": (state or {}).get("node_cpus")}, rel)  # fmt: skip
 
 
 def _samplers(run_dir: Path, sdir: str, ev: Evidence, roles: Mapping[int, str]) -> None:
@@ -287,7 +290,6 @@ def _capture(d: Path) -> Evidence:
         ev.cgroup_span = (float(state["taken_mono_s"]), float(after["taken_mono_s"]))
     _cpuset((state or {}).get("cgroup"), "host-state/before/host-state.json", ev)
     _samplers(d, "samplers", ev, roles)
-    _cpuset((state or {}).get("cgroup"), "host-state/before/host-state.json", ev)
     wchan = _json(d, "kernel/wchan.json", ev)
     if wchan and wchan.get("status") == "successful":
         ev.wchan = Src({"rounds": wchan.get("rounds"), "counts": wchan.get("counts") or {}}, "kernel/wchan.json")
@@ -297,6 +299,10 @@ def _capture(d: Path) -> Evidence:
     steps, _ = rank_trace.read_steps(d / "ranks")
     if steps:
         ev.ranks = Src(rank_trace.rank_figures(steps), "ranks/rank*.steps.jsonl")
+    engine = bundle.get("engine")  # the serving container's labels at the window's start (older bundles: none)
+    if isinstance(engine, Mapping):
+        ev.conditions["profiler"] = Src(engine.get("profiler") or None, "bundle.json")
+        ev.conditions["stand_in"] = Src(engine.get("stand_in") or None, "bundle.json")
     return ev
 
 

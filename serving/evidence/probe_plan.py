@@ -166,6 +166,7 @@ def render_capture_argv(
     workload: Mapping[str, Any] | None = None,
     api_key_copy: str = "",
     rank_trace_dir: str = "",
+    engine: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """`docker run` of probes.capture.bundle beside the serving container.
 
@@ -182,6 +183,8 @@ def render_capture_argv(
     (probes/senders/load.py's LoadSpec fields), with the API key's host copy `api_key_copy` mounted read-only where
     the server has a key; the argv carries the key's path, never the key. `rank_trace_dir`: the host directory of
     the patched runtime's rank trace (the plan's), mounted read-only; the bundle keeps the window's steps.
+    `engine`: the serving container's labels as the capture role found them ({"profiler", "stand_in"}), kept in
+    bundle.json so that a diagnosis can say whether the figures were a profiled or stand-in engine's.
     """
     unknown = sorted(set(parts) - set(CAPTURE_PARTS))
     if not parts or unknown:
@@ -238,6 +241,9 @@ def render_capture_argv(
         argv += ["--rank-trace-dir", RANK_TRACE_MOUNT]
     if pcie_min is not None:
         argv += ["--pcie-min-gen", str(pcie_min[0]), "--pcie-min-width", str(pcie_min[1])]
+    if engine is not None:
+        labels = {k: str(engine.get(k) or "") for k in ("profiler", "stand_in")}
+        argv += ["--engine-json", json.dumps(labels, sort_keys=True, separators=(",", ":"))]
     if workload:
         spec = {**workload, "api_key_file": API_KEY_MOUNT if api_key_copy else ""}
         argv += ["--workload-json", json.dumps(spec, sort_keys=True, separators=(",", ":"))]

@@ -35,6 +35,7 @@ from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.plan.render import (
     CACHE_MOUNT,
     PROFILE_LABEL,
+    PROFILER_LABEL,
     PROFILER_MOUNT,
     RUNTIME_GID,
     RUNTIME_UID,
@@ -542,6 +543,7 @@ def running_state(
         "image": (c.get("Config") or {}).get("Image", ""),
         "profile": labels.get(PROFILE_LABEL, ""),
         "stand_in": labels.get(STAND_IN_LABEL, ""),
+        "profiler": labels.get(PROFILER_LABEL, ""),
         "restart_count": int(c.get("RestartCount") or 0),
     }
 

@@ -265,6 +265,10 @@ def test_a_workload_captures_diagnosis_finds_decode_bound_by_its_worker_thread(
     said = "\n".join(f"{f.verdict}: {f.rule}: {f.title}" for f in d.findings)
     assert [f.rule for f in d.findings if f.verdict == "consistent with"] == ["interval", "threads"], said
     assert d.slow_interval.startswith("decode"), d.slow_interval
+    # The bundle records the serving container's labels (the capture role's reading): no profiler, no stand-in.
+    assert json.loads((bundle / "bundle.json").read_text())["engine"] == {"profiler": "", "stand_in": ""}
+    [voiding] = [f for f in d.findings if f.rule == "voiding"]
+    assert voiding.verdict == "rules out" and voiding.title == "nothing voids the figures: no profiler, no stand-in"
     assert "diagnosis (" in r.output and "execution-bound decode" in r.output
     # The page leads with it: before the summary table and the panels.
     page = (bundle / "timeline.html").read_text()

@@ -14,20 +14,24 @@ SEED = "000 §6, §14"
 
 
 def run(ev: Evidence) -> list[Finding]:
-    if ev.kind != "bench":
-        raise CannotRun("a capture does not record whether the engine was profiled or a stand-in (its bench does)")
     c = ev.conditions
+    if "profiler" not in c:
+        raise CannotRun(
+            "this capture's bundle.json does not say whether the engine was profiled or a stand-in "
+            "(its engine labels: a capture made before they were recorded)"
+        )
     said = []
     if c["profiler"].value:
         said.append(f"the engine ran under the profiler ({c['profiler'].value})")
     if c["stand_in"].value:
         what = c["stand_in"].value.get("what") if isinstance(c["stand_in"].value, dict) else c["stand_in"].value
         said.append(f"a stand-in engine served: {what}")
-    flagged = list(c["flagged_runs"].value)
+    flagged = list(c["flagged_runs"].value) if "flagged_runs" in c else []  # a capture has no runs to flag
     if flagged:
         said.append(f"{len(flagged)} flagged measured runs: " + "; ".join(flagged[:3]))
-    figures = [fig("profiler", c["profiler"]), fig("stand-in", c["stand_in"], value=bool(c["stand_in"].value)),
-               fig("flagged measured runs", c["flagged_runs"], value=len(flagged))]  # fmt: skip
+    figures = [fig("profiler", c["profiler"]), fig("stand-in", c["stand_in"], value=bool(c["stand_in"].value))]
+    if "flagged_runs" in c:
+        figures.append(fig("flagged measured runs", c["flagged_runs"], value=len(flagged)))
     if said:
         return [Finding(
             rule="voiding", seed=SEED, verdict="consistent with",
@@ -38,8 +42,9 @@ def run(ev: Evidence) -> list[Finding]:
         )]  # fmt: skip
     return [ruled_out(
         rule="voiding", seed=SEED,
-        title="nothing voids the figures: no profiler, no stand-in, no flagged run",
-        symptom="the bench ran as the deployment serves", figures=figures,
+        title="nothing voids the figures: no profiler, no stand-in"
+        + (", no flagged run" if "flagged_runs" in c else ""),
+        symptom=f"the {ev.kind}'s engine ran as the deployment serves", figures=figures,
         not_established="-"
     )]  # fmt: skip
 

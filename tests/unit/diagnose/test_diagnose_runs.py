@@ -62,6 +62,28 @@ def test_a_healthy_capture_finds_decode_bound_by_its_worker_thread_and_nothing_e
     jsonschema.validate(json.loads(js.read_text()), json.loads(SCHEMA.read_text()))
 
 
+@pytest.mark.parametrize(
+    ("engine", "verdict"),
+    [({"profiler": "", "stand_in": ""}, "rules out"), ({"profiler": "torch", "stand_in": ""}, "consistent with")],
+)
+def test_a_capture_that_records_its_engines_labels_is_voided_when_profiled(
+    tmp_path: Path, engine: dict[str, str], verdict: str
+) -> None:
+    """The recorded capture with the "engine" its capture role now writes (the serving container's labels)."""
+    run = _copy("capture-cpu-tiny", tmp_path)
+    bundle = json.loads((run / "bundle.json").read_text())
+    (run / "bundle.json").write_text(json.dumps({**bundle, "engine": engine}))
+    d, _js, _txt = run_diagnosis(run)
+    [f] = [f for f in d.findings if f.rule == "voiding"]
+    assert f.verdict == verdict, render_text(d)
+    assert "voiding" not in {r.rule for r in d.rules if r.status == "could not run"}
+    if engine["profiler"]:
+        assert f.title == "these figures are not the deployment's speed: the engine ran under the profiler (torch)"
+        assert [g.artifact for g in f.figures] == ["bundle.json", "bundle.json"]
+    else:
+        assert f.symptom == "the capture's engine ran as the deployment serves"
+
+
 def test_a_healthy_bench_finds_the_same_and_judges_only_its_measured_runs(tmp_path: Path) -> None:
     run = _copy("bench-cpu-tiny", tmp_path)
     ev = load_evidence(run)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,12 @@ def _capture(**kw: object) -> list[str]:
     )
     args.update(kw)
     return render_capture_argv(**args)  # type: ignore[arg-type]
+
+
+def test_capture_carries_the_serving_containers_engine_labels_as_one_json_argument() -> None:
+    assert "--engine-json" not in _capture()  # where the caller did not say, the bundle says nothing
+    argv = _capture(engine={"profiler": "torch", "stand_in": None, "other": "x"})
+    assert json.loads(argv[argv.index("--engine-json") + 1]) == {"profiler": "torch", "stand_in": ""}
 
 
 def test_capture_joins_the_serving_namespaces_with_least_capabilities() -> None:

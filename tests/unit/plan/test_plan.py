@@ -245,7 +245,7 @@ def test_the_running_container_is_planned_when_it_carries_the_launch_digest_and_
     spec = plan.launch.spec
     assert running_state(_container(spec), spec) | {"id": ""} == {
         "exists": True, "status": "running", "running": True, "planned": True, "why": "", "id": "",
-        "image": spec["image"], "profile": "cpu-tiny", "stand_in": "", "restart_count": 0,
+        "image": spec["image"], "profile": "cpu-tiny", "stand_in": "", "profiler": "", "restart_count": 0,
     }  # fmt: skip
     assert running_state(_container(spec, "exited"), spec)["why"] == "it is exited"
     assert running_state(None, spec)["why"] == "no container runs under this name"

@@ -114,3 +114,14 @@ def test_a_bad_workload_argument_is_one_line_and_exit_2(tmp_path: Path, capsys: 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("capture: --workload-json:")
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("text", ['{"profiler": "torch"}', "[1]", "{not json"])
+def test_bad_engine_labels_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    rc = capture.main(["--out", str(tmp_path / "b"), "--seconds", "1", "--engine-json", text])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("capture: --engine-json:"), err
+    assert not (tmp_path / "b").exists()
