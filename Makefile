@@ -239,7 +239,7 @@ test-integration: $(STAMP) ## The images, then the integration tests as make tes
 	@$(if $(strip $(PYTEST_ARGS)),$(MAKE) images && $(BIN)/pytest $(PYTEST_ARGS),$(BIN)/python tests/schedule.py integration)
 
 .PHONY: test-diagnose
-test-diagnose: $(STAMP) ## make diagnose on faults induced for real on this machine's deployment (~5 min); not in make test
+test-diagnose: $(STAMP) ## make diagnose on faults induced for real on this machine's deployment (~6 min); not in make test
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && $(BIN)/pytest tests/integration/test_diagnose_faults.py -s $(PYTEST_ARGS)
 

@@ -62,7 +62,7 @@ STATISTICAL = tuple(
     )
 )  # fmt: skip
 # Never in make test: the CUDA image build downloads ~4 GB and takes ~15 min (make test-cuda-image).
-# Nor the diagnosis's induced faults (make test-diagnose, about 6 min): make test's phases pass the 40-min aim already.
+# Nor the diagnosis's induced faults (make test-diagnose, about 6 min): make test is past its 40-min aim already.
 OPT_IN = (f"{IT}test_cuda_image.py", f"{IT}test_diagnose_faults.py")
 
 # Seconds a lane may run before it is stopped and fails (measured lanes at about half of these; see README).

@@ -56,7 +56,9 @@ def serving_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
             what.append(f"pid {b['pid']} -> {a['pid']}")
         if b["status"] != a["status"] or a["status"] != "running":
             what.append(f"state {b['status']} -> {a['status']}")
-        if a["oom_killed"]:
+        # Docker's State.OOMKilled describes the container's last exit and stays set after the restart policy
+        # brings it back: an OOM kill is this window's only where the container also exited in it.
+        if a["oom_killed"] and what:
             what.append("OOM-killed")
     changed = bool(what)
     line = (

@@ -78,7 +78,28 @@ def test_memory_events_in_the_window_are_a_limit_reached() -> None:
                                 memory_limit_bytes=2 << 30, memory_some_stall_s=2.0)], "c"))  # fmt: skip
     [f] = cgroup.run(ev)
     assert f.title == "the memory limit of the container's own cgroup /docker/abc was reached in the window"
-    assert f.symptom == "memory.events rose: max +3" and f.explains == 0.1
+    assert f.symptom.startswith("memory.events max +3; memory stalled 2.000 s of the 20.0 s window (10.00%)")
+    assert f.explains == 0.1
+
+
+def test_a_v1_failcnt_rise_is_a_limit_reached_that_costs_its_stall_share() -> None:
+    """The figures of this machine's cgroup v1 level under a limit 4 MiB above its anonymous memory (RECORDED,
+    runs/localhost/20261206T012409Z/capture/host-state/cgroup-delta.json): hit 256 times, 8.5 ms of stall."""
+    lv = _level("/docker/44ae92", memory_failcnt_increase=256, memory_limit_bytes=2447519744,
+                memory_usage_after_bytes=2444259328, memory_some_stall_s=0.008475)  # fmt: skip
+    ev = _ev(cgroup=Src([lv], "host-state/cgroup-delta.json"))
+    ev.window_s = 15.0
+    [f] = cgroup.run(ev)
+    assert f.verdict == "consistent with" and f.explains == 0.001
+    assert f.symptom == (
+        "memory.failcnt +256; memory stalled 0.008 s of the 15.0 s window (0.06%); "
+        "at the end 2.28 GiB of a 2.28 GiB limit"
+    )
+    lv["memory_some_stall_s"] = None  # no pressure reading (cgroup v1 without the unified hierarchy's files)
+    [f] = cgroup.run(ev)
+    assert f.explains == 0.0 and "no memory pressure reading: what it cost cannot be told" in f.symptom
+    lv["memory_failcnt_increase"] = 0
+    assert [f.verdict for f in cgroup.run(ev)] == ["rules out"]
 
 
 def test_a_thread_busy_at_the_threshold_is_execution_and_below_it_waiting() -> None:

@@ -35,6 +35,18 @@ def test_a_restart_by_the_policy_is_stated_with_the_count_and_the_pid() -> None:
     assert "(pid 4242) -> " in c["line"] and "(pid 5151)" in c["line"]
 
 
+def test_an_oom_kill_is_the_windows_only_where_the_container_exited_in_it() -> None:
+    """Docker keeps State.OOMKilled true after the restart policy restarted an OOM-killed container: a capture
+    after that once said "died or was replaced in the window: OOM-killed" of a container that ran throughout
+    (same pid, same restart count; 2026-12-06)."""
+    killed_before = {**_container(restarts=1), "State": {**_container(restarts=1)["State"], "OOMKilled": True}}
+    c = serving_change(killed_before, killed_before, "refdeploy-vllm")
+    assert c["changed"] is False and c["line"].startswith("refdeploy-vllm ran throughout")
+    killed_now = {**_container(restarts=2, pid=5151), "State": {**_container(pid=5151)["State"], "OOMKilled": True}}
+    c = serving_change(_container(restarts=1), killed_now, "refdeploy-vllm")
+    assert c["changed"] is True and c["line"].split(" (before")[0].endswith("; OOM-killed")
+
+
 def test_a_manual_restart_keeps_the_count_but_not_the_pid() -> None:
     c = serving_change(_container(), _container(pid=77))
     assert c["changed"] is True and "restarts" not in c["line"].split("(before")[0]
