@@ -243,6 +243,11 @@ test-diagnose: $(STAMP) ## make diagnose on faults induced for real on this mach
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && $(BIN)/pytest tests/integration/test_diagnose_faults.py -s $(PYTEST_ARGS)
 
+.PHONY: test-pp-receive
+test-pp-receive: $(STAMP) ## Seed 000 §8's experiment (docs/experiments/pp-receive.sh) on the 3090 class's stand-in (~30 min); not in make test
+	@$(BIN)/python -I serving/standalone/prereqs.py test
+	$(MAKE) images && REFDEPLOY_PP_RECEIVE=1 $(BIN)/pytest tests/integration/test_gpu_hosts_ssh/test_pp_receive.py -s $(PYTEST_ARGS)
+
 .PHONY: test-cuda-image
 test-cuda-image: $(STAMP) ## Build the CUDA runtime image (~4 GB, ~15 min), import vLLM in it, rewrite its record; not in make test
 	REFDEPLOY_CUDA_IMAGE=1 $(BIN)/pytest tests/integration/test_cuda_image.py

@@ -6,26 +6,32 @@
 #   docs/experiments/pp-receive.sh before [HOST=<inventory host>] [A=<profile>] [WORKLOAD=<name>]
 #       A deployed and captured under the workload: what its rank trace shows, to write the prediction from.
 #   docs/experiments/pp-receive.sh run PREDICT='<figure> down >= <n>% at c1' [HYPOTHESIS='...'] [HOST=..]
-#                                  [A=<profile>] [B=..] [C=..] [D=..] [WORKLOAD=<name>] [RUNS=<n>]
+#                                  [A=<profile>] [B=..] [C=..] [D=..] [SECOND=<C's variable>] [WORKLOAD=<name>]
+#                                  [RUNS=<n>]
 #       The hypothesis written down, then validate, A/B/B/A and C/D/D/C benches each from its own deploy, the
-#       A/B compare against the prediction, the 2x2, and the rank trace of B.
+#       A/B compare against the prediction, the 2x2, and the rank trace of B. C=none D=none: no second change
+#       (an engine that cannot carry one, as the stand-in, which runs eager): A/B only, and the 2x2 said skipped.
 #
 # A: the engine as vLLM orders it; B: A with REFDEPLOY_PP_DEFER_RECV=1; C: A with the second change (here the
 # forward compiled); D: both. Defaults: the cpu-tiny-pp2 profiles on this machine. On a 3090 host, copy
 # rtx3090-pp3 into four profiles the same way (probes.rank_trace: true in each; the env variable in B and D; the
-# second change in C and D) and pass HOST= and their names.
+# second change in C and D) and pass HOST= and their names, with SECOND= the second change's variable.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-}
 case "$mode" in before | run) shift ;; *) echo "pp-receive.sh: say 'before' or 'run' first (the header says what each does)" >&2; exit 2 ;; esac
 for arg in "$@"; do
   case "$arg" in
-    HOST=* | A=* | B=* | C=* | D=* | WORKLOAD=* | RUNS=* | PREDICT=* | HYPOTHESIS=*) export "${arg?}" ;;
-    *) echo "pp-receive.sh: unknown argument '$arg' (give NAME=value: HOST A B C D WORKLOAD RUNS PREDICT HYPOTHESIS)" >&2; exit 2 ;;
+    HOST=* | A=* | B=* | C=* | D=* | SECOND=* | WORKLOAD=* | RUNS=* | PREDICT=* | HYPOTHESIS=*) export "${arg?}" ;;
+    *) echo "pp-receive.sh: unknown argument '$arg' (give NAME=value: HOST A B C D SECOND WORKLOAD RUNS PREDICT HYPOTHESIS)" >&2; exit 2 ;;
   esac
 done
 A=${A:-cpu-tiny-pp2} B=${B:-cpu-tiny-pp2-deferred} C=${C:-cpu-tiny-pp2-compiled} D=${D:-cpu-tiny-pp2-compiled-deferred}
+SECOND=${SECOND:-enforce_eager}
 WORKLOAD=${WORKLOAD:-smoke}
+if { [ "$C" = none ] && [ "$D" != none ]; } || { [ "$C" != none ] && [ "$D" = none ]; }; then
+  echo "pp-receive.sh: C=$C D=$D: give both profiles of the second change, or C=none D=none for none" >&2; exit 2
+fi
 HOSTARG=${HOST:+HOST=$HOST}
 if [ "$mode" = run ] && [ -z "${PREDICT:-}" ]; then
   echo "pp-receive.sh run: give PREDICT='<figure> down >= <n>% at c1', written from what 'before' showed" >&2; exit 2
@@ -78,7 +84,9 @@ step validate make validate $HOSTARG A="$A" B="$B"
 
 # 4. A/B/B/A, each bench from its own deploy; then C and D the same way for the 2x2.
 declare -A runs n
-for p in A B B A C D D C; do
+order="A B B A C D D C"
+[ "$C" = none ] && order="A B B A"
+for p in $order; do
   n[$p]=$((${n[$p]:-0} + 1))
   deploy "deploy-$p${n[$p]}" "${!p}"
   dir=$(bench "bench-$p${n[$p]}" "${!p}")
@@ -88,11 +96,15 @@ done
 # compare itself is one written after the runs (and a 2x2 takes none).
 step compare-ab make compare A="${runs[A]}" B="${runs[B]}" VARIABLE=REFDEPLOY_PP_DEFER_RECV DESIGN=restarts \
   HYPOTHESIS="$hyp" PREDICT=
-step compare-2x2 make compare A="${runs[A]}" B="${runs[B]}" C="${runs[C]}" D="${runs[D]}" \
-  VARIABLE=REFDEPLOY_PP_DEFER_RECV,enforce_eager HYPOTHESIS= PREDICT=
+if [ "$C" = none ]; then
+  echo "pp-receive: the 2x2 is skipped: C=none D=none (no second change on this engine)" | tee "$log/compare-2x2.log"
+else
+  step compare-2x2 make compare A="${runs[A]}" B="${runs[B]}" C="${runs[C]}" D="${runs[D]}" \
+    VARIABLE="REFDEPLOY_PP_DEFER_RECV,$SECOND" HYPOTHESIS= PREDICT=
+fi
 cat "$log/compare-ab.log" "$log/compare-2x2.log" | grep -v '^make'
 
 # 5. The rank trace after the change.
 deploy deploy-b-trace "$B"
 trace trace-after "$B"
-echo "pp-receive: done; the runs: A=${runs[A]} B=${runs[B]} C=${runs[C]} D=${runs[D]}; logs in $log/"
+echo "pp-receive: done; the runs: A=${runs[A]} B=${runs[B]} C=${runs[C]:-none} D=${runs[D]:-none}; logs in $log/"

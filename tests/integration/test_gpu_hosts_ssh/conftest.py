@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from serving.host.numa import format_cpulist
+from serving.plan.render import RANK_TRACE_DIR
 from tests.integration.conftest import REPO, docker, images_here, local_build_files
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     FIXTURES,
@@ -124,6 +125,9 @@ def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
             "--volume", f"{REPO / 'tests' / 'replay'}:/opt/replay/bin:ro",
             "--volume", f"{scratch}:/opt/replay/scratch:ro",
             "--volume", f"{share}:{share}",
+            # The rank trace's host directory (a profile's probes.rank_trace): the serve role on the test host makes
+            # it, and this machine's engine resolves the engine's and the capture's bind mounts of it.
+            "--volume", f"{RANK_TRACE_DIR}:{RANK_TRACE_DIR}",
             IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
         )  # fmt: skip
 

@@ -37,6 +37,9 @@ def test_make_test_is_checks_beside_images_then_two_lanes_then_the_statistical_a
     lint, unit = phases[0].lanes[0].steps
     assert lint[-1] == "lint" and unit[unit.index("-m") + 1] == "not integration"
     assert all(m not in step for m in schedule.OPT_IN for p in phases for lane in p.lanes for step in lane.steps)
+    # An experiment inside a scheduled package is left out of its lane by name, and exists.
+    hosts_step = phases[1].lanes[0].steps[0]
+    assert all(f"--ignore={m}" in hosts_step and (REPO / m).is_file() for m in schedule.EXPERIMENTS)
     integration = schedule.plan("integration", ["-x"], tmp_path)
     assert [p.lanes[0].name for p in integration] == ["images", "test hosts", "statistical"]
     assert all("-x" in lane.steps[0] for p in integration[1:] for lane in p.lanes)

@@ -1,0 +1,107 @@
+"""Seed 000 §8's experiment on the 3090 class's stand-in, run as an SRE runs it on a 3090 host: the named procedure
+(docs/experiments/pp-receive.sh, docs/experiments/pp-receive.md) with HOST= the 3090 test host and copies of its
+rtx3090-pp3 profile, A with the rank trace on and B with the deferred receive too (REFDEPLOY_PP_DEFER_RECV=1).
+
+The 3090 test host is the SSH host of this package; its engine is the stand-in (serving/plan/standin.py): vLLM's
+CPU build, the class's PP=3 as PP=2 on this machine's two CPUs, eager. Eager is also why there is no 2x2 here: the
+second change of cpu-tiny-pp2's 2x2 is the compiled forward, which the stand-in does not carry, so the procedure
+runs with C=none D=none and says the 2x2 was skipped. Everything else is the class's plan: its profile's
+max_num_seqs, chunk and seed, its container spec, its NUMA and RAM checks, and the patched runtime's two patches.
+
+What is asserted is the procedure, not the effect: before the change the second stage received first, after it the
+receive ran inside its preparation (the patch did what it says, on this host's engine), the outputs stayed within
+run-to-run variation, and the compare judged the prediction written first. Its verdict is printed, whichever
+it is (on the CPU engine the effect was within restart-to-restart noise: docs/experiments/pp-receive.md).
+
+Opt-in, not in make test: `make test-pp-receive`, about 30 minutes here (the hosts, a capture, validate's three
+deploys, four deploys and benches, a capture).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.conftest import REPO
+from tests.integration.test_gpu_hosts_ssh.gpu_hosts import HOSTS, STAND_IN
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.environ.get("REFDEPLOY_PP_RECEIVE") != "1", reason="make test-pp-receive runs it"),
+]
+# The stand-in's engines on the 3090 test host: A before; validate's A, its restart and B; A, B, B, A; B after.
+ENGINE_STARTS = 9
+
+HOST = next(h for h, (_ip, group, _f, _p) in HOSTS.items() if group == "gpu_rtx3090")
+PREDICT = "tpot_ms down >= 5% at c1"  # as on cpu-tiny-pp2: the preparation, ~1 ms of a ~10 ms step at c1
+RANK = re.compile(
+    r"rank (\d+) \(PP (\d+), TP \d+\): (\d+) steps with a forward pass; the receive came first in (\d+) of \d+ "
+    r"steps, inside the preparation in (\d+)"
+)
+
+
+def _profiles(inv: Path, out: Path) -> tuple[Path, Path]:
+    """A and B: the 3090 host's test profile (its container name, port and model path) with the rank trace on,
+    and B with the deferred receive too. Nothing else differs, so make compare finds the one variable."""
+    base = yaml.safe_load((inv.parent / "profiles" / "rtx3090-pp3.yaml").read_text())
+    a = {**base, "name": "rtx3090-pp3-ranktrace", "probes": {**(base.get("probes") or {}), "rank_trace": True}}
+    b = {**a, "name": "rtx3090-pp3-deferred", "env": {**(a.get("env") or {}), "REFDEPLOY_PP_DEFER_RECV": "1"}}
+    paths = (out / "a.yaml", out / "b.yaml")
+    for path, data in zip(paths, (a, b), strict=True):
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return paths
+
+
+def _procedure(inv: Path, *args: str, timeout: int) -> tuple[str, Path]:
+    """docs/experiments/pp-receive.sh ARGS with the stand-in switched on and the test hosts' inventory: its
+    output and its log directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env.update(STAND_IN, INVENTORY=str(inv), ANSIBLE_NOCOLOR="1")
+    r = subprocess.run(
+        ["bash", "docs/experiments/pp-receive.sh", *args, f"HOST={HOST}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-5000:]
+    m = re.search(r"every command's output in (\S+?)/?$", out, re.M)
+    assert m, out[-3000:]
+    return out, REPO / m.group(1)
+
+
+def _second_stage(text: str) -> tuple[int, int, int]:
+    """(steps, receive first, receive inside the preparation) of rank 1, the second stage."""
+    ranks = {int(m.group(1)): tuple(int(m.group(i)) for i in (3, 4, 5)) for m in RANK.finditer(text)}
+    assert 1 in ranks, f"no rank 1 in the rank trace's figures:\n{text[-3000:]}"
+    return ranks[1]  # type: ignore[return-value]
+
+
+def test_the_pp_receive_experiment_runs_on_the_3090_class_as_documented(
+    hosts: tuple[Path, Path], tmp_path: Path
+) -> None:
+    inv, _scratch = hosts
+    a, b = _profiles(inv, tmp_path)
+    _before, before_log = _procedure(inv, "before", f"A={a}", timeout=1200)
+    steps, first, _inside = _second_stage((before_log / "trace-before.ranks.txt").read_text())
+    assert steps > 100 and first >= 0.9 * steps, f"before: rank 1 received first in {first} of {steps} steps"
+
+    out, log = _procedure(inv, "run", f"PREDICT={PREDICT}", f"A={a}", f"B={b}", "C=none", "D=none", timeout=3600)
+    validate = (log / "validate.log").read_text()
+    assert "within run-to-run variation" in validate, validate[-3000:]
+    assert "outside run-to-run variation" not in validate, validate[-3000:]
+    compare = (log / "compare-ab.log").read_text()
+    # The hypothesis written first, judged (hypothesis.render): its verdict, whichever it is, is the result.
+    verdict = re.search(r"^\s*verdict: (CONFIRMED|REFUTED|INCONCLUSIVE)$", compare, re.M)
+    assert verdict and "note: written after" not in compare, compare[-3000:]
+    assert "the 2x2 is skipped" in (log / "compare-2x2.log").read_text()
+    steps_after, first_after, inside_after = _second_stage((log / "trace-after.ranks.txt").read_text())
+    assert steps_after > 100 and inside_after >= 0.9 * steps_after and first_after == 0, (
+        f"after: rank 1's receive inside its preparation in {inside_after} of {steps_after} steps"
+    )
+    print(f"\nbefore ({before_log}):\n{(before_log / 'trace-before.ranks.txt').read_text()}")
+    print(f"\nthe procedure ({log}):\n{out[-6000:]}")
+    print(f"\nafter:\n{(log / 'trace-after.ranks.txt').read_text()}")
