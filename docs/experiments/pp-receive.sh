@@ -22,7 +22,9 @@ mode=${1:-}
 case "$mode" in before | run) shift ;; *) echo "pp-receive.sh: say 'before' or 'run' first (the header says what each does)" >&2; exit 2 ;; esac
 for arg in "$@"; do
   case "$arg" in
-    HOST=* | A=* | B=* | C=* | D=* | SECOND=* | WORKLOAD=* | RUNS=* | PREDICT=* | HYPOTHESIS=*) export "${arg?}" ;;
+    # Shell variables, not exported: make reads A, B, C, D from the environment (make compare's designs), and
+    # each make below is given what it takes on its command line.
+    HOST=* | A=* | B=* | C=* | D=* | SECOND=* | WORKLOAD=* | RUNS=* | PREDICT=* | HYPOTHESIS=*) declare "${arg?}" ;;
     *) echo "pp-receive.sh: unknown argument '$arg' (give NAME=value: HOST A B C D SECOND WORKLOAD RUNS PREDICT HYPOTHESIS)" >&2; exit 2 ;;
   esac
 done
@@ -94,7 +96,7 @@ for p in $order; do
 done
 # PREDICT= on the command line: the Makefile reads PREDICT from the environment, and a prediction given to
 # compare itself is one written after the runs (and a 2x2 takes none).
-step compare-ab make compare A="${runs[A]}" B="${runs[B]}" VARIABLE=REFDEPLOY_PP_DEFER_RECV DESIGN=restarts \
+step compare-ab make compare A="${runs[A]}" B="${runs[B]}" C= D= VARIABLE=REFDEPLOY_PP_DEFER_RECV DESIGN=restarts \
   HYPOTHESIS="$hyp" PREDICT=
 if [ "$C" = none ]; then
   echo "pp-receive: the 2x2 is skipped: C=none D=none (no second change on this engine)" | tee "$log/compare-2x2.log"
