@@ -244,7 +244,7 @@ test-diagnose: $(STAMP) ## make diagnose on faults induced for real on this mach
 	$(MAKE) images && $(BIN)/pytest tests/integration/test_diagnose_faults.py -s $(PYTEST_ARGS)
 
 .PHONY: test-pp-receive
-test-pp-receive: $(STAMP) ## Seed 000 §8's experiment (docs/experiments/pp-receive.sh) on the 3090 class's stand-in (~30 min); not in make test
+test-pp-receive: $(STAMP) ## Seed 000 §8's experiment (docs/experiments/pp-receive.sh) on the 3090 class's stand-in (~15 min); not in make test
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && REFDEPLOY_PP_RECEIVE=1 $(BIN)/pytest tests/integration/test_gpu_hosts_ssh/test_pp_receive.py -s $(PYTEST_ARGS)
 

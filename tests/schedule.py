@@ -65,7 +65,7 @@ STATISTICAL = tuple(
 # Nor the diagnosis's induced faults (make test-diagnose, about 6 min): make test is past its 40-min aim already.
 OPT_IN = (f"{IT}test_cuda_image.py", f"{IT}test_diagnose_faults.py")
 # Opt-in modules inside a scheduled package, which its lane leaves out: seed 000 §8's experiment on the 3090
-# class's stand-in (make test-pp-receive, about 30 min).
+# class's stand-in (make test-pp-receive, about 15 min).
 EXPERIMENTS = (f"{IT}test_gpu_hosts_ssh/test_pp_receive.py",)
 
 # Seconds a lane may run before it is stopped and fails (measured lanes at about half of these; see README).
