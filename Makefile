@@ -243,6 +243,11 @@ test-diagnose: $(STAMP) ## make diagnose on faults induced for real on this mach
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && $(BIN)/pytest tests/integration/test_diagnose_faults.py -s $(PYTEST_ARGS)
 
+.PHONY: test-knee
+test-knee: $(STAMP) ## The knee search end to end (~3 min); not in make test while its loads sit on this machine's edge
+	@$(BIN)/python -I serving/standalone/prereqs.py test
+	$(MAKE) images && $(BIN)/pytest tests/integration/test_knee.py $(PYTEST_ARGS)
+
 .PHONY: test-pp-receive
 test-pp-receive: $(STAMP) ## Seed 000 §8's experiment (docs/experiments/pp-receive.sh) on the 3090 class's stand-in (~15 min); not in make test
 	@$(BIN)/python -I serving/standalone/prereqs.py test
