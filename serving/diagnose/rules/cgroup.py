@@ -91,7 +91,7 @@ def _memory_limit_reached(i: int, lv: dict[str, Any], ev: Evidence, src: Any) ->
     return Finding(
         rule="cgroup", seed=SEED, verdict="consistent with",
         title=f"the memory limit of {_where(i, lv)} was reached in the window"
-        + (": a process was OOM-killed" if "oom_kill" in risen else ""),
+        + (": a process was OOM-killed" if any(k.endswith("oom_kill") for k in risen) else ""),
         symptom=", ".join(f"{k} +{v}" for k, v in sorted(risen.items())) + f"; {cost}{at}",
         explains=round(min(1.0, (stall or 0) / (window or 1)), 3),
         figures=[fig("cgroup", src, value=lv["path"]),

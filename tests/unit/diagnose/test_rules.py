@@ -80,6 +80,10 @@ def test_memory_events_in_the_window_are_a_limit_reached() -> None:
     assert f.title == "the memory limit of the container's own cgroup /docker/abc was reached in the window"
     assert f.symptom.startswith("memory.events max +3; memory stalled 2.000 s of the 20.0 s window (10.00%)")
     assert f.explains == 0.1
+    # An OOM kill counted by v2's memory.events names itself in the title, as v1's oom_control count does.
+    ev.cgroup.value[0]["memory_events_increase"] = {"oom_kill": 1}
+    [f] = cgroup.run(ev)
+    assert f.title.endswith("was reached in the window: a process was OOM-killed"), f.title
 
 
 def test_a_v1_failcnt_rise_is_a_limit_reached_that_costs_its_stall_share() -> None:
