@@ -102,6 +102,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "wheelhouse_dir": wheelhouse_dir if images.build_args.get("WHEELHOUSE") == "on" else "",
                     "extra_ca_file": extra_ca_file,
                     "build_files_cache": BUILD_FILES_CACHE,
+                    "cache_dir": profile.container.compile_cache_dir,
                 },
                 task_vars=task_vars,
             )

@@ -7,6 +7,7 @@
       host: gpu3090-a
       served_dirs: [/srv/models/llama]
       api_key_file: /etc/refdeploy/api-key    # its owner, mode, size and type; never its contents
+      cache_dir: /var/lib/refdeploy/cache     # the compile caches' root: its free space (df)
       query_gpu_fields: [index, name, ...]    # serving.host.gpu_facts.QUERY_GPU_FIELDS
       settings_fields: [index, ...]           # serving.host.host_tuning.SETTINGS_FIELDS (GPU mode: the GPUs' settings)
       docker_port: 8000                       # Docker Engine's state (0: not read), see `host_state`
@@ -22,7 +23,10 @@
                                               # got.tuning: the host's tuning, for the manifest, see below
 
 Readings (each the tool's own output, in its own format): hostname, served_files (`find -type f -printf
-'%s\\t%p\\n'`), api_key_file (`stat -c '%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L,
+'%s\\t%p\\n'`), model_headers (JSON: each served config.json's text and each GGUF file's header as the format lays
+it out, metadata and tensor table, never the weights), df (`df -B1 --output=target,avail,size` of the served
+directories, Docker's data root and `cache_dir`, after a "<role>\\t<path>" line for each), api_key_file (`stat -c
+'%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L,
 query_gpu, topo, sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo, cgroup_fs,
 docker_runtimes, dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the
 tools the host lacks, `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead
@@ -69,8 +73,10 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.facts.hardware.linux import LinuxHardware
@@ -120,6 +126,27 @@ class Reader:
         return f.read_text() if f.is_file() else None
 
 
+def docker_root() -> str:
+    """Where Docker Engine keeps its images: daemon.json's data-root, else its default (a --data-root given on
+    dockerd's command line instead is not seen here)."""
+    try:
+        root = json.loads(Path("/etc/docker/daemon.json").read_text()).get("data-root")
+    except (OSError, ValueError, AttributeError):
+        root = None
+    return root if isinstance(root, str) and root.startswith("/") else "/var/lib/docker"
+
+
+def _existing(paths: list[str]) -> list[str]:
+    """Each path, or its nearest existing parent (df reads the filesystem a path would be created on)."""
+    out = []
+    for p in paths:
+        q = Path(p)
+        while not q.exists() and q != q.parent:
+            q = q.parent
+        out.append(str(q))
+    return out
+
+
 def _text(out: str) -> str:
     lines = out.splitlines()
     return "\n".join(lines) + "\n" if lines else ""
@@ -132,9 +159,114 @@ def _read(path: str) -> str | None:
         return None
 
 
-def readings(mode: str, host: str, dirs: list[str], key_file: str, fields: list[str], r: Reader) -> dict[str, str]:
+# A model's own description of itself, read for the plan's servability and capacity (serving/plan/model_facts.py):
+# each config.json (the model's, or its tokenizer directory's beside a GGUF) up to this size, and each GGUF file's
+# header (its metadata and tensor table; never its weights) up to this many bytes of header.
+CONFIG_MAX_BYTES = 1 << 20
+GGUF_HEADER_MAX_BYTES = 256 << 20
+# GGUF's metadata value types (ggml's gguf.h / the gguf package's GGUFValueType): struct format by type id; 8 is a
+# string, 9 an array.
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+# Numeric arrays up to this length are kept whole (per-layer head counts); longer ones, and string arrays (the
+# tokenizer's vocabulary), as their type and length only.
+_GGUF_ARRAY_KEPT = 512
+
+
+class _Header:
+    """A bounded little-endian reader over a GGUF file's header."""
+
+    def __init__(self, f: Any, limit: int) -> None:
+        self.f, self.left = f, limit
+
+    def take(self, n: int) -> bytes:
+        if n > self.left:
+            raise ValueError(f"header larger than {GGUF_HEADER_MAX_BYTES} bytes")
+        b = self.f.read(n)
+        if len(b) != n:
+            raise ValueError("file ends inside its header")
+        self.left -= n
+        return b
+
+    def unpack(self, fmt: str) -> Any:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        return self.take(self.unpack("<Q")).decode("utf-8", errors="replace")
+
+    def value(self, vtype: int) -> Any:
+        if vtype in _GGUF_SCALARS:
+            return self.unpack(_GGUF_SCALARS[vtype])
+        if vtype == 8:
+            return self.string()
+        if vtype == 9:
+            itype, n = self.unpack("<I"), self.unpack("<Q")
+            if itype in _GGUF_SCALARS and n <= _GGUF_ARRAY_KEPT:
+                return [self.value(itype) for _ in range(n)]
+            if itype in _GGUF_SCALARS:
+                self.take(n * struct.calcsize(_GGUF_SCALARS[itype]))
+            else:
+                for _ in range(n):
+                    self.value(itype)
+            return {"array_of": itype, "length": n}
+        raise ValueError(f"unknown metadata value type {vtype}")
+
+
+def gguf_header(path: str) -> dict[str, Any]:
+    """A GGUF file's header as the format lays it out (version, metadata, each tensor's name, dims and ggml type),
+    or {"error": ...}. Standard library only: the module runs on the host, with no virtualenv (the controller reads
+    the result with the gguf package's tables; tests/unit/ansible/test_model_headers.py checks it against the gguf
+    package's own reader)."""
+    try:
+        with Path(path).open("rb") as f:
+            h = _Header(f, GGUF_HEADER_MAX_BYTES)
+            if h.take(4) != b"GGUF":
+                return {"error": "not a GGUF file (no GGUF magic)"}
+            version = h.unpack("<I")
+            if version not in (2, 3):
+                return {"error": f"GGUF version {version} (big-endian, or newer than 3): not read"}
+            n_tensors, n_kv = h.unpack("<Q"), h.unpack("<Q")
+            kv: dict[str, Any] = {}
+            for _ in range(n_kv):
+                key = h.string()
+                kv[key] = h.value(h.unpack("<I"))
+            tensors = []
+            for _ in range(n_tensors):
+                name = h.string()
+                dims = [h.unpack("<Q") for _ in range(h.unpack("<I"))]
+                ggml_type = h.unpack("<I")
+                h.unpack("<Q")  # the data's offset: not needed
+                tensors.append([name, dims, ggml_type])
+    except (OSError, ValueError, struct.error) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"version": version, "metadata": kv, "tensors": tensors}
+
+
+def model_headers(served_files: str) -> str:
+    """JSON: {"configs": {path: text}, "gguf": {path: header}} for the config.json and .gguf files of the listing."""
+    configs: dict[str, str] = {}
+    ggufs: dict[str, Any] = {}
+    for line in served_files.splitlines():
+        size, _, path = line.partition("\t")
+        if path.endswith("/config.json") and size.isdigit() and int(size) <= CONFIG_MAX_BYTES:
+            configs[path] = _read(path) or ""
+        elif path.endswith(".gguf"):
+            ggufs[path] = gguf_header(path)
+    return json.dumps({"configs": configs, "gguf": ggufs}, sort_keys=True)
+
+
+def readings(
+    mode: str, host: str, dirs: list[str], key_file: str, fields: list[str], r: Reader, cache_dir: str = ""
+) -> dict[str, str]:
     out: dict[str, str] = {"hostname": host + "\n"}
     out["served_files"] = r.run(["find", *dirs, "-type", "f", "-printf", "%s\\t%p\\n"]) if dirs else ""
+    out["model_headers"] = model_headers(out["served_files"])
+    # Free space where the model, Docker's images and the compile caches live (serving/plan/capacity.py), each
+    # path given as "<role>\t<path>" before df's own table.
+    places = {"docker_root": docker_root(), "cache_dir": cache_dir} if cache_dir else {"docker_root": docker_root()}
+    places.update({f"served:{d}": d for d in dirs})
+    found = dict(zip(places, _existing(list(places.values())), strict=True))
+    table = r.run(["df", "-B1", "--output=target,avail,size", *found.values()])
+    out["df"] = "".join(f"{role}\t{path}\n" for role, path in found.items()) + "\n" + table
     if key_file:
         out["api_key_file"] = r.run(["stat", "-c", "%u %a %s %F", "--", key_file]) or "missing\n"
     if mode != "gpu":
@@ -352,12 +484,13 @@ def main() -> None:
             "wheelhouse_dir": {"type": "str", "default": ""},
             "extra_ca_file": {"type": "str", "default": ""},
             "build_files_cache": {"type": "str", "default": ""},
+            "cache_dir": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
     r = Reader(p["timeout_s"])
-    got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r)
+    got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r, p["cache_dir"])
     result = {k: _text(v) for k, v in got.items()}
     if r.missing:
         result["missing"] = _text("\n".join(r.missing))

@@ -319,6 +319,9 @@ def _bench_manifest(
             for r in runs
         ],
         "gpu_class": dict(gpu_class) if gpu_class else None,
+        # The served model as the plan read it from its files (serving/plan/model_facts.py): the diagnosis's scaling
+        # rule takes the layer count and the weight bytes a decode step reads from it.
+        "model": plan.model.model_dump(mode="json") if plan.model is not None else None,
         "api": {"key": bool(targets.api_key), "loopback": plan.api.loopback},
         # make profile: the engine ran with a profiler configured; its figures are not results (seed 000 §6).
         "profiler": (launch.spec.get("labels") or {}).get(PROFILER_LABEL),

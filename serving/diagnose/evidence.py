@@ -80,6 +80,27 @@ class Evidence:
     page_cache: dict[str, Src] = field(default_factory=dict)
     # Each rank's step figures (serving/evidence/rank_trace.py rank_figures) where the engine wrote a rank trace.
     ranks: Src | None = None
+    # A bench's points, lowest load first ([LoadPoint]): what the scaling rule reads across them.
+    points: Src | None = None
+    # The served model's facts as the plan read them (serving/plan/model_facts.py ModelFacts, as a dict), the
+    # class's memory bandwidth (GB/s, gpu_class.reference.memory_bandwidth_gb_s) and the engine's TP and PP sizes.
+    model: Src | None = None
+    memory_bandwidth_gb_s: Src | None = None
+    parallel: tuple[int, int] = (1, 1)
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One bench point's pooled medians: the load it offered and what it got."""
+
+    point: str
+    concurrency: float | None
+    request_rate: float | None
+    aggregate_tok_s: float  # output tokens over each run's duration, all requests together (median over runs)
+    decode_tok_s: float | None  # each request's decode rate (N-1)/(tN-t1) (median)
+    tpot_ms: float | None
+    ttft_ms: float | None
+    e2el_ms: float | None  # each request's whole time (median)
 
 
 def _json(run_dir: Path, rel: str, ev: Evidence) -> Any:
@@ -357,6 +378,7 @@ def _bench(d: Path) -> Evidence:
         if any(v is not None for v in vals):
             ev.server[key] = Src(sum(float(v or 0) for v in vals), "summary.json")
     _bench_gauges(d, ev)
+    _bench_points(summary, manifest, ev)
     docs = [_json(d, n, ev) for n in ("cgroup-before.json", "cgroup-after.json")]
     if all(isinstance(x, dict) and "error" not in x for x in docs):
         try:
@@ -378,6 +400,40 @@ def _bench(d: Path) -> Evidence:
     if (pc.get("resident_before") or {}).get("median") is not None:
         ev.page_cache["resident_before"] = Src(pc["resident_before"]["median"], "summary.json")
     return ev
+
+
+def _bench_points(summary: Mapping[str, Any], manifest: Mapping[str, Any], ev: Evidence) -> None:
+    """The points with an aggregate figure, closed-loop ones by concurrency then open-loop ones by rate; the
+    model's facts and the class's memory bandwidth from the manifest."""
+
+    def med(p: Mapping[str, Any], key: str) -> float | None:
+        v = (p.get(key) or {}).get("median")
+        return float(v) if isinstance(v, int | float) else None
+
+    pts = [
+        LoadPoint(
+            str(p.get("point")),
+            p.get("max_concurrency"),
+            p.get("request_rate"),
+            agg,
+            med(p, "decode_tok_s"),
+            med(p, "tpot_ms"),
+            med(p, "ttft_ms"),
+            med(p, "e2el_ms"),
+        )
+        for p in summary.get("points") or []
+        if (agg := med(p, "output_tok_s")) is not None
+    ]
+    pts.sort(key=lambda p: (p.request_rate is not None, p.request_rate or 0.0, p.concurrency or 0.0))
+    if pts:
+        ev.points = Src(pts, "summary.json")
+    if isinstance(manifest.get("model"), Mapping):
+        ev.model = Src(dict(manifest["model"]), "manifest.json")
+    bw = (((manifest.get("gpu_class") or {}).get("reference")) or {}).get("memory_bandwidth_gb_s")
+    if isinstance(bw, int | float) and bw > 0:
+        ev.memory_bandwidth_gb_s = Src(float(bw), "manifest.json")
+    vllm = ((manifest.get("profile") or {}).get("vllm")) or {}
+    ev.parallel = (int(vllm.get("tensor_parallel_size") or 1), int(vllm.get("pipeline_parallel_size") or 1))
 
 
 def _bench_gauges(d: Path, ev: Evidence) -> None:

@@ -223,3 +223,25 @@ def plan_front_door(profile: Profile, image: str) -> dict[str, Any] | None:
         "client_routes": list(CLIENT_ROUTES),
         "monitoring_routes": list(MONITORING_ROUTES),
     }
+
+
+def api_failures(profile: Profile, key_file: str | None, key_stat: str | None) -> list[str]:
+    """Why the API cannot be served as configured: vLLM published beyond loopback, a front door without a key
+    (failures, above), or a key file that is missing, empty or readable by anyone but root. `key_stat`
+    is the host's `stat -c '%u %a %s %F'` of the file ("missing" when it is not there)."""
+    out = failures(profile, key_file)
+    if key_file is None:
+        return out
+    fix = f"install -m 0600 -o root -g root /dev/stdin {key_file} (the key on stdin)"
+    parts = (key_stat or "missing").strip().split(maxsplit=3)
+    if parts[0] == "missing" or len(parts) < 4:
+        return [*out, f"the API key file {key_file} (refdeploy_api_key_file) is not on the host: {fix}"]
+    uid, mode, size, kind = parts
+    if kind not in ("regular file", "regular empty file"):
+        return [*out, f"the API key file {key_file} is a {kind}, not a regular file: {fix}"]
+    if uid != "0" or int(mode, 8) & 0o077:
+        return [*out, f"the API key file {key_file} must be root's and readable by root only (it is uid {uid}, mode "
+                      f"{mode}): chown root:root {key_file}; chmod 0600 {key_file}"]  # fmt: skip
+    if int(size) == 0:
+        return [*out, f"the API key file {key_file} is empty: {fix}"]
+    return out

@@ -32,6 +32,7 @@ from serving.plan import frontdoor, gpu_plan, gpu_smoke, startup
 from serving.plan.gpu_smoke import GpuSmoke
 from serving.plan.images import BuildFiles, ImagePlan, plan_images
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
+from serving.plan.model_facts import ModelFacts, served_model
 from serving.plan.render import (
     CACHE_MOUNT,
     PROFILE_LABEL,
@@ -133,6 +134,9 @@ class Plan(StrictModel):
     api: Api
     # What the deploy does about the model (model_state): generate, generated, staged, absent, refused, unknown.
     model_action: str
+    # The served model as its own files on the host describe it (serving/plan/model_facts.py); None where the host
+    # was not read or the model is not there yet.
+    model: ModelFacts | None = None
     served_dirs: list[str]
     probes: ProbeTargets
     bench: BenchTargets | None
@@ -165,31 +169,6 @@ def parse_plan(data: Any) -> Plan:
 
 
 # --- where each rank runs --------------------------------------------------------------------------------------
-
-
-# --- the API -----------------------------------------------------------------------------------------------------
-
-
-def api_failures(profile: Profile, key_file: str | None, key_stat: str | None) -> list[str]:
-    """Why the API cannot be served as configured: vLLM published beyond loopback, a front door without a key
-    (serving/plan/frontdoor.py), or a key file that is missing, empty or readable by anyone but root. `key_stat`
-    is the host's `stat -c '%u %a %s %F'` of the file ("missing" when it is not there)."""
-    out = frontdoor.failures(profile, key_file)
-    if key_file is None:
-        return out
-    fix = f"install -m 0600 -o root -g root /dev/stdin {key_file} (the key on stdin)"
-    parts = (key_stat or "missing").strip().split(maxsplit=3)
-    if parts[0] == "missing" or len(parts) < 4:
-        return [*out, f"the API key file {key_file} (refdeploy_api_key_file) is not on the host: {fix}"]
-    uid, mode, size, kind = parts
-    if kind not in ("regular file", "regular empty file"):
-        return [*out, f"the API key file {key_file} is a {kind}, not a regular file: {fix}"]
-    if uid != "0" or int(mode, 8) & 0o077:
-        return [*out, f"the API key file {key_file} must be root's and readable by root only (it is uid {uid}, mode "
-                      f"{mode}): chown root:root {key_file}; chmod 0600 {key_file}"]  # fmt: skip
-    if int(size) == 0:
-        return [*out, f"the API key file {key_file} is empty: {fix}"]
-    return out
 
 
 # --- the bench client and the probes -----------------------------------------------------------------------------
@@ -366,10 +345,11 @@ def build_plan(
     `install_toolkit`: this run may install a missing NVIDIA container toolkit (preflight_install_nvidia_toolkit,
     on a deploy)."""
     readings = dict(readings or {})
-    failures = api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
+    failures = frontdoor.api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
     served_dirs = profile.served_dirs
     data_file, data_bytes, data_note, model_action, served_failures = _served_state(profile, readings)
-    failures += served_failures
+    model, model_failures = served_model(profile, readings.get("model_headers"))
+    failures += served_failures + model_failures
     gpu: gpu_plan.GpuFacts | None = None
     client_cpus = probe_cpus = ""
     gpu_access: GpuAccess | None = None
@@ -431,6 +411,7 @@ def build_plan(
         base_url=_base_url(profile),
         api=_api(profile, api_key_file, launch),
         model_action=model_action,
+        model=model,
         served_dirs=served_dirs,
         probes=probes,
         bench=bench,

@@ -50,6 +50,17 @@ LOADABLE = (".safetensors", ".bin", ".pt")
 _SHARD_RE = re.compile(r"^(?P<prefix>.*-)(?P<index>[0-9]+)-of-(?P<total>[0-9]+)\.gguf$")
 
 
+def gguf_shards(name: str) -> list[str]:
+    """A GGUF file's shards, the first first: "m-00001-of-00003.gguf" names three; any other name itself."""
+    shard = _SHARD_RE.match(name)
+    if not shard:
+        return [name]
+    return [
+        f"{shard['prefix']}{i:0{len(shard['index'])}d}-of-{shard['total']}.gguf"
+        for i in range(1, int(shard["total"]) + 1)
+    ]
+
+
 def model_format_failures(profile: Profile, files: Sequence[tuple[int, str]]) -> list[str]:
     """What the pinned runtime cannot serve of the model the profile names, as one line each."""
     model, image = profile.model, profile.image
@@ -87,15 +98,7 @@ def _file_failures(profile: Profile, under: set[str], gguf_ok: bool, no_loader: 
     if not gguf_ok:
         return [f"model.file {name}: {no_loader}"]
     failures: list[str] = []
-    shard = _SHARD_RE.match(name)
-    wanted = (
-        [
-            f"{shard['prefix']}{i:0{len(shard['index'])}d}-of-{shard['total']}.gguf"
-            for i in range(1, int(shard["total"]) + 1)
-        ]
-        if shard
-        else [name]
-    )
+    wanted = gguf_shards(name)
     missing = [w for w in wanted if w not in under]
     if missing:
         failures.append(

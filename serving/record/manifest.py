@@ -319,6 +319,8 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
         "model": {
             "host_path": launch["model"]["host_path"],
             "files_sha256": parse_sha256_list(inside.get("model_sums") or ""),
+            # What the plan read of it before the deploy (serving/plan/model_facts.py): architecture, sizes.
+            "facts": plan.get("model"),
         },
         "vllm_argv": spec["command"],
         "container_spec": spec,

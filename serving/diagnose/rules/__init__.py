@@ -55,12 +55,13 @@ def ordered() -> list[Rule]:
         overload,
         page_cache,
         pp_order,
+        scaling,
         threads,
         voiding,
     )
 
-    return [m.RULE for m in (interval, disagreement, overload, cgroup, threads, pp_order, contention, kv, numa,
-                             page_cache, gpu, voiding)]  # fmt: skip
+    return [m.RULE for m in (interval, disagreement, overload, scaling, cgroup, threads, pp_order, contention, kv,
+                             numa, page_cache, gpu, voiding)]  # fmt: skip
 
 
 def thresholds_table() -> str:

@@ -8,7 +8,8 @@ import pytest
 
 from serving.config.profile import FrontDoor, load_profile
 from serving.config.redact import REDACTED, redact
-from serving.plan.plan import api_failures, plan_from_profile
+from serving.plan.frontdoor import api_failures
+from serving.plan.plan import plan_from_profile
 
 SECRET = "hf_s3cr3t-value"
 

@@ -54,7 +54,8 @@ def test_a_healthy_capture_finds_decode_bound_by_its_worker_thread_and_nothing_e
     ruled = {f.rule for f in d.findings if f.verdict == "rules out"}
     assert ruled == {"disagreement", "overload", "cgroup", "contention", "kv", "numa", "page_cache"}
     cannot = {r.rule: r.why for r in d.rules if r.status == "could not run"}
-    assert set(cannot) == {"pp_order", "gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
+    assert set(cannot) == {"pp_order", "scaling", "gpu", "voiding"} and "no GPU samples" in cannot["gpu"]
+    assert cannot["scaling"].startswith("a capture offers one load")
     assert "no rank trace" in cannot["pp_order"]
     _cites_what_exists(d, run)
     # Written beside the evidence, the text leading with the findings.
@@ -89,8 +90,11 @@ def test_a_healthy_bench_finds_the_same_and_judges_only_its_measured_runs(tmp_pa
     ev = load_evidence(run)
     assert ev.windows is not None and len(ev.windows) == 4  # c1-m1, c1-m2, c4-m1, c4-m2
     d = diagnose(ev)
-    assert _consistent(d) == ["interval", "threads"], render_text(d)
+    # Its two points (concurrency 1 and 4) scale: seed 004's reading, a third finding (tests/unit/diagnose/
+    # test_scaling.py has the rule's own cases).
+    assert _consistent(d) == ["interval", "threads", "scaling"], render_text(d)
     assert "at point c4" in d.findings[0].title
+    assert d.findings[2].title.startswith("idle capacity at low load: aggregate output kept rising (175.0 -> 574.4")
     # A bench reads no numa_maps and no rank trace.
     assert {r.rule for r in d.rules if r.status == "could not run"} == {"pp_order", "gpu", "numa"}
     _cites_what_exists(d, run)
