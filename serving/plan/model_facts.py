@@ -301,15 +301,15 @@ def read_model(
 
 
 def served_model(profile: Profile, headers_json: str | None) -> tuple[ModelFacts | None, list[str]]:
-    """The profile's model as the host holds it: the config.json vLLM reads (the model directory's, or beside a
-    GGUF file the --tokenizer directory's) and the GGUF's shards. (None, []) where the host was not read or the
-    model is not there yet (generated at the deploy, or not staged: the plan says so elsewhere)."""
+    """The profile's model as the host holds it: the config.json vLLM reads (the model directory's; for a GGUF file
+    the --tokenizer directory's, where vLLM's GGUF plugin reads it) and the GGUF's shards. (None, []) where the host
+    was not read or the model is not there yet (generated at the deploy, or not staged: the plan says so elsewhere)."""
     if headers_json is None:
         return None, []
     model = profile.model
     tokenizer = tokenizer_path(profile.vllm.extra_args, model)
     config_dir = model.host_path
-    if tokenizer.startswith(model.container_path + "/"):
+    if model.file and tokenizer.startswith(model.container_path + "/"):
         config_dir = f"{model.host_path}/{tokenizer[len(model.container_path) + 1 :].rstrip('/')}"
     ggufs = [f"{model.host_path}/{n}" for n in gguf_shards(model.file)] if model.file else []
     return read_model(headers_json, f"{config_dir}/config.json", ggufs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +29,8 @@ from serving.config.redact import secret_env_names
 from serving.config.schema import StrictModel
 from serving.errors import InputError
 from serving.host import numa
-from serving.plan import frontdoor, gpu_plan, gpu_smoke, startup
+from serving.plan import capacity, frontdoor, gpu_plan, gpu_smoke, servability, startup
+from serving.plan.capacity import Capacity
 from serving.plan.gpu_smoke import GpuSmoke
 from serving.plan.images import BuildFiles, ImagePlan, plan_images
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
@@ -137,6 +139,8 @@ class Plan(StrictModel):
     # The served model as its own files on the host describe it (serving/plan/model_facts.py); None where the host
     # was not read or the model is not there yet.
     model: ModelFacts | None = None
+    # Free space where the deploy writes, and the model's weights and KV room per GPU (serving/plan/capacity.py).
+    capacity: Capacity | None = None
     served_dirs: list[str]
     probes: ProbeTargets
     bench: BenchTargets | None
@@ -335,6 +339,7 @@ def build_plan(
     api_key_file: str | None = None,
     profiler: str | None = None,
     install_toolkit: bool = False,
+    images_present: Sequence[str] | None = None,
 ) -> Plan:
     """The plan of `profile` on `host`. `readings` are the host's (ansible/library/refdeploy_host_readings.py):
     `served_files` for every profile, the GPU host's facts for a GPU profile (see serving/plan/gpu_plan.py); None
@@ -343,14 +348,19 @@ def build_plan(
     file on the host holding the API key (the host reports its owner and mode as `api_key_file`), None for no
     key. `profiler` ("torch") plans the engine with vLLM's profiler configured (make profile), None without.
     `install_toolkit`: this run may install a missing NVIDIA container toolkit (preflight_install_nvidia_toolkit,
-    on a deploy)."""
+    on a deploy). `images_present`: the repository:tags the host's engine has (None: not read), for the free space
+    a build of the runtime image needs (serving/plan/capacity.py)."""
     readings = dict(readings or {})
     failures = frontdoor.api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
     served_dirs = profile.served_dirs
     data_file, data_bytes, data_note, model_action, served_failures = _served_state(profile, readings)
     model, model_failures = served_model(profile, readings.get("model_headers"))
-    failures += served_failures + model_failures
+    disk, disk_failures = capacity.disk_needs(
+        profile, readings.get("df"), model_action, images_present is None or images.runtime_tag in images_present
+    )
+    failures += served_failures + model_failures + disk_failures
     gpu: gpu_plan.GpuFacts | None = None
+    room: capacity.GpuRoom | None = None
     client_cpus = probe_cpus = ""
     gpu_access: GpuAccess | None = None
     spec: dict[str, Any] | None
@@ -363,7 +373,9 @@ def build_plan(
         spec, gpu, ranks, (client_cpus, probe_cpus), gpu_failures = _place_on_gpu_host(
             profile, host, images, readings, gpu_class, data_disk, engine_memlock, install_toolkit
         )
-        failures += gpu_failures
+        failures += gpu_failures + servability.refusals(profile, model, gpu_class, servability.recorded_offer())
+        room, room_failures = capacity.gpu_room(profile, model, [asdict(g) for g in gpu.gpus] if gpu else None)
+        failures += room_failures
     launch: Launch | None = None
     bench: BenchTargets | None = None
     if spec is not None and profiler:
@@ -412,6 +424,7 @@ def build_plan(
         api=_api(profile, api_key_file, launch),
         model_action=model_action,
         model=model,
+        capacity=Capacity(disk=disk, gpu=room),
         served_dirs=served_dirs,
         probes=probes,
         bench=bench,
@@ -577,4 +590,4 @@ def describe(plan: Plan) -> list[str]:
         front = plan.front_door
         lines.append(f"  front door {front['name']} on {front['url']} (TLS, the API key on every route)")
     lines.append(f"  probes read: {plan.probes.data_file or '-'} ({plan.probes.data_file_note})")
-    return lines
+    return lines + capacity.describe(plan.model, plan.capacity)

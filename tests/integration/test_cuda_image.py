@@ -104,11 +104,22 @@ def _gguf_plugin(tag: str) -> dict[str, object]:
     assert (result["plugin"], result["gguf"]) == ("0.0.5", "0.19.0"), result
     assert result["entry_points"] == ["gguf=vllm_gguf_plugin:register"], result
     assert result["c_extension"] is True, result
-    mapping = result["mapping"]
-    assert isinstance(mapping, dict) and str(mapping["llama (the tiny model's architecture)"]).startswith("mapped "), (
-        result
-    )
+    mapping = result["model_types"]
+    assert isinstance(mapping, dict) and str(mapping["llama"]).startswith("mapped "), result
     return result
+
+
+def _capabilities(tag: str) -> dict[str, object]:
+    """What the image's vLLM offers as the plan's servability check reads it (tests/integration/cuda_capabilities.py):
+    its model registry, its quantization methods' minimum capability, and what its CUDA attention selector tries,
+    and each backend answers, for MLA and sparse MLA on each class's compute capability."""
+    check = (REPO / "tests" / "integration" / "cuda_capabilities.py").read_text()
+    out = docker("run", "--rm", "--network", "none", "--env", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3",
+                 tag, "-c", check)  # fmt: skip
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    assert result["vllm"] == "0.32.0" and "LlamaForCausalLM" in result["architectures"], result  # type: ignore[operator]
+    profile = yaml.safe_load((REPO / "serving" / "profiles" / f"{PROFILE}.yaml").read_text())
+    return {"distribution": profile["image"]["distribution"], "version": profile["image"]["version"], **result}
 
 
 def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
@@ -125,6 +136,7 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     smoke = _smoke_without_gpu(tag)
     alloc_conf = _alloc_conf_accepted(tag)
     gguf = _gguf_plugin(tag)
+    capabilities = _capabilities(tag)
     RECORD.write_text(
         json.dumps(
             {
@@ -137,10 +149,13 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
                 "gpu_smoke_without_gpu": smoke,
                 "alloc_conf_check": alloc_conf,
                 "gguf_plugin": gguf,
+                # What the plan's servability check reads (serving/plan/servability.py).
+                "capabilities": capabilities,
                 "verified_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then "
                 + IMPORT_CHECK
-                + "; gguf_plugin: tests/integration/cuda_gguf_check.py in the image",
+                + "; gguf_plugin: tests/integration/cuda_gguf_check.py in the image; capabilities: "
+                "tests/integration/cuda_capabilities.py in the image",
             },
             indent=2,
         )

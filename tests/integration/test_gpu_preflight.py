@@ -27,6 +27,7 @@ CLASS = {
         "model_substring": "RTX 3090",
         "min_driver": "570.86",
         "min_memory_mib": 24000,
+        "compute_capability": "8.6",
     }
 }
 
@@ -39,7 +40,7 @@ def _dockerd_memlock_soft() -> int | None:
     return None if soft == "unlimited" else int(soft)
 
 
-def _deploy(tmp_path: Path, replay_dir: Path) -> tuple[int, str]:
+def _deploy(tmp_path: Path, replay_dir: Path, profile: str = "rtx3090-pp3") -> tuple[int, str]:
     """Deploy with the one replay seam (tests/replay/README.md): the stand-ins first on PATH, and the GPU
     recordings without their host/ readings, so this machine's own are read."""
     gpu_only = tmp_path / "gpu-only"
@@ -48,7 +49,7 @@ def _deploy(tmp_path: Path, replay_dir: Path) -> tuple[int, str]:
     replay = {"PATH": f"{REPO / 'tests' / 'replay'}:{os.environ['PATH']}", "REFDEPLOY_REPLAY_DIR": str(gpu_only)}
     vars_file = tmp_path / "class.json"
     vars_file.write_text(json.dumps({**CLASS, "refdeploy_replay_environment": replay}))
-    r = make("deploy", "PROFILE=rtx3090-pp3", f"ANSIBLE_ARGS=-e @{vars_file}")
+    r = make("deploy", f"PROFILE={profile}", f"ANSIBLE_ARGS=-e @{vars_file}")
     return r.rc, r.output
 
 
@@ -97,4 +98,28 @@ def test_a_host_with_two_gpus_instead_of_three_is_refused(tmp_path: Path) -> Non
         "expected 3 GPUs of model RTX 3090 on localhost, found 2 (nvidia-smi -L): check the inventory or the host"
         in out
     )
+    assert host_state() == before
+
+
+def test_a_model_the_class_cannot_serve_or_hold_is_refused_from_its_own_config_before_any_change(
+    tmp_path: Path,
+) -> None:
+    """GLM-5's config.json (tests/fixtures/models) staged in the profile's model directory on this host: the plan
+    reads it there, and refuses both what the runtime image recorded it cannot do on compute capability 8.6 (sparse
+    MLA) and weights that do not fit the class's GPUs, each in one line, with the host as it was."""
+    model = tmp_path / "models" / "glm-5"
+    model.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "fixtures" / "models" / "glm-5.config.json", model / "config.json")
+    text = (REPO / "serving" / "profiles" / "rtx3090-pp3.yaml").read_text()
+    profile = tmp_path / "glm5-on-3090.yaml"
+    profile.write_text(text.replace("host_path: /srv/models/served", f"host_path: {model}"))
+    before = host_state()
+    rc, out = _deploy(tmp_path, FIX, str(profile))
+    assert rc != 0
+    assert (
+        "vllm 0.32.0 has no sparse MLA (DeepSeek sparse attention) attention backend for compute capability 8.6 "
+        "(rtx3090-pp3): its CUDA selector tries " in " ".join(out.split())
+    )
+    # 743.9B parameters at bf16 over PP 3: 461.9 GiB a stage, against 24 GiB GPUs.
+    assert f"the model's weights ({model}/config.json) take 461.9 GiB a rank" in " ".join(out.split())
     assert host_state() == before

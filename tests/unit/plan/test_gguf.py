@@ -131,7 +131,7 @@ def test_the_cuda_record_shows_the_plugin_and_its_answer_for_glm5() -> None:
     header quotes the GLM-5 answer, so the two must agree."""
     record = json.loads((REPO / "images" / "vllm" / "verified-cuda.json").read_text())["gguf_plugin"]
     assert record["c_extension"] is True and record["entry_points"] == ["gguf=vllm_gguf_plugin:register"]
-    glm5 = record["mapping"]["glm_moe_dsa (seed 004's GLM-5)"]
+    glm5 = record["model_types"]["glm_moe_dsa"]
     header = (REPO / "serving" / "profiles" / f"{PROFILE}.yaml").read_text()
     assert f"#   {glm5}\n" in header, glm5
 

