@@ -55,6 +55,7 @@ EXCLUDED: Mapping[str, str] = {
     "config.json": "the served model's config.json (serving/plan/served.py; the serve role's model check)",
     "packages.txt": "an image input: images/base/packages.txt (serving/plan/images.py)",
     "*-*.txt": "an image input: images/vllm/constraints/<distribution>-<version>.txt (serving/plan/images.py)",
+    "verified-cuda.json": "the CUDA image's record of itself, images/vllm/ (serving/plan/servability.py reads it)",
     # Files on the managed host or inside a container, never copied to runs/.
     "refdeploy-removed.txt": "the runtime image's record of what its build removed, read inside the container",
     "daemon.json": "Docker's /etc/docker/daemon.json on the host (role runtime)",
