@@ -33,7 +33,8 @@ NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
 
 def test_the_record_is_the_images_own_and_names_the_runtime_it_describes() -> None:
     record = json.loads(RECORD.read_text())
-    assert OFFER is not None and (OFFER["distribution"], OFFER["version"], OFFER["vllm"]) == ("vllm", "0.32.0", "0.32.0")
+    assert OFFER is not None
+    assert (OFFER["distribution"], OFFER["version"], OFFER["vllm"]) == ("vllm", "0.32.0", "0.32.0")
     assert OFFER["tag"] == record["tag"]
     assert "GlmMoeDsaForCausalLM" in OFFER["architectures"] and "LlamaForCausalLM" in OFFER["architectures"]
     assert set(OFFER["attention"]) == {"8.6", "12.0"}
@@ -76,7 +77,8 @@ def test_glm5_as_nvfp4_is_servable_on_the_pro_6000_class_and_the_plan_says_what_
     g++ in the image) and NVFP4's minimum capability (7.5): nothing refuses it; its weights fit (test_capacity.py)."""
     sel = OFFER["attention"]["12.0"]["sparse_mla"]  # type: ignore[index]
     assert sel["accepted"] == ["FLASHINFER_MLA_SPARSE_SM120"], sel
-    plan = gpu_serving_plan("rtxpro6000-tp8", model_headers=_headers("rtxpro6000-tp8", _glm5(quantization_config=NVFP4)))
+    headers = _headers("rtxpro6000-tp8", _glm5(quantization_config=NVFP4))
+    plan = gpu_serving_plan("rtxpro6000-tp8", model_headers=headers)
     assert plan.failures == [], plan.failures
     from serving.plan.plan import describe
 
