@@ -29,7 +29,7 @@ RECORD = Path(__file__).resolve().parents[2] / "images" / "vllm" / "verified-cud
 PUBLIC = {
     "gguf": "vllm-project/vllm-gguf-plugin has no mapping for it; llama.cpp names GLM-5 glm-dsa (ggml-org/llama.cpp "
     "PR 19460)",
-    "sparse_mla": "sparse MLA on consumer and workstation GPUs: vllm-project/vllm issue 46726",
+    "sparse_mla_12": "sparse MLA on compute capability 12.x: vllm-project/vllm issues 45317 and 46726",
 }
 
 
@@ -44,6 +44,10 @@ def recorded_offer(path: Path = RECORD) -> dict[str, Any] | None:
     return dict(offer, tag=record.get("tag"), gguf_plugin=record.get("gguf_plugin")) if offer else None
 
 
+# Each backend's first reason, cut to this many characters in a refusal line (the record keeps them whole).
+REASON_CHARS = 80
+
+
 def _selection(offer: Mapping[str, Any], cc: str, kind: str) -> Mapping[str, Any] | None:
     """What vLLM's CUDA attention selector tried for an MLA kind on a compute capability, and what each said."""
     found = ((offer.get("attention") or {}).get(cc) or {}).get(kind)
@@ -52,7 +56,7 @@ def _selection(offer: Mapping[str, Any], cc: str, kind: str) -> Mapping[str, Any
 
 def _refused(sel: Mapping[str, Any]) -> str:
     """Each backend tried and its first reason, as vLLM gave them."""
-    said = [f"{n}: {(r or ['?'])[0]}" for n, r in (sel.get("reasons") or {}).items()]
+    said = [f"{n}: {str((r or ['?'])[0])[:REASON_CHARS]}" for n, r in (sel.get("reasons") or {}).items()]
     return "; ".join(said) or "it tries none"
 
 
@@ -85,7 +89,7 @@ def refusals(
         sel = _selection(offer, cc, kind)
         if sel is not None and not sel.get("accepted"):
             what = "sparse MLA (DeepSeek sparse attention)" if model.sparse_attention else "MLA"
-            public = f" ({PUBLIC['sparse_mla']})" if model.sparse_attention else ""
+            public = f" ({PUBLIC['sparse_mla_12']})" if model.sparse_attention and cc.startswith("12.") else ""
             out.append(f"{runtime} has no {what} attention backend for compute capability {cc} "
                        f"({gpu_class.get('name')}): its CUDA selector tries {_refused(sel)}{public}")  # fmt: skip
     quant = (model.quantization or "").split(":")[0] if model.gguf is None else ""
