@@ -58,6 +58,7 @@ KEYED_LISTS: dict[str, str] = {
     "plan.images.patches": "name",
     "plan.launch.images.patches": "name",
     "placement.ranks": "rank",
+    "plan.capacity.disk": "place",
     "plan.launch.ranks": "rank",
     "gpu.gpus": "index",
     "host_tuning.gpus": "index",
@@ -106,6 +107,10 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("placement.ranks.*.memory_nodes.outside_share", INFORMATIONAL, "a measured share; the verdict (ok) is compared"),
     ("plan.host", INFORMATIONAL, "the inventory name of the host compared"),
     ("plan.health_timeout_*", INFORMATIONAL, "how long a start was given, from the model as found when planned"),
+    # Free space is measured (df), and what a deploy needed of it depends on whether it had to build the image; the
+    # GPU room follows from the GPUs' memory and the model's facts, which are compared themselves.
+    ("plan.capacity", INFORMATIONAL, "free space and GPU room as measured when planned: they move"),
+    ("plan.capacity.*", INFORMATIONAL, "free space and GPU room as measured when planned: they move"),
     ("plan.gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("plan.*images.constraints_file", INFORMATIONAL, "a path in the controller's checkout; its content is hashed"),

@@ -139,6 +139,25 @@ def test_the_plans_model_and_probe_target_are_compared_as_deployed(vllm_cpu_fixt
     assert _by_path(compare(ref, now))[f"model.files_sha256.{name}"].kind == MUST_MATCH
 
 
+
+def test_the_plans_free_space_moves_informationally_and_its_model_facts_must_match(vllm_cpu_fixtures: Path) -> None:
+    """Free space is measured when planned (serving/plan/capacity.py), and a deploy that had to build the image
+    needed more of it: two deploys of one environment differ there. The model's facts (its files' description of
+    it) are what runs."""
+    ref = build_manifest(_deploy_raw(vllm_cpu_fixtures))
+    disk = {"place": "cache_dir", "path": "/var/lib/refdeploy", "free_bytes": 70224793600, "needs_bytes": 1 << 30,
+            "what": "the engine's compile caches"}  # fmt: skip
+    ref["plan"]["capacity"] = {"disk": [disk], "gpu": None}
+    ref["plan"]["model"] = {"layers": 4, "architectures": ["LlamaForCausalLM"]}
+    now = copy.deepcopy(ref)
+    now["plan"]["capacity"]["disk"][0]["free_bytes"] = 69000000000
+    found = _by_path(compare(ref, now))
+    assert [d.line() for d in found.values() if d.kind == MUST_MATCH] == []
+    assert found["plan.capacity.disk.cache_dir.free_bytes"].kind == INFORMATIONAL
+    now["plan"]["model"]["layers"] = 8
+    assert _by_path(compare(ref, now))["plan.model.layers"].kind == MUST_MATCH
+
+
 def test_a_changed_profile_field_is_must_match_naming_the_flag_and_both_values(vllm_cpu_fixtures: Path) -> None:
     raw = _deploy_raw(vllm_cpu_fixtures)
     ref = build_manifest(raw)
