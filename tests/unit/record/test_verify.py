@@ -139,7 +139,6 @@ def test_the_plans_model_and_probe_target_are_compared_as_deployed(vllm_cpu_fixt
     assert _by_path(compare(ref, now))[f"model.files_sha256.{name}"].kind == MUST_MATCH
 
 
-
 def test_the_plans_free_space_moves_informationally_and_its_model_facts_must_match(vllm_cpu_fixtures: Path) -> None:
     """Free space is measured when planned (serving/plan/capacity.py), and a deploy that had to build the image
     needed more of it: two deploys of one environment differ there. The model's facts (its files' description of
