@@ -15,9 +15,9 @@ from typing import Any
 
 from serving.config.profile import Profile
 from serving.config.schema import StrictModel
+from serving.host.pinned_ram import GIB, format_size
 from serving.plan.model_facts import ModelFacts
 
-GIB = 1 << 30
 # What a build of each runtime image takes on Docker's data root: the image (`docker image ls`: the CPU image 4.29 GB
 # here, 2026-12-06; the CUDA image about 9 GB, docs/gpu-classes.md) twice, for the layers a build writes before it
 # squashes nothing and keeps its cache.
@@ -68,8 +68,8 @@ def parse_df(reading: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def _gb(n: float) -> str:
-    return f"{n / GIB:.1f} GiB" if abs(n) >= GIB else f"{n / (1 << 20):.1f} MiB"
+def _gb(n: int) -> str:
+    return format_size(n, 1)
 
 
 def disk_needs(

@@ -101,10 +101,9 @@ def budget(ev: Evidence, first: LoadPoint) -> tuple[list[Figure], list[str]]:
     if isinstance(layers, int) and layers > 0:
         us = first.tpot_ms * 1000.0 / layers
         figures += [
-            fig("decoder layers", ev.model),
+            fig("decoder layers", ev.model, value=layers),
             _figure("TPOT per layer at the lowest load", round(us, 1), "us", both),
         ]
-        figures[0] = figures[0].model_copy(update={"value": layers})
         said.append(f"{first.tpot_ms:.2f} ms a token over {layers} layers is {us:.0f} us a layer")
     else:
         said.append("no per-layer budget: the bench manifest has no model facts with a layer count")

@@ -11,10 +11,10 @@ import gguf
 import numpy as np
 
 from tests.helpers.ansible_run import run_module
+from tests.helpers.gguf_files import write_gguf
 
 
-def _write(path: Path) -> None:
-    w = gguf.GGUFWriter(str(path), "glm-dsa")
+def _fill(w: gguf.GGUFWriter) -> None:
     w.add_block_count(2)
     w.add_embedding_length(256)
     w.add_expert_count(8)
@@ -29,16 +29,12 @@ def _write(path: Path) -> None:
     w.add_tensor("blk.0.ffn_up_exps.weight", rng.integers(0, 255, (8, 128, 144), dtype=np.uint8),
                  raw_dtype=gguf.GGMLQuantizationType.Q4_K)  # fmt: skip
     w.add_tensor("output_norm.weight", np.ones(256, dtype=np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 def test_a_gguf_header_is_read_as_the_gguf_package_reads_it(tmp_path: Path) -> None:
     model = tmp_path / "m"
     model.mkdir()
-    _write(model / "m.gguf")
+    write_gguf(model / "m.gguf", "glm-dsa", _fill)
     (model / "tok").mkdir()
     (model / "tok" / "config.json").write_text('{"model_type": "glm_moe_dsa"}')
     (model / "not-a.gguf").write_bytes(b"GGML" + b"\0" * 60)
@@ -68,12 +64,15 @@ def test_free_space_is_read_for_the_served_data_dockers_images_and_the_caches(tm
     )
     head, _, table = got["readings"]["df"].partition("\n\n")
     roles = dict(line.split("\t") for line in head.splitlines())
-    # A directory that does not exist yet is read where it would be created: its nearest existing parent.
-    assert roles == {
-        "docker_root": roles["docker_root"],
-        "cache_dir": str(tmp_path),
-        f"served:{tmp_path}": str(tmp_path),
-    }
+    # A directory that does not exist yet is read where it would be created: its nearest existing parent. Docker's
+    # data root is daemon.json's data-root where it sets one, else /var/lib/docker.
+    try:
+        root = Path(json.loads(Path("/etc/docker/daemon.json").read_text()).get("data-root") or "/var/lib/docker")
+    except (OSError, ValueError):
+        root = Path("/var/lib/docker")
+    while not root.exists():
+        root = root.parent
+    assert roles == {"docker_root": str(root), "cache_dir": str(tmp_path), f"served:{tmp_path}": str(tmp_path)}
     rows = table.splitlines()
     assert rows[0].split() == ["Mounted", "on", "Avail", "1B-blocks"] and len(rows) == 4
     assert all(int(r.split()[-2]) >= 0 and int(r.split()[-1]) > 0 for r in rows[1:])

@@ -60,7 +60,9 @@ def test_glm5_in_bf16_does_not_fit_eight_rtx_pro_6000s_and_nvfp4_does() -> None:
     plan = gpu_serving_plan("rtxpro6000-tp8", model_headers=_glm5())
     [line] = [f for f in plan.failures if "weights" in f]
     # 743.9B parameters at 2 bytes over TP 8: 173.2 GiB a rank against 97,887 MiB x 0.92 (the recorded host's GPUs).
-    assert line.startswith("the model's weights (/srv/models/moe-gguf/config.json) take 173.2 GiB a rank (1385.6 GiB")
+    assert line.startswith(
+        "the model's weights (/srv/models/moe-gguf/config.json) take 173.2 GiB a rank (1.4 TiB over TP 8"
+    )
     assert "more than the 87.9 GiB of each GPU vLLM may use (95.6 GiB x gpu_memory_utilization 0.92)" in line
     nvfp4 = gpu_serving_plan("rtxpro6000-tp8", model_headers=_glm5(quant={"quant_method": "modelopt",
                                                                            "quant_algo": "NVFP4"}))  # fmt: skip

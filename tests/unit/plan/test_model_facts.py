@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from serving.plan.model_facts import from_config, from_gguf, read_model
+from tests.helpers.gguf_files import write_gguf
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "models"
@@ -43,22 +44,20 @@ def test_glm5s_config_gives_the_parameter_counts_its_makers_publish() -> None:
 
 
 def _gguf(path: Path, blocks: int, nextn: int) -> None:
-    w = gguf.GGUFWriter(str(path), "glm-dsa")
-    w.add_block_count(blocks + nextn)
-    w.add_uint32("glm-dsa.nextn_predict_layers", nextn)
-    w.add_expert_count(8)
-    w.add_expert_used_count(2)
-    w.add_uint32("glm-dsa.attention.indexer.head_count", 4)
-    q4k = gguf.GGMLQuantizationType.Q4_K
-    w.add_tensor("token_embd.weight", np.zeros((16, 256), dtype=np.float16))
-    for b in range(blocks + nextn):
-        w.add_tensor(f"blk.{b}.attn_q_a.weight", np.zeros((64, 144), dtype=np.uint8), raw_dtype=q4k)
-        w.add_tensor(f"blk.{b}.ffn_gate_exps.weight", np.zeros((8, 32, 144), dtype=np.uint8), raw_dtype=q4k)
-    w.add_tensor("output.weight", np.zeros((16, 210), dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q6_K)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    def fill(w: gguf.GGUFWriter) -> None:
+        w.add_block_count(blocks + nextn)
+        w.add_uint32("glm-dsa.nextn_predict_layers", nextn)
+        w.add_expert_count(8)
+        w.add_expert_used_count(2)
+        w.add_uint32("glm-dsa.attention.indexer.head_count", 4)
+        q4k = gguf.GGMLQuantizationType.Q4_K
+        w.add_tensor("token_embd.weight", np.zeros((16, 256), dtype=np.float16))
+        for b in range(blocks + nextn):
+            w.add_tensor(f"blk.{b}.attn_q_a.weight", np.zeros((64, 144), dtype=np.uint8), raw_dtype=q4k)
+            w.add_tensor(f"blk.{b}.ffn_gate_exps.weight", np.zeros((8, 32, 144), dtype=np.uint8), raw_dtype=q4k)
+        w.add_tensor("output.weight", np.zeros((16, 210), dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q6_K)
+
+    write_gguf(path, "glm-dsa", fill)
 
 
 def test_a_ggufs_sizes_are_exact_and_a_step_reads_its_active_experts_only(tmp_path: Path) -> None:
