@@ -238,7 +238,10 @@ def cleanup_command(path: str, run_id: str, note: dict[str, Any]) -> str:
     """Remove what run_id left on the host (its containers; the lock if still its): `cleaned <lock> <names...>`,
     lock one of released (it held it), free, kept (another run holds it now). The note goes beside the lock
     when anything was cleaned, for the next take to say."""
-    names = " ".join(d.rstrip("/").rsplit("/", 1)[-1] for d in str(note.get("run_dirs", "")).split())
+    # The ids of the run directories the run created (its note's run_ids; an older note's run_dirs), which name its
+    # scratch directories on the host, whether or not the controller kept the directory.
+    ids = str(note.get("run_ids") or note.get("run_dirs") or "")
+    names = " ".join(d.rstrip("/").rsplit("/", 1)[-1] for d in ids.split())
     return _sh(_CLEANUP, path, run_id, json.dumps(note), names)
 
 

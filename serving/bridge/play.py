@@ -81,6 +81,19 @@ def cleanup_argv(argv: list[str], run_id: str, note: dict[str, str]) -> list[str
     return [*out, "-e", json.dumps(extra)]
 
 
+def remove_if_empty(run_dir: Path) -> bool:
+    """Remove a run directory that holds no file (empty directories in it included); True where none is left. A
+    directory with a file in it is kept whole: what an interrupted run wrote is the operator's."""
+    if not run_dir.is_dir():
+        return True
+    if any(p.is_file() or p.is_symlink() for p in run_dir.rglob("*")):
+        return False
+    for sub in sorted((p for p in run_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        sub.rmdir()
+    run_dir.rmdir()
+    return True
+
+
 def main(args: list[str]) -> int:
     hold = args[:1] == ["--hold"]
     args = args[1:] if hold else args
@@ -105,13 +118,16 @@ def main(args: list[str]) -> int:
         rc = _run(argv, env, signals)
         if not needs_cleanup(rc, signals.got, hold, argv):
             return rc
-        # Those still there: a refused run removes its own while it is empty (refdeploy_run_dir discard).
-        run_dirs = " ".join(d for d in Path(dirs_file.name).read_text().split() if Path(d).is_dir())
+        # Those still there and holding something: a refused run removes its own while it is empty
+        # (refdeploy_run_dir discard); one interrupted before it wrote anything is removed here. Their names are
+        # the run's ids all the same: the host keeps its scratch directories under them (hostlock cleanup_command).
+        created = Path(dirs_file.name).read_text().split()
         note = {
             "operation": operation,
             "why": _why(rc, signals.got),
             "ended_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "run_dirs": run_dirs,
+            "run_dirs": " ".join(d for d in created if not remove_if_empty(Path(d))),
+            "run_ids": " ".join(Path(d).name for d in created),
         }
         print(
             f"make {operation} ended early ({note['why']}): removing what run {run_id} started on the host, "

@@ -57,6 +57,8 @@ RUNS = {
 def test_ctrl_c_mid_run_removes_its_containers_and_releases_the_lock(target: str) -> None:
     args, settle_s = RUNS[target]
     NOTE.unlink(missing_ok=True)
+    runs = REPO / "runs" / "localhost"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")} | {"ANSIBLE_NOCOLOR": "1"}
     # Its own session: SIGINT to its process group reaches make, the wrapper, ansible-playbook and its workers,
     # as a terminal's Ctrl-C does.
@@ -90,6 +92,10 @@ def test_ctrl_c_mid_run_removes_its_containers_and_releases_the_lock(target: str
     assert not LOCK.exists(), out[-4000:]
     note = json.loads(NOTE.read_text())
     assert (note["run_id"], note["operation"], note["lock"]) == (run_id, target, "released")
+    # What it wrote is kept and named; a run directory it wrote nothing into is not left behind.
+    made = sorted(set(runs.iterdir()) - before)
+    assert [d for d in made if not any(p.is_file() for p in d.rglob("*"))] == [], made
+    assert sorted(str((REPO / d).resolve()) for d in note["run_dirs"].split()) == [str(d) for d in made], (note, made)
     assert set(note["removed"].split()) >= set(started), note
     # Named, and kept for what it holds: the run's scratch directory on the host (the bench's and the probes').
     host_dirs = [Path(d) for d in note["host_dirs"].split()]

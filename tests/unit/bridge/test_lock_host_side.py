@@ -130,3 +130,20 @@ def test_the_cleanup_releases_only_its_runs_lock_and_leaves_a_note_the_next_take
     assert not (tmp_path / "state" / "interrupted.json").exists()
     assert sh(hostlock.remove_command(str(lock), "next")) == ("removed", "")
     assert sh(hostlock.take_command(str(lock), "next")) == ("took", "")
+
+
+def test_a_cleanup_finds_the_hosts_scratch_by_run_id_when_the_controller_kept_no_run_directory(tmp_path: Path) -> None:
+    """An interrupted probe that wrote nothing on the controller has its empty run directory removed there
+    (serving/bridge/play.py): the note's run_ids still name its scratch directory on the host, which is kept."""
+    lock = tmp_path / "state" / "lock"
+    assert sh(hostlock.take_command(str(lock), json.dumps({"run_id": "cccc000011112222", "pid": 1}))) == ("took", "")
+    (tmp_path / "state" / "probe-runs" / "20261206T085818Z").mkdir(parents=True)
+    note = {"run_id": "cccc000011112222", "operation": "capture", "why": "interrupted by SIGINT", "run_dirs": "",
+            "run_ids": "20261206T085818Z"}  # fmt: skip
+    env_path = f"DOCKER_HOST=unix://{tmp_path}/no-engine.sock"
+    assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "cccc000011112222", note)) == (
+        "cleaned", "released",
+    )  # fmt: skip
+    written = json.loads((tmp_path / "state" / "interrupted.json").read_text())
+    assert written["host_dirs"] == str(tmp_path / "state" / "probe-runs" / "20261206T085818Z")
+    assert "what it wrote, incomplete: none written; on h: " in hostlock.interrupted_line("h", written)

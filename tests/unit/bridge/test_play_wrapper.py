@@ -115,3 +115,18 @@ def test_a_real_ctrl_c_releases_the_lock_and_the_next_run_says_what_was_left(tmp
     assert f"the previous make bench on localhost (run {holder['run_id']}) ended early (interrupted by SIGINT" in said
     assert "released its lock" in said
     assert not (tmp_path / "state" / "interrupted.json").exists()
+
+
+def test_an_interrupted_runs_empty_directory_is_removed_and_one_with_a_file_kept(tmp_path: Path) -> None:
+    """After a run that ended early, the run directories it created are named in the note, and those it wrote
+    nothing into (an interrupted capture or probe-io, before its first fetch) are removed, empty subdirectories
+    and all; one with a file anywhere in it is kept whole."""
+    empty = tmp_path / "20261206T085818Z"
+    (empty / "capture" / "samplers").mkdir(parents=True)
+    kept = tmp_path / "20261206T085827Z"
+    (kept / "capture").mkdir(parents=True)
+    (kept / "capture" / "capture-started.json").write_text("{}")
+    assert play.remove_if_empty(empty) is True and not empty.exists()
+    assert play.remove_if_empty(kept) is False
+    assert (kept / "capture" / "capture-started.json").read_text() == "{}"
+    assert play.remove_if_empty(tmp_path / "never-made") is True
