@@ -216,8 +216,8 @@ lock: ## Resolve requirements.in and pyproject.toml's dependencies into requirem
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy, yamllint, ansible-lint, hadolint
-	$(BIN)/ruff check serving probes images tests ansible/action_plugins ansible/filter_plugins ansible/library
-	$(BIN)/ruff format --check serving probes images tests ansible/action_plugins ansible/filter_plugins ansible/library
+	$(BIN)/ruff check serving probes images tests ansible/action_plugins ansible/filter_plugins ansible/library ansible/module_utils
+	$(BIN)/ruff format --check serving probes images tests ansible/action_plugins ansible/filter_plugins ansible/library ansible/module_utils
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	cd ansible && ../$(BIN)/ansible-lint --offline --strict

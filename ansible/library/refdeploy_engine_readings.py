@@ -31,7 +31,9 @@ launch (Docker's log rotation drops the start-up lines of a long-running engine)
 inside the container. With inside_script, also the running container as the manifest records it and placement
 checks it (`container_readings`): `docker container inspect` of it, `docker image inspect` of its image ID, and
 the script's stdout run as `python3 -c` inside it, parsed as JSON (the script is an argument, never part of a
-shell string). It was a module run of its own (refdeploy_container_readings) on the same container just after
+shell string), and `host_limits`, what only the host sees of it: the limits at every cgroup level from its own to
+the root, and each of its threads' affinity (module_utils/refdeploy_cgroups.py; null where its PID 1 is not in this
+host's /proc). It was a module run of its own (refdeploy_container_readings) on the same container just after
 this one: each module run costs a Python start on the host. Each docker call is an argv with its own timeout;
 a failure is the module's one-line `msg`. It runs on the host (Ansible ships it there), so it imports nothing
 of the project: the decisions stay in serving/record/effective.py and serving/plan/plan.py.
@@ -48,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible.module_utils.refdeploy_cgroups import read_limits
 
 STARTUP = re.compile(r"Initializing a V1 LLM engine|Starting vLLM server on")
 MEMORY_PHASE = "refdeploy-memory-phase"  # serving/record/memory_phases.py
@@ -155,7 +159,10 @@ def container_readings(name: str, script: str, args: list[str], timeout_s: int) 
     image = _one(_docker(["image", "inspect", image_id], timeout_s), f"inspecting {image_id}")
     out = _docker(["exec", name, "python3", "-c", script, *args], timeout_s)
     inside = _json(out, f"the readings inside {name}")
-    return {"container": container, "image": image, "inside": inside}
+    # What only the host sees: the limits at every cgroup level above the container, and each thread's affinity.
+    pid = (container.get("State") or {}).get("Pid")
+    limits = read_limits(pid) if isinstance(pid, int) and pid > 0 else None
+    return {"container": container, "image": image, "inside": inside, "host_limits": limits}
 
 
 def main() -> None:

@@ -39,7 +39,9 @@ them without gathering facts, whose hardware subset also scans mounts, devices a
 it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker version`, and `port_owners`, the
 containers that publish docker_port), `images_present` (the repository:tag the engine has of `images`),
 `containers` (`docker container inspect` of those of `containers` that exist, cut to what a deploy decides on:
-Id, Name, RestartCount, State, Config.Image and Config.Labels; never their environment), `paths` (each of
+Id, Name, RestartCount, State, Config.Image, Config.Labels and HostConfig's limits, and `Limits`, the kernel's
+limits at every cgroup level over a running one's PID 1, and its threads' affinity (module_utils/refdeploy_cgroups.py);
+never their environment), `paths` (each of
 `paths` as directory, file or missing) and `files` (each regular file of `files` as its sha256, mode, uid and
 gid: a role skips writing a file the host has as it would write it). One read for what preflight, images and
 serve would each ask again.
@@ -82,6 +84,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.facts.hardware.linux import LinuxHardware
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
+
+from ansible.module_utils.refdeploy_cgroups import HOSTCONFIG_FIELDS, read_limits
 
 # The NUMA topology: each node's CPUs, and each PCI device's node and local CPUs.
 SYSFS = ("devices/system/node/node*/cpulist", "bus/pci/devices/*/numa_node", "bus/pci/devices/*/local_cpulist")
@@ -360,10 +364,15 @@ def _decided_on(c: dict[str, object]) -> dict[str, object]:
     state = c.get("State") if isinstance(c.get("State"), dict) else {}
     pid = state.get("Pid") if isinstance(state.get("Pid"), int) else 0
     visible = bool(pid) and Path(f"/proc/{pid}").is_dir()
+    host_config = c.get("HostConfig") if isinstance(c.get("HostConfig"), dict) else {}
     return {
         **kept,
         "Config": {"Image": config.get("Image"), "Labels": config.get("Labels") or {}},
         "PidVisible": visible,
+        # The limits in force, Docker's and the kernel's at every cgroup level (module_utils/refdeploy_cgroups.py):
+        # status and deploy judge drift from them (serving/host/cgroup_limits.py).
+        "HostConfig": {k: host_config.get(k) for k in HOSTCONFIG_FIELDS},
+        "Limits": read_limits(int(pid)) if visible and state.get("Running") else None,
     }
 
 

@@ -12,6 +12,26 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "ansible" / "library"
+# What the modules share (ansible.cfg's module_utils): found by Ansible where no ansible.cfg is read.
+MODULE_UTILS = REPO / "ansible" / "module_utils"
+
+
+def load_library_module(name: str) -> Any:
+    """A module of ansible/library imported in this process (its functions under test), with the project's
+    module_utils where Ansible would put them (ansible.module_utils.<name>)."""
+    import importlib.util
+
+    def load(modname: str, path: Path) -> Any:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    for util in sorted(MODULE_UTILS.glob("*.py")):
+        load(f"ansible.module_utils.{util.stem}", util)
+    return load(f"refdeploy_test_{name}", LIBRARY / f"{name}.py")
 
 
 def run_module(module: str, args: dict[str, Any], *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -20,7 +40,7 @@ def run_module(module: str, args: dict[str, Any], *extra: str, env: dict[str, st
          "-M", str(LIBRARY), "-m", module, "-a", json.dumps(args),
          "-e", f"ansible_python_interpreter={sys.executable}", "-o", *extra],
         capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1", **(env or {})},
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_MODULE_UTILS": str(MODULE_UTILS), **(env or {})},
     )  # fmt: skip
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     # -o: one line, "localhost | SUCCESS => {the module's JSON}"

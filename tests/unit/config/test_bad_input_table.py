@@ -275,6 +275,7 @@ def _run(row: Row, root: Path) -> Outcome:
                 ANSIBLE_ACTION_PLUGINS=str(REPO / "ansible" / "action_plugins"),
                 ANSIBLE_FILTER_PLUGINS=str(REPO / "ansible" / "filter_plugins"),
                 ANSIBLE_LIBRARY=str(REPO / "ansible" / "library"),
+                ANSIBLE_MODULE_UTILS=str(REPO / "ansible" / "module_utils"),
                 ANSIBLE_LOCAL_TEMP=str(sb / "tmp"),
             )
         cp = subprocess.run(argv, cwd=sb, env=env, capture_output=True, text=True, timeout=120, check=False)
