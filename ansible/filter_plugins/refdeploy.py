@@ -1,6 +1,7 @@
 """The serving package's decisions as filters, so the playbooks ask for them in-process (serving/bridge/playbooks.py).
 
   container | refdeploy_running(planned_spec[, target_id])   is it the planned container? (the one place)
+  container | refdeploy_limit_drift(planned_spec, plan)      its limits at every cgroup level against the plan's
   readings  | refdeploy_effective(plan)                      the engine's effective config against its launch
   log       | refdeploy_memory_phases                        the workers' memory by phase (patch 0003), per rank
   workers   | refdeploy_ranks(plan)                          each worker rank's CPUs and memory nodes
@@ -34,6 +35,7 @@ from typing import Any
 
 NAMES = (
     "running",
+    "limit_drift",
     "effective",
     "memory_phases",
     "ranks",

@@ -1,4 +1,4 @@
-"""What `make status` says beyond "is it the plan's container": restarts, the front door, the samplers sidecar.
+"""What `make status` says beyond "is it the plan's container": its limits, restarts, the front door, the sidecar.
 
 Both come from the plan's one read of the host (`refdeploy_host.containers`: RestartCount and State of the serving
 container and its sidecar, ansible/library/refdeploy_host_readings.py). A sidecar joins the serving container's PID
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from serving.host.cgroup_limits import describe_drift, limit_drift
 from serving.plan.plan import TARGET_ID_LABEL
 
 
@@ -26,6 +27,11 @@ def status_lines(host_state: Mapping[str, Any] | None, plan: Mapping[str, Any]) 
     name = plan["profile"]["container"]["name"]
     lines: list[str] = []
     serving = _named(containers, name)
+    launch = plan.get("launch") or {}
+    if serving is not None and launch.get("spec"):
+        # The live limits, not the spec's digest: a `docker update` or a quota written on an ancestor by hand leaves
+        # the digest as it was (serving/host/cgroup_limits.py).
+        lines.append(describe_drift(limit_drift(launch["spec"], serving, (plan.get("gpu") or {}).get("slice"))))
     if serving is not None and int(serving.get("RestartCount") or 0) > 0:
         started = (serving.get("State") or {}).get("StartedAt", "?")
         lines.append(

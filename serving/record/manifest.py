@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.errors import InputError
+from serving.host import cgroup_limits
 from serving.host.host_tuning import host_tuning
 from serving.host.limits import (
     LIMIT_ROWS,
@@ -32,7 +33,8 @@ from serving.plan.images import PATCH_LABEL_PREFIX
 from serving.plan.render import PROFILE_LABEL, SPEC_LABEL
 
 # 2: the repo's commit, the host's tuning, and the running container's spec digest, profile and argv read back.
-SCHEMA_VERSION = 2
+# 3: every limit at every cgroup level, Docker's HostConfig limits and each thread's affinity (limits_in_force).
+SCHEMA_VERSION = 3
 # What `make verify` accepts as a reference: the manifests of a deploy (running, or rendered only).
 DEPLOY_KINDS = ("deploy", "deploy-rendered")
 
@@ -288,6 +290,12 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
     docker_ulimits = _check_limits(checks, spec, host_config, cgroup, proc)
     _check_privileges(checks, spec, host_config)
     _check_ports(checks, spec, container)
+    # Every limit at every cgroup level, and Docker's own, against the plan (the same judgement as make status's).
+    host_limits = raw.get("host_limits")
+    slice_plan = (plan.get("gpu") or {}).get("slice")
+    drift = cgroup_limits.limit_drift(spec, {"HostConfig": host_config, "Limits": host_limits}, slice_plan)
+    _check(checks, "limits at every cgroup level and in Docker are the plan's", [], drift["lines"])
+    levels = cgroup_limits.parse_levels(host_limits)
 
     effective = raw.get("effective", {})
     engine_s = engine_startup_s(container.get("State", {}).get("StartedAt"), effective.get("server_started_log_ts"))
@@ -349,6 +357,14 @@ def build_manifest(raw: dict[str, Any]) -> dict[str, Any]:
             "memory_limit_bytes": cgroup["memory_limit_bytes"],
             "docker_ulimits": docker_ulimits,
             "proc_limits": {k: ["unlimited" if x == UNLIMITED else x for x in v] for k, v in proc.items()},
+            # The kernel's, at the container's cgroup ("container") and each ancestor by its path, up to the root
+            # ("/"), by file name (serving/host/cgroup_limits.py); where each level is (its path has the container's
+            # ID), Docker's own HostConfig values, and each process's threads' affinity (no pids: by process title
+            # and thread name).
+            "cgroup": levels["levels"] if levels else None,
+            "cgroup_paths": levels["paths"] if levels else None,
+            "docker": cgroup_limits.docker_limits(host_config),
+            "affinity": cgroup_limits.affinity(host_limits),
         },
         "gpu": gpu_section(plan.get("gpu"), raw.get("gpu_host")),
         "plan": plan,

@@ -99,6 +99,7 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("memory_by_phase.*", INFORMATIONAL, "memory measured at start-up, pids and clocks: they vary run to run"),
     ("effective_config.config_line", INFORMATIONAL, "the log line carries a pid and a time; its values are compared"),
     ("effective_config.server_started_log_ts", INFORMATIONAL, "a log time"),
+    ("limits_in_force.cgroup_paths*", INFORMATIONAL, "where each cgroup level is: the container's has its id"),
     ("placement.lines", INFORMATIONAL, "the lines carry pids; each rank's CPUs and nodes are compared"),
     ("placement.ranks.*.pid", INFORMATIONAL, "a worker's pid"),
     # Where a rank's anonymous memory sits is measured (numa_maps) and moves by pages as it runs; the nodes it may

@@ -25,17 +25,9 @@ def raw_readings(d: Path) -> dict[str, Any]:
     # the labels (the spec's digest, the profile) are what the serve role starts it with.
     container["Config"]["Image"] = images.runtime_tag
     container["Config"]["Labels"] = {**container["Config"]["Labels"], **plan.launch.spec["labels"]}
-    # It predates the spec's capability, privilege, pids and network settings: they are set as Docker 20.10 holds
-    # them (this machine's samplers sidecar, started with cap_drop ALL and no-new-privileges, reads back
-    # CapDrop ['ALL'], CapAdd None, SecurityOpt ['no-new-privileges']).
-    spec = plan.launch.spec
-    container["HostConfig"].update(
-        CapDrop=spec["cap_drop"],
-        CapAdd=None,
-        SecurityOpt=spec["security_opts"],
-        PidsLimit=spec["pids_limit"],
-        NetworkMode=spec["network_mode"],
-    )
+    # Its HostConfig is that of a container of today's spec (recorded 2026-12-06, the README says how), as the
+    # host's limits at every cgroup level are.
+    container["HostConfig"] = json.loads((d / "container-hostconfig-2026-12-06.json").read_text())
     image = {
         "Id": container["Image"],
         "Config": {"Labels": {PATCH_LABEL_PREFIX + n: f"sha256:{h}" for n, h in applied.items()}},
@@ -49,4 +41,5 @@ def raw_readings(d: Path) -> dict[str, Any]:
         "container_inspect": container,
         "inside": inside,
         "placement": verify_ranks(plan, inside["workers"]),
+        "host_limits": json.loads((d / "host-limits-cgroup-v1.json").read_text()),
     }

@@ -4,7 +4,7 @@ import copy
 from pathlib import Path
 
 from serving.record import manifest
-from serving.record.manifest import build_manifest, engine_startup_s, failed_checks
+from serving.record.manifest import SCHEMA_VERSION, build_manifest, engine_startup_s, failed_checks
 from tests.helpers.manifests import raw_readings as _raw
 
 
@@ -132,7 +132,7 @@ def test_the_manifest_records_the_hosts_tuning_and_the_repos_commit(vllm_cpu_fix
     raw["host_tuning"] = {"cmdline": "ro quiet\n", "thp_enabled": "[always] madvise never\n", "swappiness": "10\n"}
     raw["repo"] = {"commit": "c0ffee" * 6 + "0123", "dirty": False, "changed": [], "changed_count": 0}
     m = build_manifest(raw)
-    assert m["schema_version"] == 2
+    assert m["schema_version"] == SCHEMA_VERSION == 3
     assert m["host_tuning"]["kernel_cmdline"] == "ro quiet" and m["host_tuning"]["thp"]["enabled"] == "always"
     assert m["host_tuning"]["swappiness"] == 10 and m["host_tuning"]["numa_balancing"] == "absent"
     assert m["repo"] == raw["repo"]
@@ -157,3 +157,19 @@ def test_the_repos_commit_and_whether_its_tree_is_dirty(tmp_path: Path) -> None:
     dirty = manifest.repo_state(tmp_path)
     assert dirty["commit"] == clean["commit"] and dirty["dirty"] is True
     assert dirty["changed"] == [" M a.txt", "?? new.txt"] and dirty["changed_count"] == 2
+
+
+def test_every_limit_at_every_level_is_recorded_and_a_drifted_one_fails(vllm_cpu_fixtures: Path) -> None:
+    raw = _raw(vllm_cpu_fixtures)
+    m = build_manifest(raw)
+    limits = m["limits_in_force"]
+    assert set(limits["cgroup"]) == {"container", "/docker", "/"}
+    assert limits["cgroup"]["container"]["cpu.cfs_quota_us"] == -1 and limits["cgroup"]["/docker"]["pids.max"] == "max"
+    assert limits["docker"]["NanoCpus"] == 0 and limits["docker"]["RestartPolicy"]["Name"] == "unless-stopped"
+    assert limits["affinity"]["VLLM::Worker"]["VLLM::Worker"] == ["0"]
+    # A quota written on the parent cgroup by hand (the kernel's file as it then reads).
+    raw["host_limits"]["files"]["/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us"] = "50000\n"
+    m = build_manifest(raw)
+    assert m["limits_in_force"]["cgroup"]["/docker"]["cpu.cfs_quota_us"] == 50000
+    assert failed_checks(m) == ["limits at every cgroup level and in Docker are the plan's: expected [], found "
+                                "['/docker cpu.cfs_quota_us: 50000 (the plan: -1)']"]  # fmt: skip
