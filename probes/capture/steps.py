@@ -37,7 +37,7 @@ from probes.capture.timeline import (
     sampler_panels,
     summary_figures,
 )
-from probes.readers import hoststate, kernel, metrics, procs, rank_steps, samplers, stacks
+from probes.readers import cpus, hoststate, kernel, metrics, procs, rank_steps, samplers, stacks
 from probes.senders import load
 
 SCHEMA_VERSION = 1
@@ -139,6 +139,8 @@ class Capture:
         if "hoststate" in cfg.parts:
             self.hs_before = self._host_state()
             hoststate.write_host_state(self.hs_before, cfg.out / "host-state" / "before")
+            # Per-CPU time and each vLLM thread's affinity, here and after the window (probes/readers/cpus.py).
+            cpus.write(cpus.snapshot(self.pids, cfg.proc_root), cfg.out / "host-state" / "before")
         if "metrics" in cfg.parts:
             self.mdir.mkdir(parents=True)
             try:
@@ -388,6 +390,7 @@ class Capture:
         out = self.cfg.out
         hs_after = self._host_state()
         hoststate.write_host_state(hs_after, out / "host-state" / "after")
+        cpus.write(cpus.snapshot(self.pids, self.cfg.proc_root), out / "host-state" / "after")
         cg = hoststate.host_state_cgroup_delta(self.hs_before, hs_after)
         (out / "host-state" / "cgroup-delta.json").write_text(json.dumps(cg, indent=2, default=str) + "\n")
         self.notes.extend(cgroup_notes(cg))
