@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from probes.readers import sampler_logs
+from probes.readers import cpus, sampler_logs
 from probes.readers.cgroup_delta import cgroup_delta
 from probes.readers.cgroups import snapshot_from_json
 from serving.evidence import rank_trace
@@ -43,6 +43,9 @@ class ThreadCpu:
     samples: int
     # pidstat's %wait: the share of a CPU the thread spent runnable, waiting for one (its run-queue time).
     wait_median: float = 0.0
+    # The CPUs it may run on: its affinity (Cpus_allowed_list, read at the window's start and end: either) within
+    # the container's cpuset; None where the run did not read affinities (a bench, an older capture).
+    allowed: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -63,6 +66,12 @@ class Evidence:
     max_num_seqs: Src | None = None
     cgroup: Src | None = None  # [level deltas], innermost (the container) first
     cpuset_cpus: Src | None = None  # how many CPUs the container may run on
+    cpuset: Src | None = None  # which: [cpu], the container's effective cpuset
+    # Each host CPU's busy share over the window ({cpu: 0..1}, /proc/stat before and after), and the host's
+    # processes outside the serving container that used CPU in the seconds around it ([cpus.HostUse]).
+    cpu_busy: Src | None = None
+    host_use: Src | None = None
+    host_use_span_s: float | None = None
     host_cpus: int | None = None
     vmstat: Src | None = None  # {column: [(mono_s, value)]}, every sample: vm_values() picks the seconds
     # The seconds the cgroup readings span (before to after): what the host's use is set against.
@@ -190,6 +199,7 @@ def _cpuset(snapshot: Any, rel: str, ev: Evidence) -> None:
     inner = ((levels[0] if levels else {}).get("cpuset") or {}).get("cpus_effective")
     if inner:
         ev.cpuset_cpus = Src(len(parse_cpulist(str(inner))), rel)
+        ev.cpuset = Src(sorted(parse_cpulist(str(inner))), rel)
     outer = ((levels[-1] if levels else {}).get("cpuset") or {}).get("cpus_effective")
     if outer:
         ev.host_cpus = len(parse_cpulist(str(outer)))
@@ -311,6 +321,7 @@ def _capture(d: Path) -> Evidence:
         ev.cgroup_span = (float(state["taken_mono_s"]), float(after["taken_mono_s"]))
     _cpuset((state or {}).get("cgroup"), "host-state/before/host-state.json", ev)
     _samplers(d, "samplers", ev, roles)
+    _cpus(d, ev, str((((state or {}).get("cgroup") or {}).get("levels") or [{}])[0].get("path") or ""))
     wchan = _json(d, "kernel/wchan.json", ev)
     if wchan and wchan.get("status") == "successful":
         ev.wchan = Src({"rounds": wchan.get("rounds"), "counts": wchan.get("counts") or {}}, "kernel/wchan.json")
@@ -325,6 +336,40 @@ def _capture(d: Path) -> Evidence:
         ev.conditions["profiler"] = Src(engine.get("profiler") or None, "bundle.json")
         ev.conditions["stand_in"] = Src(engine.get("stand_in") or None, "bundle.json")
     return ev
+
+
+def _cpus(d: Path, ev: Evidence, serving_cgroup: str) -> None:
+    """Each thread's allowed CPUs (its affinity within the cpuset), the host's per-CPU busy share over the window,
+    and the host's other processes (probes/readers/cpus.py says how each was read)."""
+    before, after = (_json(d, f"host-state/{w}/{cpus.CPUS_FILE}", ev) for w in ("before", "after"))
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return
+    rel = f"host-state/before/{cpus.CPUS_FILE}, host-state/after/{cpus.CPUS_FILE}"
+    busy = cpus.busy_shares(before.get("per_cpu") or {}, after.get("per_cpu") or {})
+    if busy:
+        ev.cpu_busy = Src(busy, rel)
+    cpuset = set(ev.cpuset.value) if ev.cpuset else set(busy)
+    allowed: dict[tuple[int, int], set[int]] = {}
+    for doc in (before, after):
+        for t in doc.get("threads") or []:
+            key = (int(t["pid"]), int(t["tid"]))
+            allowed[key] = allowed.get(key, set()) | (cpus.parse_cpulist(str(t["cpus_allowed"])) & cpuset)
+    first = {(t["pid"], t["tid"]): t["cpus_allowed"] for t in before.get("threads") or []}
+    changed = sorted(f"{u['pid']}/{u['tid']} {u['comm']}" for u in after.get("threads") or []
+                     if first.get((u["pid"], u["tid"]), u["cpus_allowed"]) != u["cpus_allowed"])  # fmt: skip
+    if changed:
+        ev.notes.append(f"{rel}: affinity changed in the window for {', '.join(changed[:5])}: both counted")
+    if ev.threads is not None and allowed:
+        rows = [replace(t, allowed=tuple(sorted(allowed[(t.tgid, t.tid)]))) if (t.tgid, t.tid) in allowed else t
+                for t in ev.threads.value]  # fmt: skip
+        ev.threads = Src(rows, f"{ev.threads.artifact}, {rel}")
+    texts = [(d / "host-state" / f"host-processes-{w}.txt") for w in ("before", "after")]
+    if all(t.is_file() for t in texts):
+        hb, ha = (cpus.parse_host_processes(t.read_text(errors="replace")) for t in texts)
+        if hb is not None and ha is not None:
+            use = cpus.host_use(hb, ha, set(busy) or cpuset, serving_cgroup)
+            ev.host_use = Src(use, "host-state/host-processes-before.txt, host-state/host-processes-after.txt")
+            ev.host_use_span_s = ha.wall_s - hb.wall_s
 
 
 # --- a bench --------------------------------------------------------------------------------------------------
@@ -465,3 +510,12 @@ def vm_values(ev: Evidence, column: str, span: tuple[float, float] | None = None
 
 def thread_rows(ev: Evidence) -> Sequence[ThreadCpu]:
     return list(ev.threads.value) if ev.threads is not None else []
+
+
+def engine_cpus(ev: Evidence) -> list[int] | None:
+    """The CPUs vLLM's threads may run on: the union of their affinities within the cpuset where the run read
+    them, else the container's cpuset; None where neither is known."""
+    allowed = {c for t in thread_rows(ev) for c in (t.allowed or ())}
+    if allowed:
+        return sorted(allowed)
+    return list(ev.cpuset.value) if ev.cpuset else None
