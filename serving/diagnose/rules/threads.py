@@ -18,8 +18,10 @@ the container, and the finding names those the evidence saw there (pidstat for v
 host-side read of every host process's CPU time and affinity for the others) with those CPUs' busy share
 (/proc/stat). It accounts for the execution share times the wait's share of the window: each second the thread on
 the critical path waited is a second the request did not advance. WAIT_PCT is 30: on this 2-core machine a healthy
-decode (the worker and the engine core each near 80% of a CPU, on their two CPUs) waits 10-20%; with the worker
-bound to one CPU, or a busy loop on both, it waited 40-60% (docs/diagnose.md's induced cases).
+decode (the worker and the engine core each near 80% of a CPU, the API server beside them) waited 14-21%; with the
+engine core narrowed to the worker's CPU it waited 84%, with a busy loop on both CPUs 64% (docs/diagnose.md's
+induced cases). NAMED_MIN: the least CPU a neighbour must use to be named beside a waiting thread (a share of one
+CPU); below it, it is noise next to the wait it would be blamed for.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ SEED = "000 §5, §11"
 BUSY_PCT = 75.0
 ALLOWED_SHARE = 0.85
 WAIT_PCT = 30.0
-# The least CPU a neighbour must use to be named beside a waiting thread (a share of one CPU): below it, it is
-# noise next to the wait it would be blamed for.
 NAMED_MIN = 0.05
 # wchan names (the kernel function a sleeping thread waits in) by what they wait for.
 WCHAN_CLASSES = {
