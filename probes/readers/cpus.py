@@ -8,9 +8,9 @@ same CPUs. Three cheap readings say which, without sampling the host:
 - each vLLM thread's `Cpus_allowed_list` (/proc/<pid>/task/<tid>/status), read once at the window's start and once
   at its end (`thread_affinity`): affinity changes rarely (a deploy, a person with taskset), so two reads show it
   and any change between them; sampling it each second would only cost more reads of the same text;
-- the host's per-CPU time, /proc/stat's `cpuN` rows, at the same two moments (`snapshot`, `parse_proc_stat`): /proc/stat is
-  not namespaced, so a container that shares only vLLM's PID namespace still reads every CPU of the host, and the
-  busy share of the engine's own CPUs over the window is its difference (`busy_shares`);
+- the host's per-CPU time, /proc/stat's `cpuN` rows, at the same two moments (`snapshot`, `parse_proc_stat`):
+  /proc/stat is not namespaced, so a container that shares only vLLM's PID namespace still reads every CPU of the
+  host, and the busy share of the engine's own CPUs over the window is its difference (`busy_shares`);
 - the host's processes as the host sees them (`_capture_host_processes_sh` in ansible/roles/capture/vars/main.yml,
   run by the capture role on the host before and after the capture's container; `parse_host_processes`): each
   process's affinity, CPU time and cpuset cgroup, so the diagnosis can name what else ran on the engine's CPUs.
