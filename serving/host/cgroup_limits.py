@@ -9,8 +9,11 @@ changing the spec the container was started from; so the limits are read from th
   "/system.slice"), "/" the root; each value by the kernel file's own name, in the kernel's terms (a quota of -1
   is none; a v1 memory limit of 2^63 rounded to pages is written "max", as v2 writes it).
 - `planned_levels` / `planned_docker` are what the plan's spec makes them: Docker's mapping of its flags to the
-  cgroup files at the container's level, and no limit at all at the levels above it, except the serving slice a
-  GPU plan puts there (its CPU quota and memory ceiling, serving/plan/gpu_plan.py serving_slice).
+  cgroup files at the container's level, and no limit at its parent (Docker's /docker, systemd's system.slice),
+  except where the parent is the serving slice a GPU plan puts there (its CPU quota and memory ceiling,
+  serving/plan/gpu_plan.py serving_slice). The levels above the parent are the platform's (a VM's slice, a test
+  host's own container): the manifest records them and make verify compares them, but no deploy judges or writes
+  them.
 - `limit_drift` compares the two and decides how a deploy restores the plan: `docker update` where Docker can set
   the planned value exactly, a replacement of the container where it cannot (measured on Docker 20.10.24:
   `docker update --cpus 0` leaves NanoCpus as it was, and `--cpu-quota -1` clears the kernel's quota but leaves
@@ -238,10 +241,10 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
     """The running container's limits against the plan's, and how a deploy restores them.
 
     `container` is the plan's read of it (refdeploy_host_readings: HostConfig's limit fields and `Limits`, the
-    kernel's readings). {"lines": one per drifted value, naming its level; "update": `docker update` flags;
-    "writes": [{"path", "values", "line"}] for cgroup files; "replace": why it must be replaced, or "";
+    kernel's readings). {"lines": one per drifted value, naming its level; "docker_update": `docker update` flags;
+    "cgroup_writes": [{"path", "values", "line"}] for cgroup files; "replace_why": why it must be replaced, or "";
     "refuse": what the deploy will not change itself}."""
-    out: dict[str, Any] = {"lines": [], "update": [], "writes": [], "replace": "", "refuse": []}
+    out: dict[str, Any] = {"lines": [], "docker_update": [], "cgroup_writes": [], "replace_why": "", "refuse": []}
     if not spec or not container:
         return out
     planned_hc = planned_docker(spec)
@@ -256,11 +259,11 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
         if flag is None or want in (0, "", []) or field == "CgroupParent":
             unsettable.append(field)
         elif field == "RestartPolicy":
-            out["update"] += [flag, want["Name"]]
+            out["docker_update"] += [flag, want["Name"]]
         else:
-            out["update"] += [flag, str(want / 1e9 if field == "NanoCpus" else want)]
+            out["docker_update"] += [flag, str(want / 1e9 if field == "NanoCpus" else want)]
     if unsettable:
-        out["replace"] = (f"docker update cannot set {', '.join(unsettable)} back to unset: the container is "
+        out["replace_why"] = (f"docker update cannot set {', '.join(unsettable)} back to unset: the container is "
                           "replaced")  # fmt: skip
     levels = parse_levels(container.get("Limits"))
     if levels is None:
@@ -268,9 +271,14 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
     version = levels["cgroup_version"]
     slice_level = f"/{spec['cgroup_parent']}" if spec.get("cgroup_parent") else None
     planned = planned_levels(spec, version, slice_plan, slice_level)
+    container_dir = levels["paths"].get("container", "")
+    parent = container_dir.rsplit("/", 1)[0] or "/"
     for level, values in levels["levels"].items():
-        if level == "/":
-            continue  # the root cgroup takes no quota or limit
+        if level not in ("container", parent) or level == "/":
+            # Judged: the container's level and its parent, the one the deployment owns (Docker's /docker, the
+            # plan's slice, systemd's system.slice). Above it the levels are the platform's (a VM's slice, a test
+            # host's own container): recorded in the manifest, compared by make verify, never written by a deploy.
+            continue
         want_here = planned.get(level, planned["*"])
         for name, want in want_here.items():
             if name not in values or values[name] == want:
@@ -280,19 +288,19 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
             path = f"/sys/fs/cgroup{'/' + _controller(name) if version == 1 else ''}{levels['paths'][level]}/{name}"
             path = path.replace("//", "/")
             if level == "container":
-                if out["replace"]:
+                if out["replace_why"]:
                     continue  # the new container starts with it
                 # Written after any docker update too: docker update writes only the flags it is given (measured:
                 # a quota written by hand stayed through `docker update --pids-limit`), and the same value again
                 # changes nothing.
-                out["writes"].append({"path": path, "values": _restore_writes(version, name, want, values[name]),
+                out["cgroup_writes"].append({"path": path, "values": _restore_writes(version, name, want, values[name]),
                                       "line": line})  # fmt: skip
             elif _systemd_owned(level):
                 unit = level.rsplit("/", 1)[-1]
                 out["refuse"].append(f"{line}: systemd owns {level}; restore it with systemctl set-property "
                                      f"--runtime {unit} (or its unit file), then deploy again")  # fmt: skip
             else:
-                out["writes"].append({"path": path, "values": _restore_writes(version, name, want, values[name]),
+                out["cgroup_writes"].append({"path": path, "values": _restore_writes(version, name, want, values[name]),
                                       "line": line})  # fmt: skip
     return out
 
@@ -308,11 +316,13 @@ def describe_drift(drift: Mapping[str, Any]) -> str:
         return "limits: as planned, in Docker and at every cgroup level"
     if drift.get("refuse"):
         how = "make deploy stops before changing anything: " + "; ".join(drift["refuse"])
-    elif drift.get("replace"):
-        how = f"make deploy replaces the container ({drift['replace']})"
+    elif drift.get("replace_why"):
+        how = f"make deploy replaces the container ({drift['replace_why']})"
     else:
         how = "make deploy restores " + " and ".join(
-            w for w, on in (("them with docker update", drift.get("update")), ("the cgroup files", drift.get("writes")))
+            w
+            for w, on in (("them with docker update", drift.get("docker_update")),
+                          ("the cgroup files", drift.get("cgroup_writes")))
             if on
         )  # fmt: skip
     return f"limits: {len(lines)} not as planned: " + "; ".join(lines) + f" ({how})"

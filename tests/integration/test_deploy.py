@@ -166,6 +166,45 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
 
 
+def test_limits_changed_live_are_named_and_restored_in_place(first_deploy: MakeResult) -> None:
+    """A live `docker update --pids-limit` and a CPU quota written by hand on the parent cgroup (/docker: cgroup v1,
+    cgroupfs driver, as on this machine): make status names both at their levels, make verify against the first
+    deploy's manifest calls them must-match, make deploy restores both in the same container and counts them as
+    changed, and verify matches again. No engine start (issue 44). The quota, 10 CPUs of a 100 ms period, cannot
+    bind on this 2-CPU machine: the lanes beside this one (tests/schedule.py), whose containers share /docker,
+    are not slowed by it."""
+    parent = Path("/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us")
+    if not parent.exists():
+        pytest.skip(f"{parent}: not a cgroup v1 host with Docker's cgroupfs driver")
+    ref_dir, _ = manifest_of(first_deploy)
+    before = inspect(CONTAINER)
+    assert before is not None
+    docker("update", "--pids-limit", "100", CONTAINER)
+    try:
+        parent.write_text("1000000")
+        status = make("status")
+        said = " ".join(status.output.split())
+        assert "spec: matches the plan" in said
+        assert "docker PidsLimit: 100 (the plan: 4096)" in said and "container pids.max: 100 (the plan: 4096)" in said
+        assert "/docker cpu.cfs_quota_us: 1000000 (the plan: -1)" in said
+        drifted = make("verify", f"REF={ref_dir / 'manifest.json'}")
+        assert drifted.rc != 0
+        assert "MUST-MATCH limits_in_force.cgroup./docker.cpu.cfs_quota_us: reference -1, now 1000000" in drifted.output
+        assert "MUST-MATCH limits_in_force.docker.PidsLimit: reference 4096, now 100" in drifted.output
+        restored = make("deploy")
+        assert restored.rc == 0, restored.output[-4000:]
+        assert restored.recap_changed >= 2  # docker update, the cgroup files
+        assert parent.read_text().strip() == "-1"
+        after = inspect(CONTAINER)
+        assert after is not None and after["HostConfig"]["PidsLimit"] == 4096
+        assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
+        again = make("verify", f"REF={ref_dir / 'manifest.json'}")
+        assert again.rc == 0 and "MUST-MATCH" not in again.output, again.output[-4000:]
+    finally:
+        parent.write_text("-1")
+        docker("update", "--pids-limit", "4096", CONTAINER)
+
+
 def test_a_render_only_deploy_writes_the_spec_and_starts_nothing(seqs4: Path) -> None:
     """Against a spec that differs from the running one (max_num_seqs 4), so that a deploy would replace it: the
     render-only deploy writes that spec to the host and leaves the running container alone."""

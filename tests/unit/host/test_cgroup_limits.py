@@ -9,7 +9,6 @@ cpu.cfs_quota_us 60000 over a period of 100000; `docker update --pids-limit 100`
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import sys
@@ -79,7 +78,12 @@ def test_the_docker_fields_read_on_the_host_are_the_ones_judged() -> None:
 
 def test_a_container_as_deployed_has_no_drift(live: dict[str, Any], spec: dict[str, Any]) -> None:
     drift = limit_drift(spec, live)
-    assert drift["lines"] == [] and not drift["replace"] and drift["writes"] == [] and drift["update"] == []
+    assert (
+        drift["lines"] == []
+        and not drift["replace_why"]
+        and drift["cgroup_writes"] == []
+        and drift["docker_update"] == []
+    )
     assert describe_drift(drift) == "limits: as planned, in Docker and at every cgroup level"
 
 
@@ -92,8 +96,8 @@ def test_a_live_cpus_update_is_named_at_both_readings_and_replaces_the_container
     assert drift["lines"] == ["docker NanoCpus: 600000000 (the plan: 0)",
                               "container cpu.cfs_quota_us: 60000 (the plan: -1)"]  # fmt: skip
     # docker update cannot unset --cpus: replaced, and the new container starts without the quota (no write).
-    assert drift["replace"].startswith("docker update cannot set NanoCpus back to unset")
-    assert drift["writes"] == [] and drift["update"] == []
+    assert drift["replace_why"].startswith("docker update cannot set NanoCpus back to unset")
+    assert drift["cgroup_writes"] == [] and drift["docker_update"] == []
     assert "make deploy replaces the container" in describe_drift(drift)
 
 
@@ -101,18 +105,18 @@ def test_a_quota_on_the_parent_cgroup_is_written_back(live: dict[str, Any], spec
     _set(live, "/docker", "cpu", "cpu.cfs_quota_us", "50000\n")
     drift = limit_drift(spec, live)
     assert drift["lines"] == ["/docker cpu.cfs_quota_us: 50000 (the plan: -1)"]
-    assert drift["writes"] == [{"path": "/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us", "values": ["-1"],
+    assert drift["cgroup_writes"] == [{"path": "/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us", "values": ["-1"],
                                 "line": "/docker cpu.cfs_quota_us: 50000 (the plan: -1)"}]  # fmt: skip
-    assert not drift["replace"] and drift["update"] == []
+    assert not drift["replace_why"] and drift["docker_update"] == []
 
 
 def test_a_pids_limit_update_is_restored_in_place(live: dict[str, Any], spec: dict[str, Any]) -> None:
     live["HostConfig"]["PidsLimit"] = 100
     _set(live, CONTAINER, "pids", "pids.max", "100\n")
     drift = limit_drift(spec, live)
-    assert drift["update"] == ["--pids-limit", "4096"] and not drift["replace"]
-    assert drift["writes"][0]["path"] == f"/sys/fs/cgroup/pids{CONTAINER}/pids.max"
-    assert drift["writes"][0]["values"] == ["4096"]
+    assert drift["docker_update"] == ["--pids-limit", "4096"] and not drift["replace_why"]
+    assert drift["cgroup_writes"][0]["path"] == f"/sys/fs/cgroup/pids{CONTAINER}/pids.max"
+    assert drift["cgroup_writes"][0]["values"] == ["4096"]
     assert "docker update" in describe_drift(drift)
 
 
@@ -120,32 +124,35 @@ def test_a_memory_limit_on_the_parent_is_lifted_with_the_v1_spelling(
     live: dict[str, Any], spec: dict[str, Any]
 ) -> None:
     _set(live, "/docker", "memory", "memory.limit_in_bytes", "4294967296\n")
-    (write,) = limit_drift(spec, live)["writes"]
+    (write,) = limit_drift(spec, live)["cgroup_writes"]
     assert write["path"] == "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes" and write["values"] == ["-1"]
 
 
 def test_a_throttle_is_cleared_device_by_device(live: dict[str, Any], spec: dict[str, Any]) -> None:
     _set(live, CONTAINER, "blkio", "blkio.throttle.read_bps_device", "259:0 1048576\n")
-    (write,) = limit_drift(spec, live)["writes"]
+    (write,) = limit_drift(spec, live)["cgroup_writes"]
     assert write["values"] == ["259:0 0"]
 
 
 def test_a_restart_policy_changed_live_is_set_back(live: dict[str, Any], spec: dict[str, Any]) -> None:
     live["HostConfig"]["RestartPolicy"] = {"Name": "no", "MaximumRetryCount": 0}
     drift = limit_drift(spec, live)
-    assert drift["update"] == ["--restart", "unless-stopped"] and not drift["replace"]
+    assert drift["docker_update"] == ["--restart", "unless-stopped"] and not drift["replace_why"]
 
 
 def test_a_level_systemd_owns_is_refused_with_the_command(live: dict[str, Any], spec: dict[str, Any]) -> None:
-    live["Limits"] = copy.deepcopy(live["Limits"])
-    files = live["Limits"]["files"]
-    moved = {k.replace("/docker/", "/system.slice/"): v for k, v in files.items() if "/docker/" in k}
-    moved.update({k.replace("/docker/", "/system.slice/"): v for k, v in files.items() if k.endswith("/docker")})
-    files.update(moved)
-    files["/sys/fs/cgroup/cpu/system.slice/cpu.cfs_quota_us"] = "50000\n"
+    # The same container under Docker's systemd cgroup driver: its cgroup is system.slice/docker-<id>.scope.
+    raw = live["Limits"]
+    cid = CONTAINER.rsplit("/", 1)[1]
+    scope = f"/system.slice/docker-{cid}.scope"
+    raw["proc_cgroup"] = raw["proc_cgroup"].replace(CONTAINER, scope)
+    raw["files"] = {
+        k.replace(CONTAINER, scope).replace("/docker/", "/system.slice/"): v for k, v in raw["files"].items()
+    }
+    raw["files"]["/sys/fs/cgroup/cpu/system.slice/cpu.cfs_quota_us"] = "50000\n"
     drift = limit_drift(spec, live)
-    assert any(r.startswith("/system.slice cpu.cfs_quota_us: 50000") and "systemctl set-property --runtime "
-               "system.slice" in r for r in drift["refuse"])  # fmt: skip
+    assert drift["lines"] == ["/system.slice cpu.cfs_quota_us: 50000 (the plan: -1)"]
+    assert "systemctl set-property --runtime system.slice" in drift["refuse"][0] and drift["cgroup_writes"] == []
     assert "stops before changing anything" in describe_drift(drift)
 
 
@@ -172,3 +179,18 @@ def test_the_write_module_refuses_a_path_outside_the_cgroup_tree() -> None:
     for bad in ("/etc/passwd", "/sys/fs/cgroup/../../etc/passwd", "sys/fs/cgroup/x"):
         with pytest.raises(ValueError, match="not a cgroup file"):
             mod.checked(bad)
+
+
+def test_a_limit_above_the_parent_is_the_platforms_recorded_not_written(
+    live: dict[str, Any], spec: dict[str, Any]
+) -> None:
+    # A container of a dockerd that itself runs in a container (the bare test host): the levels above its parent
+    # are the outer container's, whose limits are not the deployment's to lift.
+    raw = live["Limits"]
+    outer = "/docker/0123456789ab"
+    raw["proc_cgroup"] = raw["proc_cgroup"].replace(":/docker/", f":{outer}/docker/")
+    raw["files"] = {k.replace("/docker", f"{outer}/docker", 1): v for k, v in raw["files"].items()}
+    raw["files"][f"/sys/fs/cgroup/memory{outer}/memory.limit_in_bytes"] = "4294967296\n"
+    levels = parse_levels(raw)
+    assert levels is not None and levels["levels"][outer]["memory.limit_in_bytes"] == 4 << 30
+    assert limit_drift(spec, live)["lines"] == []
