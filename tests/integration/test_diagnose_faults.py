@@ -14,12 +14,14 @@ no finding contradicts it.
     rank it above what does cost;
   - offered load above what the engine serves: 32 clients against max_num_seqs 8;
   - two CPU-burning neighbour containers on the engine's CPUs, weighted above it;
+  - the engine core's threads narrowed by hand to the worker's CPU (the CPU vLLM binds the worker to), and a busy
+    loop on the host pinned to the engine's CPUs: the run-queue wait of the thread that lost its CPU, and who took it;
   - a buffering proxy between the bench client and the server;
   - a KV cache too small for the load: cpu-tiny with --num-gpu-blocks-override 24 (768 tokens) against eight
     clients of 96 + 96 tokens, its own deploy, then the default's again.
 
 Not in `make test`, which is past its 40-minute aim already (65 minutes on this machine): `make test-diagnose` runs
-it, about 6 minutes here (six captures, one bench; engine starts: the small-KV deploy and the default's after it,
+it, about 7 minutes here (eight captures, one bench; engine starts: the small-KV deploy and the default's after it,
 and the default's first where none is running). A healthy light capture's
 diagnosis is checked in make test, on the capture test_probes_capture.py makes anyway.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -205,9 +208,65 @@ def test_neighbours_burning_the_engines_cpus_are_contention(deployed: None) -> N
     finally:
         subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False, timeout=60)
     causes = _causes(d)
-    assert causes and causes[0].rule == "contention", _text(d)
+    # Contention, or first the thread that waited for the CPUs the neighbours took, naming them.
+    assert causes and causes[0].rule in ("contention", "threads"), _text(d)
+    assert any(f.rule == "contention" for f in causes), _text(d)
+    if causes[0].rule == "threads":
+        assert causes[0].title.startswith("waiting for a CPU") and "sh (host pid" in causes[0].symptom, _text(d)
     assert not any(f.rule == "cgroup" for f in causes), _text(d)
     print(f"\nneighbours:\n{(bundle / 'diagnosis.txt').read_text()[:2500]}")
+
+
+def _host_pid(comm: str) -> int:
+    """The host's PID of the vLLM process whose comm is `comm` (process titles: REFERENCE §2)."""
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if d.name.isdigit() and (d / "comm").read_text().strip() == comm:
+                return int(d.name)
+    raise AssertionError(f"no {comm} process on this host")
+
+
+@contextlib.contextmanager
+def _affinity(pid: int, cpus: set[int]) -> Iterator[None]:
+    """Every thread of `pid` narrowed to `cpus` (taskset -a -p), each given back exactly what it had."""
+    had = {int(t.name): os.sched_getaffinity(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
+    try:
+        for tid in had:
+            os.sched_setaffinity(tid, cpus)
+        yield
+    finally:
+        for tid, was in had.items():
+            with contextlib.suppress(OSError):  # a thread gone since
+                os.sched_setaffinity(tid, was)
+
+
+def test_the_engine_core_narrowed_to_the_workers_cpu_waits_for_it(deployed: None) -> None:
+    worker = _host_pid("VLLM::Worker")
+    bound = os.sched_getaffinity(worker)  # vLLM binds the worker's thread to one CPU of the cpuset
+    with _affinity(_host_pid("VLLM::EngineCor"), bound):
+        bundle, d = _capture("WORKLOAD=smoke")
+    causes = _causes(d)
+    assert causes and causes[0].rule == "threads", _text(d)
+    assert causes[0].title.startswith("waiting for a CPU in decode: the engine_core's thread VLLM::EngineCor"), _text(d)
+    assert "only (its affinity within the cpuset" in causes[0].title and "worker/VLLM::Worker" in causes[0].symptom
+    assert not any(f.rule == "contention" for f in causes), _text(d)
+    print(f"\nengine core on the worker's CPU:\n{(bundle / 'diagnosis.txt').read_text()[:2500]}")
+
+
+def test_a_busy_loop_on_the_host_pinned_to_the_engines_cpus_is_named(deployed: None) -> None:
+    cpus = inspect(CONTAINER)["HostConfig"]["CpusetCpus"] or "0-1"  # type: ignore[index]
+    loop = subprocess.Popen(["taskset", "-c", cpus, "sh", "-c", "while :; do :; done"])
+    try:
+        bundle, d = _capture("WORKLOAD=smoke")
+    finally:
+        loop.kill()
+        loop.wait(10)
+    causes = _causes(d)
+    named = f"sh (host pid {loop.pid}, CPUs "
+    waits = [f for f in causes if f.rule == "threads" and f.title.startswith("waiting for a CPU")]
+    assert waits and named in waits[0].symptom, _text(d)
+    assert any(f.rule == "contention" and named in f.symptom for f in causes), _text(d)
+    print(f"\nbusy loop on the host:\n{(bundle / 'diagnosis.txt').read_text()[:2500]}")
 
 
 def test_a_buffering_proxy_is_a_disagreement_before_anything_else(deployed: None) -> None:

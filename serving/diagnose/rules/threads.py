@@ -19,7 +19,7 @@ host-side read of every host process's CPU time and affinity for the others) wit
 (/proc/stat). It accounts for the execution share times the wait's share of the window: each second the thread on
 the critical path waited is a second the request did not advance. WAIT_PCT is 30: on this 2-core machine a healthy
 decode (the worker and the engine core each near 80% of a CPU, the API server beside them) waited 14-21%; with the
-engine core narrowed to the worker's CPU it waited 84%, with a busy loop on both CPUs 64% (docs/diagnose.md's
+engine core narrowed to the worker's CPU it waited 84-85%, with a busy loop on both CPUs 64-78% (docs/diagnose.md's
 induced cases). NAMED_MIN: the least CPU a neighbour must use to be named beside a waiting thread (a share of one
 CPU); below it, it is noise next to the wait it would be blamed for.
 """
