@@ -55,7 +55,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.plan import standin
         from serving.plan.images import BuildFiles, plan_images
         from serving.plan.plan import build_plan, describe
-        from serving.plan.render import PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
+        from serving.plan.render import EFFECTIVE_DIR, PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
 
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
@@ -98,6 +98,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     # its front door.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front")],
                     "files": [f"{RENDERED_DIR}/{name}.json"],
+                    # Each process's affinity as the deploy that started the container verified it (<ID>.affinity).
+                    "kept_dir": EFFECTIVE_DIR,
                     # Only where the runtime build reads the wheelhouse (the CUDA one does not).
                     "wheelhouse_dir": wheelhouse_dir if images.build_args.get("WHEELHOUSE") == "on" else "",
                     "extra_ca_file": extra_ca_file,

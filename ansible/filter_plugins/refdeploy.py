@@ -2,6 +2,7 @@
 
   container | refdeploy_running(planned_spec[, target_id])   is it the planned container? (the one place)
   container | refdeploy_limit_drift(planned_spec, plan)      its limits at every cgroup level against the plan's
+  readings  | refdeploy_main_affinity                        each process's affinity, kept at launch
   readings  | refdeploy_effective(plan)                      the engine's effective config against its launch
   log       | refdeploy_memory_phases                        the workers' memory by phase (patch 0003), per rank
   workers   | refdeploy_ranks(plan)                          each worker rank's CPUs and memory nodes
@@ -36,6 +37,7 @@ from typing import Any
 NAMES = (
     "running",
     "limit_drift",
+    "main_affinity",
     "effective",
     "memory_phases",
     "ranks",

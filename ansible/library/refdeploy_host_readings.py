@@ -15,6 +15,7 @@
       paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
       files: [/var/lib/refdeploy/rendered/refdeploy-vllm.json]
+      kept_dir: /var/lib/refdeploy/effective  # <container ID>.affinity: its processes' affinity verified at launch
       wheelhouse_dir: /opt/wheels             # images_wheelhouse_dir, images_extra_ca_file: hashed, see build_files
       extra_ca_file: /etc/ssl/certs/ca-certificates.crt
       build_files_cache: /var/lib/refdeploy/build-files.json
@@ -40,7 +41,8 @@ it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker 
 containers that publish docker_port), `images_present` (the repository:tag the engine has of `images`),
 `containers` (`docker container inspect` of those of `containers` that exist, cut to what a deploy decides on:
 Id, Name, RestartCount, State, Config.Image, Config.Labels and HostConfig's limits, and `Limits`, the kernel's
-limits at every cgroup level over a running one's PID 1, and its threads' affinity (module_utils/refdeploy_cgroups.py);
+limits at every cgroup level over a running one's PID 1, and its threads' affinity (module_utils/refdeploy_cgroups.py),
+and `LaunchAffinity`, its processes' affinity as the deploy that started it verified it (<kept_dir>/<ID>.affinity);
 never their environment), `paths` (each of
 `paths` as directory, file or missing) and `files` (each regular file of `files` as its sha256, mode, uid and
 gid: a role skips writing a file the host has as it would write it). One read for what preflight, images and
@@ -356,7 +358,17 @@ def _docker(argv: list[str], timeout_s: int) -> tuple[int, str, str]:
     return cp.returncode, cp.stdout, (cp.stderr.strip().splitlines() or [""])[-1]
 
 
-def _decided_on(c: dict[str, object]) -> dict[str, object]:
+def _launch_affinity(kept_dir: str, cid: object) -> object:
+    """The processes' affinity the deploy that started container `cid` verified (<kept_dir>/<ID>.affinity)."""
+    if not kept_dir or not isinstance(cid, str) or not cid.isalnum():
+        return None
+    try:
+        return json.loads((Path(kept_dir) / f"{cid}.affinity").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _decided_on(c: dict[str, object], kept_dir: str = "") -> dict[str, object]:
     config = c.get("Config") if isinstance(c.get("Config"), dict) else {}
     kept = {k: c.get(k) for k in ("Id", "Name", "RestartCount", "State")}
     # Whether the container's PID 1 is in this host's /proc: not where the "host" shares another's engine (the GPU
@@ -373,6 +385,7 @@ def _decided_on(c: dict[str, object]) -> dict[str, object]:
         # status and deploy judge drift from them (serving/host/cgroup_limits.py).
         "HostConfig": {k: host_config.get(k) for k in HOSTCONFIG_FIELDS},
         "Limits": read_limits(int(pid)) if visible and state.get("Running") else None,
+        "LaunchAffinity": _launch_affinity(kept_dir, c.get("Id")),
     }
 
 
@@ -388,7 +401,7 @@ def _file(path: str) -> dict[str, object] | None:
 
 
 def host_state(port: int, images: list[str], containers: list[str], paths: list[str], files: list[str],
-               timeout_s: int) -> dict[str, object]:  # fmt: skip
+               timeout_s: int, kept_dir: str = "") -> dict[str, object]:  # fmt: skip
     kinds = {p: "directory" if Path(p).is_dir() else "file" if Path(p).exists() else "missing" for p in paths}
     found_files = {p: f for p in files if (f := _file(p)) is not None}
     state: dict[str, object] = {"docker": None, "images_present": [], "containers": [], "paths": kinds,
@@ -413,7 +426,7 @@ def host_state(port: int, images: list[str], containers: list[str], paths: list[
             found = json.loads(out or "[]")
         except ValueError:
             found = []
-        state["containers"] = [_decided_on(c) for c in found if isinstance(c, dict)]
+        state["containers"] = [_decided_on(c, kept_dir) for c in found if isinstance(c, dict)]
     return state
 
 
@@ -494,6 +507,7 @@ def main() -> None:
             "extra_ca_file": {"type": "str", "default": ""},
             "build_files_cache": {"type": "str", "default": ""},
             "cache_dir": {"type": "str", "default": ""},
+            "kept_dir": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -505,7 +519,8 @@ def main() -> None:
         result["missing"] = _text("\n".join(r.missing))
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
-    state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["files"], p["timeout_s"])
+    state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["files"], p["timeout_s"],
+                       p["kept_dir"])  # fmt: skip
     tuned = tuning(p["mode"], p["settings_fields"], r)
     files = build_files(p["wheelhouse_dir"], p["extra_ca_file"], p["build_files_cache"], not module.check_mode)
     module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state, tuning=tuned,

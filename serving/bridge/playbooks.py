@@ -39,6 +39,13 @@ def limit_drift(container: Any, spec: Any, plan: Mapping[str, Any]) -> dict[str,
     return {**found, "line": describe_drift(found)}
 
 
+def main_affinity(host_limits: Any) -> dict[str, list[str]] | None:
+    """Each process's main-thread affinity in a container's readings, kept at launch (serving.host.cgroup_limits)."""
+    from serving.host.cgroup_limits import main_affinity as of
+
+    return of(host_limits or None)
+
+
 def status_lines(host_state: Any, plan: Mapping[str, Any]) -> list[str]:
     """make status's lines on restarts and the samplers sidecar (serving.plan.status)."""
     from serving.plan.status import status_lines as lines

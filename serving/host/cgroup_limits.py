@@ -127,6 +127,21 @@ def affinity(raw: Mapping[str, Any] | None) -> dict[str, dict[str, list[str]]] |
     return {p: {t: sorted(c) for t, c in sorted(th.items())} for p, th in sorted(out.items())}
 
 
+def main_affinity(raw: Mapping[str, Any] | None) -> dict[str, list[str]] | None:
+    """{process: [the CPU lists its main threads may run on]}: what `taskset -p` changes and what vLLM's CPU worker
+    binds itself to at start. Kept at launch (<ID>.affinity) as the value a later reading is judged against: the
+    plan leaves a CPU worker's binding to vLLM within the cpuset, so only the launch says what it chose. Threads
+    started later (ZMQ, gloo, a request's first pool) are left out: they come and go with the work."""
+    if not raw or raw.get("tasks") is None:
+        return None
+    out: dict[str, list[str]] = {}
+    for proc in raw["tasks"]:
+        main = next((str(a) for tid, _c, a in proc.get("threads") or [] if tid == proc.get("pid")), None)
+        if main is not None:
+            out.setdefault(_process_key(str(proc.get("cmdline") or "")), []).append(main)
+    return {p: sorted(c) for p, c in sorted(out.items())}
+
+
 def _bytes(size: Any) -> int | None:
     return docker_size_bytes(str(size)) if size not in (None, "") else None
 
@@ -262,6 +277,14 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
             out["docker_update"] += [flag, want["Name"]]
         else:
             out["docker_update"] += [flag, str(want / 1e9 if field == "NanoCpus" else want)]
+    launched = container.get("LaunchAffinity")
+    now = main_affinity(container.get("Limits"))
+    if isinstance(launched, dict) and now is not None:
+        moved = [f"{p} runs on CPUs {','.join(now[p])} (at launch: {','.join(launched[p])})"
+                 for p in sorted(set(now) & set(launched)) if now[p] != launched[p]]  # fmt: skip
+        out["lines"] += [f"affinity: {m}" for m in moved]
+        if moved:
+            unsettable.append("a process's CPU affinity (only a new start gives vLLM's own binding back)")
     if unsettable:
         out["replace_why"] = (f"docker update cannot set {', '.join(unsettable)} back to unset: the container is "
                           "replaced")  # fmt: skip

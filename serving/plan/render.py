@@ -226,6 +226,9 @@ SECRETS_DIR = "/var/lib/refdeploy/secrets"
 # Where the serve role writes the spec it starts from, as <container name>.json (its serve_rendered_dir default,
 # which tests/unit/ansible/test_library_host_state.py holds to this): the plan's read of the host reports that file.
 RENDERED_DIR = "/var/lib/refdeploy/rendered"
+# What a deploy verified of the container it started, per container ID (the serve role's serve_effective_dir): its
+# start-up lines (<ID>.startup) and its processes' affinity (<ID>.affinity), read back by the plan's read of the host.
+EFFECTIVE_DIR = "/var/lib/refdeploy/effective"
 
 
 # The compiled artefacts of a start (torch.compile/inductor's FX graph and kernel caches, Triton's kernels, vLLM's

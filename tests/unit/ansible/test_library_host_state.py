@@ -6,7 +6,6 @@ engine is the integration tests' (every deploy plans through it)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import time
 from pathlib import Path
@@ -16,16 +15,13 @@ from typing import Any
 import yaml
 
 from serving.plan.render import RENDERED_DIR
-from tests.helpers.ansible_run import LIBRARY, run_module
+from tests.helpers.ansible_run import LIBRARY, load_library_module, run_module
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/refdeploy-test.sock"}
 
 
 def _library(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, LIBRARY / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module: ModuleType = load_library_module(name)
     return module
 
 
@@ -63,9 +59,12 @@ def test_the_containers_are_cut_to_what_a_deploy_decides_on_never_their_environm
             "Labels": {"org.refdeploy.spec-sha256": "ab"},
             "Env": ["HF_TOKEN=hf_s"],
         },
-        "HostConfig": {"Binds": ["/var/lib/refdeploy/secrets/k:/run/k:ro"]},
+        "HostConfig": {"Binds": ["/var/lib/refdeploy/secrets/k:/run/k:ro"], "PidsLimit": 4096, "NanoCpus": 0},
     }
-    cut = _library("refdeploy_host_readings")._decided_on(inspected)
+    lib = _library("refdeploy_host_readings")
+    cut = lib._decided_on(inspected)
+    # HostConfig cut to its limits (no binds, no mounts, no devices): what make status and deploy judge for drift.
+    limits = {k: None for k in lib.HOSTCONFIG_FIELDS} | {"PidsLimit": 4096, "NanoCpus": 0}
     assert cut == {
         "Id": "c0ffee",
         "Name": "/refdeploy-vllm",
@@ -73,6 +72,10 @@ def test_the_containers_are_cut_to_what_a_deploy_decides_on_never_their_environm
         "State": {"Status": "running"},
         "Config": {"Image": "refdeploy/vllm:x", "Labels": {"org.refdeploy.spec-sha256": "ab"}},
         "PidVisible": False,  # no PID in its State
+        "HostConfig": limits,
+        # No PID in this host's /proc, no record of a launch: nothing read of the kernel.
+        "Limits": None,
+        "LaunchAffinity": None,
     }
 
 

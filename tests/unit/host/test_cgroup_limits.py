@@ -19,7 +19,14 @@ import pytest
 
 from serving.config.profile import load_profile
 from serving.host import cgroup_limits
-from serving.host.cgroup_limits import affinity, describe_drift, limit_drift, parse_levels, planned_levels
+from serving.host.cgroup_limits import (
+    affinity,
+    describe_drift,
+    limit_drift,
+    main_affinity,
+    parse_levels,
+    planned_levels,
+)
 from serving.plan.images import plan_images
 from serving.plan.plan import build_plan
 from tests.helpers.ansible_run import load_library_module
@@ -193,4 +200,22 @@ def test_a_limit_above_the_parent_is_the_platforms_recorded_not_written(
     raw["files"][f"/sys/fs/cgroup/memory{outer}/memory.limit_in_bytes"] = "4294967296\n"
     levels = parse_levels(raw)
     assert levels is not None and levels["levels"][outer]["memory.limit_in_bytes"] == 4 << 30
+    assert limit_drift(spec, live)["lines"] == []
+
+
+def test_a_process_narrowed_by_hand_since_launch_replaces_the_container(
+    live: dict[str, Any], spec: dict[str, Any]
+) -> None:
+    launched = main_affinity(live["Limits"])
+    assert launched is not None and launched["VLLM::Worker"] == ["0"] and launched["VLLM::EngineCore"] == ["0-1"]
+    live["LaunchAffinity"] = launched
+    assert limit_drift(spec, live)["lines"] == []
+    # `taskset -p -c 1 <EngineCore pid>`: its main thread only, as taskset -p does.
+    core = next(p for p in live["Limits"]["tasks"] if p["cmdline"].startswith("VLLM::EngineCore"))
+    core["threads"] = [[t, c, "1" if t == core["pid"] else a] for t, c, a in core["threads"]]
+    drift = limit_drift(spec, live)
+    assert drift["lines"] == ["affinity: VLLM::EngineCore runs on CPUs 1 (at launch: 0-1)"]
+    assert "CPU affinity" in drift["replace_why"]
+    # A container started before the launch record existed is not judged on it.
+    live["LaunchAffinity"] = None
     assert limit_drift(spec, live)["lines"] == []
