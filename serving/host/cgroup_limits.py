@@ -277,6 +277,7 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
             out["docker_update"] += [flag, want["Name"]]
         else:
             out["docker_update"] += [flag, str(want / 1e9 if field == "NanoCpus" else want)]
+    reasons = [f"docker update cannot set {', '.join(unsettable)} back to unset"] if unsettable else []
     launched = container.get("LaunchAffinity")
     now = main_affinity(container.get("Limits"))
     if isinstance(launched, dict) and now is not None:
@@ -284,10 +285,9 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
                  for p in sorted(set(now) & set(launched)) if now[p] != launched[p]]  # fmt: skip
         out["lines"] += [f"affinity: {m}" for m in moved]
         if moved:
-            unsettable.append("a process's CPU affinity (only a new start gives vLLM's own binding back)")
-    if unsettable:
-        out["replace_why"] = (f"docker update cannot set {', '.join(unsettable)} back to unset: the container is "
-                          "replaced")  # fmt: skip
+            reasons.append("a process's CPU affinity changed since launch: only a new start gives vLLM's binding back")
+    if reasons:
+        out["replace_why"] = "; ".join(reasons)
     levels = parse_levels(container.get("Limits"))
     if levels is None:
         return out
