@@ -280,9 +280,15 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
     reasons = [f"docker update cannot set {', '.join(unsettable)} back to unset"] if unsettable else []
     launched = container.get("LaunchAffinity")
     now = main_affinity(container.get("Limits"))
-    if isinstance(launched, dict) and now is not None:
+    # Judged once the engine is healthy, and on vLLM's own processes (the engine core, the workers): while it starts
+    # (a deploy right after Docker restarted it) a worker runs as "python3 -c from multiprocessing..." before it
+    # takes its title and binds itself (measured: a spawn helper on CPUs 0 and 0-1 at 14.6 s, the worker bound to
+    # CPU 0 at 21.8 s of a restart).
+    healthy = ((container.get("State") or {}).get("Health") or {}).get("Status") == "healthy"
+    if isinstance(launched, dict) and now is not None and healthy:
+        judged = sorted(p for p in set(now) & set(launched) if p.startswith("VLLM::"))
         moved = [f"{p} runs on CPUs {','.join(now[p])} (at launch: {','.join(launched[p])})"
-                 for p in sorted(set(now) & set(launched)) if now[p] != launched[p]]  # fmt: skip
+                 for p in judged if now[p] != launched[p]]  # fmt: skip
         out["lines"] += [f"affinity: {m}" for m in moved]
         if moved:
             reasons.append("a process's CPU affinity changed since launch: only a new start gives vLLM's binding back")

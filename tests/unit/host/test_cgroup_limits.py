@@ -209,6 +209,7 @@ def test_a_process_narrowed_by_hand_since_launch_replaces_the_container(
     launched = main_affinity(live["Limits"])
     assert launched is not None and launched["VLLM::Worker"] == ["0"] and launched["VLLM::EngineCore"] == ["0-1"]
     live["LaunchAffinity"] = launched
+    live["State"] = {"Status": "running", "Health": {"Status": "healthy"}}
     assert limit_drift(spec, live)["lines"] == []
     # `taskset -p -c 1 <EngineCore pid>`: its main thread only, as taskset -p does.
     core = next(p for p in live["Limits"]["tasks"] if p["cmdline"].startswith("VLLM::EngineCore"))
@@ -216,6 +217,11 @@ def test_a_process_narrowed_by_hand_since_launch_replaces_the_container(
     drift = limit_drift(spec, live)
     assert drift["lines"] == ["affinity: VLLM::EngineCore runs on CPUs 1 (at launch: 0-1)"]
     assert "CPU affinity" in drift["replace_why"]
+    # While the engine starts (Docker just restarted it) its processes are still taking their titles and binding
+    # themselves: not judged until it is healthy.
+    live["State"] = {"Status": "running", "Health": {"Status": "starting"}}
+    assert limit_drift(spec, live)["lines"] == []
+    live["State"] = {"Status": "running", "Health": {"Status": "healthy"}}
     # A container started before the launch record existed is not judged on it.
     live["LaunchAffinity"] = None
     assert limit_drift(spec, live)["lines"] == []
