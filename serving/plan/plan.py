@@ -55,6 +55,7 @@ from serving.plan.render import (
     with_api_key,
     with_profiler,
     with_rank_trace,
+    with_start_period,
 )
 from serving.plan.served import largest_file, model_format_failures, model_state, parse_served_files, tokenizer_path
 
@@ -382,6 +383,9 @@ def build_plan(
         spec = with_profiler(spec, profiler)
     if spec is not None and profile.probes.rank_trace:
         spec = with_rank_trace(spec, profile.probes.rank_trace_max_bytes)
+    started = startup.plan_fields(profile, parse_served_files(readings.get("served_files", "")), gpu_class)
+    if spec is not None:
+        spec = with_start_period(spec, int(started["health_timeout_s"]))
     argv = list(spec["command"]) if spec is not None else None
     smoke: GpuSmoke | None = None
     if spec is not None:
@@ -436,7 +440,7 @@ def build_plan(
         gpu_smoke=smoke,
         compile_cache_dir=_cache_dir(launch),
         front_door=frontdoor.plan_front_door(profile, images.frontdoor_tag),
-        **startup.plan_fields(profile, parse_served_files(readings.get("served_files", "")), gpu_class),
+        **started,
     )
 
 

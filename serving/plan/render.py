@@ -126,6 +126,8 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
             "interval": "5s",
             "timeout": "5s",
             "retries": 3,
+            # The plan's start-up bound replaces it (with_start_period): a Docker that calls an engine unhealthy
+            # before the deploy gives up on it would restart it under the deploy's wait.
             "start_period": "10m",
         },
     }
@@ -350,6 +352,13 @@ def gpu_access_description(gpu_access: dict[str, Any] | None) -> str:
     if gpu_access.get("volumes"):
         return "a replayed nvidia-smi (test stand-in)"
     return ""
+
+
+def with_start_period(spec: dict[str, Any], seconds: int) -> dict[str, Any]:
+    """The spec with Docker's healthcheck grace equal to the plan's start-up bound (serving/plan/startup.py): the same
+    seconds the deploy waits for /health, so Docker does not count failures (and `docker ps` does not say unhealthy)
+    while the deploy still waits, nor wait 10 minutes where the plan says 5."""
+    return {**spec, "healthcheck": {**spec["healthcheck"], "start_period": f"{seconds}s"}}
 
 
 def render_sidecar_spec(

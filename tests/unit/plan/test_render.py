@@ -140,3 +140,16 @@ def test_sidecar_is_switched_off_per_profile() -> None:
     data["probes"] = {"sidecar_samplers": ["vmstat", "top"]}
     with pytest.raises(Exception, match=r"probes\.sidecar_samplers\.1"):
         parse_profile(data)
+
+
+def test_dockers_healthcheck_grace_is_the_plans_start_up_bound() -> None:
+    """Issue 45 (7): Docker's start_period was a fixed 10 minutes against a planned bound of 300 s for the tiny model:
+    it is now the bound, so `docker ps` and the deploy judge the same start."""
+    from serving.plan.images import plan_images
+    from serving.plan.plan import build_plan
+
+    plan = build_plan(load_profile("cpu-tiny"), "localhost", plan_images("vllm-cpu", "0.32.0"),
+                      {"hostname": "localhost", "served_files": ""})  # fmt: skip
+    assert plan.launch is not None and plan.health_timeout_s == 300
+    assert plan.launch.spec["healthcheck"]["start_period"] == "300s"
+    assert plan.container_spec is not None and plan.container_spec["healthcheck"]["start_period"] == "300s"
