@@ -8,7 +8,9 @@ each non-first stage, in how many steps the metadata receive ended before prepro
 and how long the preparation itself took (preprocess less any receive inside it). Consistent with preparation
 serialized behind the receive where the receive came first in at least FIRST_SHARE of the rank's steps and the
 preparation is at least PREP_SHARE of its step: that much of each step could overlap the previous stage. Where
-the receive already sits inside the preparation (patch 0005 on), the ordering is ruled out.
+the receive already sits inside the preparation (patch 0005 on), the ordering is ruled out. Every finding names the
+model runner the rank ran (the trace's own record): vLLM 0.32 runs V2 on CUDA hosts and V1 on the CPU build unless
+VLLM_USE_V2_MODEL_RUNNER=1, and a finding on one runner is not a finding on the other.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ def run(ev: Evidence) -> list[Finding]:
         steps, first, inside = f["steps"], f["receive_before_preparation"], f["receive_inside_preparation"]
         prep, step = f["preparation_ms"]["median"], f["step_ms"]["median"]
         wait = _med(f, "recv_metadata")
-        name = f"rank {f['rank']} (PP {f['pp']})"
+        name = f"rank {f['rank']} (PP {f['pp']}, model runner {f['runner']})"
         figures = [
+            fig(f"{name}: model runner", src, value=f["runner"]),
             fig(f"{name}: steps with a forward pass", src, value=steps),
             fig(f"{name}: steps whose metadata receive ended before preprocess", src, value=first),
             fig(f"{name}: steps whose metadata receive ran inside preprocess", src, value=inside),

@@ -134,7 +134,9 @@ def test_a_second_stage_that_receives_before_it_prepares_is_seed_8s_ordering(
     assert [f.verdict for f in found] == [verdict], render_text(d)
     f = found[0]
     if verdict == "consistent with":
-        assert f.title.startswith("rank 1 (PP 1) prepares its inputs only after receiving the previous stage's")
+        assert f.title.startswith(
+            "rank 1 (PP 1, model runner not recorded) prepares its inputs only after receiving the previous stage's"
+        )
         assert f.symptom == "the receive came first in 20 of 20 steps" and 0.05 <= f.explains <= 1.0
         assert "REFDEPLOY_PP_DEFER_RECV=1" in f.not_established
         assert f.next_steps[0].startswith("make hypothesis ") and "at c1'" in f.next_steps[0]

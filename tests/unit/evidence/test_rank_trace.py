@@ -79,7 +79,11 @@ def test_the_cli_prints_the_figures_and_refuses_an_empty_directory(
 ) -> None:
     assert rank_trace.main([str(FIXTURES / "deferred")]) == 0
     out = capsys.readouterr().out
-    assert "rank 1 (PP 1, TP 0): 20 steps with a forward pass; the receive came first in 0 of 20 steps" in out
+    # Recorded before the patch wrote the runner: the reader says so rather than guess.
+    assert (
+        "rank 1 (PP 1, TP 0, model runner not recorded): 20 steps with a forward pass; the receive came first in 0 "
+        "of 20 steps"
+    ) in out
     assert rank_trace.main([str(tmp_path)]) == 2
     assert "no rank step" in capsys.readouterr().err
 
