@@ -134,6 +134,18 @@ def test_the_pp2_profiles_run_two_stages_with_the_rank_trace_and_differ_only_in_
     assert "--rank-trace-dir" not in plain_argv
 
 
+def test_the_v2_pp2_profiles_are_the_v1_ones_with_the_v2_model_runner_selected() -> None:
+    """vLLM picks its V2 model runner wherever Triton imports (every CUDA host); the CPU build takes V1 unless
+    VLLM_USE_V2_MODEL_RUNNER=1. The V2 pair differs from the V1 pair in that variable alone, on the same image."""
+    for v1, v2 in (("cpu-tiny-pp2", "cpu-tiny-pp2-v2"), ("cpu-tiny-pp2-deferred", "cpu-tiny-pp2-v2-deferred")):
+        a, b = _cpu(v1), _cpu(v2)
+        assert a.ok and b.ok and a.launch is not None and b.launch is not None
+        env = b.launch.spec["env"]
+        assert env.pop("VLLM_USE_V2_MODEL_RUNNER") == "1" and "VLLM_USE_V2_MODEL_RUNNER" not in a.launch.spec["env"]
+        assert env == a.launch.spec["env"] and b.launch.spec["command"] == a.launch.spec["command"]
+        assert b.images == a.images and b.rank_trace_dir == a.rank_trace_dir
+
+
 def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_failure_lines() -> None:
     data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
     del data["env"]["VLLM_CPU_OMP_THREADS_BIND"]  # vLLM's own binding: the plan cannot name each rank's CPUs
