@@ -88,6 +88,17 @@ def test_the_cli_prints_the_figures_and_refuses_an_empty_directory(
     assert "no rank step" in capsys.readouterr().err
 
 
+def test_the_capture_prints_a_line_per_rank_with_its_runner_and_where_the_receive_ran(tmp_path: Path) -> None:
+    lines = rank_trace.summary_lines(FIXTURES / "deferred")
+    assert [ln.split(":")[0] for ln in lines] == ["rank trace"] * 2
+    assert lines[1].startswith(
+        "rank trace: rank 1 (PP 1, TP 0), model runner not recorded: 20 steps with a forward pass, median preprocess "
+    )
+    assert lines[1].endswith("; the receive first in 0, inside preprocess in 20"), lines[1]
+    assert "metadata receive" in lines[1] and "metadata receive" not in lines[0]  # the first stage receives nothing
+    assert rank_trace.summary_lines(tmp_path / "no-such-dir") == []
+
+
 @pytest.fixture(scope="module")
 def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceProcessor]:
     require_node()
