@@ -134,14 +134,18 @@ def test_the_pp2_profiles_run_two_stages_with_the_rank_trace_and_differ_only_in_
     assert "--rank-trace-dir" not in plain_argv
 
 
-def test_the_v2_pp2_profiles_are_the_v1_ones_with_the_v2_model_runner_selected() -> None:
-    """vLLM picks its V2 model runner wherever Triton imports (every CUDA host); the CPU build takes V1 unless
-    VLLM_USE_V2_MODEL_RUNNER=1. The V2 pair differs from the V1 pair in that variable alone, on the same image."""
+def test_the_v2_experiments_profiles_are_the_pp2_ones_with_the_v2_runner_and_triton_interpreted() -> None:
+    """docs/experiments/v2-on-cpu/: vLLM's V2 model runner on the CPU build, Triton's interpreter standing in for the
+    CPU backend this image lacks. They differ from the V1 pair in those variables alone, on the same image, so a
+    validate of one against the other compares the runner."""
+    exp = Path(__file__).resolve().parents[3] / "docs" / "experiments" / "v2-on-cpu"
     for v1, v2 in (("cpu-tiny-pp2", "cpu-tiny-pp2-v2"), ("cpu-tiny-pp2-deferred", "cpu-tiny-pp2-v2-deferred")):
-        a, b = _cpu(v1), _cpu(v2)
+        a, b = _cpu(v1), _cpu(str(exp / f"{v2}-interpret.yaml"))
         assert a.ok and b.ok and a.launch is not None and b.launch is not None
         env = b.launch.spec["env"]
-        assert env.pop("VLLM_USE_V2_MODEL_RUNNER") == "1" and "VLLM_USE_V2_MODEL_RUNNER" not in a.launch.spec["env"]
+        added = {k: env.pop(k) for k in ("VLLM_USE_V2_MODEL_RUNNER", "TRITON_INTERPRET", "PYTHONPATH")}
+        assert added == {"VLLM_USE_V2_MODEL_RUNNER": "1", "TRITON_INTERPRET": "1",
+                         "PYTHONPATH": "/run/refdeploy/rank-trace"}  # fmt: skip
         assert env == a.launch.spec["env"] and b.launch.spec["command"] == a.launch.spec["command"]
         assert b.images == a.images and b.rank_trace_dir == a.rank_trace_dir
 
