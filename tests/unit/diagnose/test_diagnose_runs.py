@@ -122,27 +122,31 @@ def test_a_launch_bound_gpu_on_a_slow_link_is_diagnosed_as_such(tmp_path: Path) 
     assert {f.rule for f in gpu} == {"gpu"} and not any("GPU 1" in f.title or "GPU 2" in f.title for f in gpu)
 
 
+@pytest.mark.parametrize(("trace", "runner"), [("pp2-cpu-tiny", "not recorded"), ("pp2-cpu-tiny-v2-interpret", "V2")])
 @pytest.mark.parametrize(("variant", "verdict"), [("receive-first", "consistent with"), ("deferred", "rules out")])
 def test_a_second_stage_that_receives_before_it_prepares_is_seed_8s_ordering(
-    tmp_path: Path, variant: str, verdict: str
+    tmp_path: Path, variant: str, verdict: str, trace: str, runner: str
 ) -> None:
-    """The recorded capture with a PP=2 engine's RECORDED rank trace in it (tests/fixtures/rank_trace/)."""
+    """The recorded capture with a PP=2 engine's RECORDED rank trace in it (tests/fixtures/rank_trace/), on V1 (its
+    lines written before the patch named the runner) and on V2: the finding names the runner."""
     run = _copy("capture-cpu-tiny", tmp_path)
-    shutil.copytree(RANK_TRACE / variant, run / "ranks")
+    shutil.copytree(RANK_TRACE.parent / trace / variant, run / "ranks")
     d, _js, _txt = run_diagnosis(run)
     found = [f for f in d.findings if f.rule == "pp_order"]
     assert [f.verdict for f in found] == [verdict], render_text(d)
     f = found[0]
     if verdict == "consistent with":
         assert f.title.startswith(
-            "rank 1 (PP 1, model runner not recorded) prepares its inputs only after receiving the previous stage's"
+            f"rank 1 (PP 1, model runner {runner}) prepares its inputs only after receiving the previous stage's"
         )
         assert f.symptom == "the receive came first in 20 of 20 steps" and 0.05 <= f.explains <= 1.0
         assert "REFDEPLOY_PP_DEFER_RECV=1" in f.not_established
         assert f.next_steps[0].startswith("make hypothesis ") and "at c1'" in f.next_steps[0]
     else:
         assert f.symptom == "inside the preparation in 20 of 20 steps"
+        assert f.title.startswith(f"rank 1 (PP 1, model runner {runner}) already prepares before it receives")
     assert {g.artifact for g in f.figures} == {"ranks/rank*.steps.jsonl"}
+    assert [g.value for g in f.figures if g.name.endswith(": model runner")] == [runner]
 
 
 def test_the_schema_file_is_the_models_and_rejects_what_the_model_does() -> None:
