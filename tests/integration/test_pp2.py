@@ -8,8 +8,8 @@ trace processor reads back: every rank a track of step slices inside its worker,
 and the forward pass nested, the runner named, and the steps where the requests say they must be. The default
 deploy is restored last.
 
-Cost: three engine starts (the V1 profile, the V2 one, then the default back) and two 10 s captures, about 4 minutes
-here.
+Cost: three engine starts (the V1 profile, the V2 one, then the default back) and two 10 s captures: 186 s here
+(2026-12-06).
 """
 
 from __future__ import annotations
