@@ -43,6 +43,7 @@ def default_deploy_after() -> Iterator[None]:
     experiment's sitecustomize.py out of the trace directory."""
     yield
     (TRACE_DIR / "sitecustomize.py").unlink(missing_ok=True)
+    shutil.rmtree(TRACE_DIR / "__pycache__", ignore_errors=True)  # the engine's compiled copy of it
     r = make("deploy")  # the default deploy, as the other tests expect
     assert r.rc == 0, r.output[-3000:]
 
