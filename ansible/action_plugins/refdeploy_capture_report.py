@@ -10,7 +10,9 @@ the window (serving/record/memory_phases.py), which the trace draws too.
       memory_log: [lines]                # optional: the engine log's refdeploy-memory-phase lines
     register: page                       # page.path: the page written; page.trace: the trace;
                                          # page.memory_lines: a line per rank, its memory at decode;
-                                         # page.diagnosis_lines: its diagnosis (serving/diagnose/), in brief
+                                         # page.diagnosis_lines: its diagnosis (serving/diagnose/), in brief;
+                                         # page.rank_lines: a line per rank of its rank trace (patch 0004), with
+                                         # the model runner that rank ran
 
 Fails with one line where timeline.json cannot be drawn (missing, not JSON, not schema 1).
 """
@@ -29,9 +31,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         from probes.capture.report_input import ReportInputError
+        from probes.readers.rank_steps import RANKS_DIR
         from serving.diagnose.engine import after_run
         from serving.evidence.capture_report import write_page
         from serving.evidence.capture_trace import write_trace
+        from serving.evidence.rank_trace import summary_lines
         from serving.record.memory_phases import write_capture_memory
 
         result: dict[str, Any] = super().run(tmp, task_vars or {})
@@ -45,9 +49,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 memory_lines = write_capture_memory(bundle, [str(x) for x in self._task.args["memory_log"]])
             path = write_page(bundle, lead)
             trace = write_trace(bundle)
+            rank_lines = summary_lines(bundle / RANKS_DIR)
         except (OSError, ReportInputError) as e:
             result.update(failed=True, msg=f"could not draw the timeline page or the trace of {bundle}: {e}")
             return result
         result.update(changed=False, path=str(path), trace=str(trace), memory_lines=memory_lines,
-                      diagnosis_lines=diagnosis)  # fmt: skip
+                      rank_lines=rank_lines, diagnosis_lines=diagnosis)  # fmt: skip
         return result

@@ -2,10 +2,13 @@
 a directory of rank<R>.steps.jsonl files (a capture's BUNDLE/ranks/, or the host's trace directory), as trace
 events and as per-rank figures.
 
-A step line (the patch's module docstring has the whole format): {"rank", "pp", "tp", "pid", "step", "n_reqs",
-"reqs", "tokens", "t0", "t1", "spans": [[name, start, end], ...]}, times in CLOCK_MONOTONIC seconds. On a trace
-each rank's steps are one track inside its worker's process (the real pid, beside that worker's kernel waits and
-stacks): a "step N" slice with the spans nested in it.
+A step line (the patch's module docstring has the whole format): {"rank", "pp", "tp", "pid", "runner", "step",
+"n_reqs", "reqs", "tokens", "t0", "t1", "spans": [[name, start, end], ...]}, times in CLOCK_MONOTONIC seconds.
+`runner` is the model runner the worker built, "v1" or "v2": vLLM 0.32 runs V2 wherever Triton imports (every CUDA
+host) and V1 on the CPU build unless VLLM_USE_V2_MODEL_RUNNER=1; both record the same spans (preprocess, forward,
+postprocess, sample; V1 has more of its own). Lines the patch wrote before it recorded the runner read as
+RUNNER_UNKNOWN. On a trace each rank's steps are one track inside its worker's process (the real pid, beside that
+worker's kernel waits and stacks): a "step N" slice with the spans nested in it.
 
 The figures are what seed 000 §8 reads from such a trace: on a non-first PP rank, how long a step waited to receive
 the previous stage's metadata, whether the input preparation ran before that wait (the receive first, vLLM's
@@ -35,6 +38,8 @@ STEPS_GLOB = "rank*.steps.jsonl*"
 STEPS_TID = 1 << 22
 RECEIVES = ("recv_metadata", "recv_tensors")
 SOURCE = "the patched runtime's rank trace (images/vllm/patches/0004-rank-trace-per-step.patch)"
+# A step line without "runner": written by the patch before it recorded one (either runner could have run it).
+RUNNER_UNKNOWN = "not recorded"
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Step:
     pp: int
     tp: int
     pid: int
+    runner: str
     step: int
     n_reqs: int
     reqs: tuple[str, ...]
@@ -72,7 +78,8 @@ def _step(row: Any) -> Step | None:
         spans = tuple((str(n), float(a), float(b)) for n, a, b in row["spans"] if float(b) >= float(a))
         return Step(
             rank=int(row["rank"]), pp=int(row["pp"]), tp=int(row["tp"]), pid=int(row["pid"]),
-            step=int(row["step"]), n_reqs=int(row["n_reqs"]), reqs=tuple(str(r) for r in row.get("reqs") or ()),
+            runner=str(row.get("runner") or RUNNER_UNKNOWN), step=int(row["step"]), n_reqs=int(row["n_reqs"]),
+            reqs=tuple(str(r) for r in row.get("reqs") or ()),
             tokens=int(row["tokens"]), t0=float(row["t0"]), t1=float(row["t1"]),
             spans=tuple(sorted(spans, key=lambda s: (s[1], -s[2]))),
         )  # fmt: skip
@@ -103,6 +110,13 @@ def _us(t: float) -> int:
     return round(t * 1e6)
 
 
+def runner_name(runners: Iterable[str]) -> str:
+    """The model runner(s) a rank's steps name, as a reader says it: "V2", "V1", "not recorded", or "V1 and V2"
+    where one rank's steps disagree (two engines' lines in one file)."""
+    names = sorted({r.upper() if r in ("v1", "v2") else r for r in runners})
+    return " and ".join(names) if names else RUNNER_UNKNOWN
+
+
 def rank_events(steps: Iterable[Step]) -> list[dict[str, Any]]:
     """Each step a slice on its rank's track in its worker's process, its spans nested in it."""
     out: list[dict[str, Any]] = []
@@ -110,8 +124,8 @@ def rank_events(steps: Iterable[Step]) -> list[dict[str, Any]]:
     for s in steps:
         tracks.setdefault((s.pid, s.rank), s)
         base = {"pid": s.pid, "tid": STEPS_TID + s.rank, "ph": "X", "cat": "rank step"}
-        args = {"step": s.step, "rank": s.rank, "pp": s.pp, "tp": s.tp, "tokens": s.tokens, "n_reqs": s.n_reqs,
-                "reqs": list(s.reqs)}  # fmt: skip
+        args = {"step": s.step, "rank": s.rank, "pp": s.pp, "tp": s.tp, "runner": s.runner, "tokens": s.tokens,
+                "n_reqs": s.n_reqs, "reqs": list(s.reqs)}  # fmt: skip
         a = _us(s.t0)
         out.append({**base, "name": f"step {s.step}", "ts": a, "dur": max(0, _us(s.t1) - a), "args": args})
         for name, x, y in s.spans:
@@ -119,7 +133,8 @@ def rank_events(steps: Iterable[Step]) -> list[dict[str, Any]]:
             out.append({**base, "name": name, "ts": b, "dur": max(0, _us(y) - b), "args": {"step": s.step}})
     for (pid, rank), s in sorted(tracks.items()):
         out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": STEPS_TID + rank,
-                    "args": {"name": f"rank {rank} steps (PP {s.pp}, TP {s.tp}; patch 0004)"}})  # fmt: skip
+                    "args": {"name": f"rank {rank} steps (PP {s.pp}, TP {s.tp}, model runner "
+                             f"{runner_name([s.runner])}; patch 0004)"}})  # fmt: skip
     return out
 
 
@@ -163,7 +178,7 @@ def rank_figures(steps: Sequence[Step]) -> list[dict[str, Any]]:
             if (m := s.first("recv_metadata")) and (p := s.first("preprocess")) and p[0] <= m[0] and m[1] <= p[1]
         )
         out.append({
-            "rank": rank, "pp": pp, "tp": tp, "steps": len(mine),
+            "rank": rank, "pp": pp, "tp": tp, "runner": runner_name(s.runner for s in mine), "steps": len(mine),
             "spans_ms": {n: _ms([s.total(n) for s in mine if s.first(n) is not None]) for n in names},
             "preparation_ms": _ms([s.total("preprocess") - s.receive_inside_preprocess() for s in mine]),
             "step_ms": _ms([s.t1 - s.t0 for s in mine]),
@@ -181,12 +196,38 @@ def figures_text(figures: Sequence[dict[str, Any]]) -> list[str]:
             f"the receive came first in {f['receive_before_preparation']} of {f['steps']} steps, inside the "
             f"preparation in {f['receive_inside_preparation']}"
         )
-        lines.append(f"rank {f['rank']} (PP {f['pp']}, TP {f['tp']}): {f['steps']} steps with a forward pass; {order}")
+        lines.append(
+            f"rank {f['rank']} (PP {f['pp']}, TP {f['tp']}, model runner {f['runner']}): {f['steps']} steps with a "
+            f"forward pass; {order}"
+        )
         rows = {**f["spans_ms"], "preparation (preprocess less receive)": f["preparation_ms"], "step": f["step_ms"]}
         if f["handoff_ms"] is not None:
             rows["previous stage's send to this forward"] = f["handoff_ms"]
         for name, v in rows.items():
             lines.append(f"  {name:40s} median {v['median']:>9} ms   p90 {v['p90']:>9} ms")
+    return lines
+
+
+def summary_lines(directory: Path) -> list[str]:
+    """What `make capture` prints of a bundle's rank trace (ranks/), a line per rank: its model runner, its steps
+    and the median preprocess, forward and metadata receive, and where the receive ran. None where there is none."""
+    if not directory.is_dir():
+        return []
+    lines = []
+    for f in rank_figures(read_steps(directory)[0]):
+        spans = f["spans_ms"]
+        medians = ", ".join(
+            f"{label} {spans[n]['median']} ms" for n, label in
+            (("preprocess", "preprocess"), ("forward", "forward"), ("recv_metadata", "metadata receive")) if n in spans
+        )  # fmt: skip
+        where = ""
+        if "recv_metadata" in spans:
+            where = (f"; the receive first in {f['receive_before_preparation']}, inside preprocess in "
+                     f"{f['receive_inside_preparation']}")  # fmt: skip
+        lines.append(
+            f"rank trace: rank {f['rank']} (PP {f['pp']}, TP {f['tp']}), model runner {f['runner']}: {f['steps']} "
+            f"steps with a forward pass, median {medians}{where}"
+        )
     return lines
 
 

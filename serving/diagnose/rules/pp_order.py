@@ -12,7 +12,9 @@ finds its metadata already there leaves nothing for the preparation to overlap) 
 PREP_SHARE of its step. What deferring the receive can win on a stage is the overlap, the smaller of the
 preparation and the wait; the finding explains those overlaps summed over the stages, over the per-token time (the
 last stage's step, which holds the wait for every stage before it). Where the receive already sits inside the
-preparation (patch 0005 on), or did not wait, the ordering is ruled out for that stage.
+preparation (patch 0005 on), or did not wait, the ordering is ruled out for that stage. Every finding names the
+model runner the rank ran (the trace's own record): vLLM 0.32 runs V2 on CUDA hosts and V1 on the CPU build unless
+VLLM_USE_V2_MODEL_RUNNER=1, and a finding on one runner is not a finding on the other.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def run(ev: Evidence) -> list[Finding]:
         steps, first, inside = f["steps"], f["receive_before_preparation"], f["receive_inside_preparation"]
         prep, step = f["preparation_ms"]["median"], f["step_ms"]["median"]
         wait = _med(f, "recv_metadata")
-        name = f"rank {f['rank']} (PP {f['pp']})"
+        name = f"rank {f['rank']} (PP {f['pp']}, model runner {f['runner']})"
         figures = [
+            fig(f"{name}: model runner", src, value=f["runner"]),
             fig(f"{name}: steps with a forward pass", src, value=steps),
             fig(f"{name}: steps whose metadata receive ended before preprocess", src, value=first),
             fig(f"{name}: steps whose metadata receive ran inside preprocess", src, value=inside),

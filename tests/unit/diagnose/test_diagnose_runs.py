@@ -122,28 +122,39 @@ def test_a_launch_bound_gpu_on_a_slow_link_is_diagnosed_as_such(tmp_path: Path) 
     assert {f.rule for f in gpu} == {"gpu"} and not any("GPU 1" in f.title or "GPU 2" in f.title for f in gpu)
 
 
+@pytest.mark.parametrize(("trace", "runner"), [("pp2-cpu-tiny", "not recorded"), ("pp2-cpu-tiny-v2-interpret", "V2")])
 @pytest.mark.parametrize(("variant", "verdict"), [("receive-first", "consistent with"), ("deferred", "rules out")])
 def test_a_second_stage_that_receives_before_it_prepares_is_seed_8s_ordering(
-    tmp_path: Path, variant: str, verdict: str
+    tmp_path: Path, variant: str, verdict: str, trace: str, runner: str
 ) -> None:
-    """The recorded capture with a PP=2 engine's RECORDED rank trace in it (tests/fixtures/rank_trace/)."""
+    """The recorded capture with a PP=2 engine's RECORDED rank trace in it (tests/fixtures/rank_trace/), on V1 (its
+    lines written before the patch named the runner) and on V2: the finding names the runner."""
     run = _copy("capture-cpu-tiny", tmp_path)
-    shutil.copytree(RANK_TRACE / variant, run / "ranks")
+    shutil.copytree(RANK_TRACE.parent / trace / variant, run / "ranks")
     d, _js, _txt = run_diagnosis(run)
     found = [f for f in d.findings if f.rule == "pp_order"]
     assert [f.verdict for f in found] == [verdict], render_text(d)
     f = found[0]
     if verdict == "consistent with":
-        # Rank 1's receive waited 7.70 ms of its 12.81 ms step; its preparation, 1.33 ms, is what deferring can win.
-        assert f.title == ("rank 1 (PP 1) prepares inputs only after a receive that waited for the previous stage: up "
-                           "to 1.33 ms of a 12.81 ms token could overlap")  # fmt: skip
-        assert f.symptom == "rank 1 (PP 1): 1.33 ms of preparation behind a 7.70 ms receive in a 12.81 ms step"
-        assert f.explains == round(1.33 / 12.807, 3)
+        assert f.title.startswith(
+            f"rank 1 (PP 1, model runner {runner}) prepares inputs only after a receive that waited for the previous "
+            "stage: up to "
+        )
+        if trace == "pp2-cpu-tiny":
+            # Rank 1's receive waited 7.70 ms of its 12.81 ms step; its preparation, 1.33 ms, is what deferring can win.
+            assert f.title.endswith("up to 1.33 ms of a 12.81 ms token could overlap")
+            assert f.symptom == (f"rank 1 (PP 1, model runner {runner}): 1.33 ms of preparation behind a 7.70 ms "
+                                 "receive in a 12.81 ms step")  # fmt: skip
+            assert f.explains == round(1.33 / 12.807, 3)
+        else:
+            assert 0.05 <= f.explains <= 1.0
         assert "REFDEPLOY_PP_DEFER_RECV=1" in f.not_established
         assert f.next_steps[0].startswith("make hypothesis ") and "at c1'" in f.next_steps[0]
     else:
         assert f.symptom == "inside the preparation in 20 of 20 steps"
+        assert f.title.startswith(f"rank 1 (PP 1, model runner {runner}) already prepares before it receives")
     assert {g.artifact for g in f.figures} == {"ranks/rank*.steps.jsonl"}
+    assert [g.value for g in f.figures if g.name.endswith(": model runner")] == [runner]
 
 
 def test_the_schema_file_is_the_models_and_rejects_what_the_model_does() -> None:

@@ -17,10 +17,12 @@ from serving.evidence.capture_trace import write_trace
 from tests.helpers.perfetto import TraceProcessor, require_node
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rank_trace" / "pp2-cpu-tiny"
+# The same engine on vLLM's V2 model runner (Triton's interpreter for the CPU backend the image lacks; the README).
+V2 = FIXTURES.parent / "pp2-cpu-tiny-v2-interpret"
 
 
-def _steps(variant: str) -> list[rank_trace.Step]:
-    steps, bad = rank_trace.read_steps(FIXTURES / variant)
+def _steps(variant: str, fixtures: Path = FIXTURES) -> list[rank_trace.Step]:
+    steps, bad = rank_trace.read_steps(fixtures / variant)
     assert bad == 0
     return steps
 
@@ -45,6 +47,25 @@ def test_vllms_order_receives_first_and_the_deferred_receive_sits_inside_the_pre
     # Preparation proper is preprocess less the receive inside it: in the deferred run that is most of preprocess.
     pre, prep = deferred[1]["spans_ms"]["preprocess"]["median"], deferred[1]["preparation_ms"]["median"]
     assert pre is not None and prep is not None and prep < 0.5 * pre
+
+
+def test_the_v2_runner_records_v1s_sections_names_itself_and_the_deferred_receive_nests_in_its_preprocess() -> None:
+    """Patch 0004 on V2, which has no record_function scoping: the same sections as V1 on each rank, and 0005's
+    receive inside the preparation, as on V1."""
+    for variant in ("receive-first", "deferred"):
+        v1 = {f["rank"]: f for f in rank_trace.rank_figures(_steps(variant))}
+        v2 = {f["rank"]: f for f in rank_trace.rank_figures(_steps(variant, V2))}
+        assert [f["runner"] for f in v2.values()] == ["V2", "V2"]
+        assert [f["runner"] for f in v1.values()] == ["not recorded"] * 2  # recorded before the field
+        for rank, own in ((0, {"send"}), (1, {"recv_metadata", "recv_tensors", "sample"})):
+            shared = {"preprocess", "forward", "postprocess", "sample_tokens"} | own
+            assert shared <= set(v1[rank]["spans_ms"]) and shared <= set(v2[rank]["spans_ms"]), (variant, rank)
+        assert {"bookkeep", "eplb"} <= set(v1[1]["spans_ms"]) and not {"bookkeep", "eplb"} & set(v2[1]["spans_ms"])
+        first, inside = v2[1]["receive_before_preparation"], v2[1]["receive_inside_preparation"]
+        assert (first, inside) == ((20, 0) if variant == "receive-first" else (0, 20)), variant
+    # On V2 too the preparation proper is preprocess less the receive nested in it.
+    deferred = [s for s in _steps("deferred", V2) if s.rank == 1 and s.first("forward")]
+    assert all(0 < s.receive_inside_preprocess() < s.total("preprocess") for s in deferred)
 
 
 def test_a_line_that_is_not_a_step_is_counted_and_the_window_cuts(tmp_path: Path) -> None:
@@ -79,9 +100,24 @@ def test_the_cli_prints_the_figures_and_refuses_an_empty_directory(
 ) -> None:
     assert rank_trace.main([str(FIXTURES / "deferred")]) == 0
     out = capsys.readouterr().out
-    assert "rank 1 (PP 1, TP 0): 20 steps with a forward pass; the receive came first in 0 of 20 steps" in out
+    # Recorded before the patch wrote the runner: the reader says so rather than guess.
+    assert (
+        "rank 1 (PP 1, TP 0, model runner not recorded): 20 steps with a forward pass; the receive came first in 0 "
+        "of 20 steps"
+    ) in out
     assert rank_trace.main([str(tmp_path)]) == 2
     assert "no rank step" in capsys.readouterr().err
+
+
+def test_the_capture_prints_a_line_per_rank_with_its_runner_and_where_the_receive_ran(tmp_path: Path) -> None:
+    lines = rank_trace.summary_lines(FIXTURES / "deferred")
+    assert [ln.split(":")[0] for ln in lines] == ["rank trace"] * 2
+    assert lines[1].startswith(
+        "rank trace: rank 1 (PP 1, TP 0), model runner not recorded: 20 steps with a forward pass, median preprocess "
+    )
+    assert lines[1].endswith("; the receive first in 0, inside preprocess in 20"), lines[1]
+    assert "metadata receive" in lines[1] and "metadata receive" not in lines[0]  # the first stage receives nothing
+    assert rank_trace.summary_lines(tmp_path / "no-such-dir") == []
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +127,9 @@ def tp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceProcessor]:
         yield t
 
 
-def _bundle(d: Path, variant: str) -> Path:
+def _bundle(d: Path, variant: str, fixtures: Path = FIXTURES) -> Path:
     """A capture bundle whose window holds the fixture's steps: timeline.json and ranks/ (nothing else ran)."""
-    steps = _steps(variant)
+    steps = _steps(variant, fixtures)
     t0, t1 = min(s.t0 for s in steps) - 0.5, max(s.t1 for s in steps) + 0.5
     d.mkdir(parents=True)
     panels = {k: {"title": k, "unit": "%", "status": "skipped", "reason": "test", "series": {}}
@@ -102,27 +138,29 @@ def _bundle(d: Path, variant: str) -> Path:
                 "window": {"start_mono_s": t0, "end_mono_s": t1, "seconds": t1 - t0}, "panels": panels,
                 "events": [], "summary": {}, "notes": [], "artifacts": {}}  # fmt: skip
     (d / "timeline.json").write_text(json.dumps(timeline))
-    shutil.copytree(FIXTURES / variant, d / "ranks")
+    shutil.copytree(fixtures / variant, d / "ranks")
     return d
 
 
+@pytest.mark.parametrize("fixtures", [FIXTURES, V2], ids=["v1", "v2"])
 @pytest.mark.parametrize("variant", ["receive-first", "deferred"])
 def test_each_ranks_steps_are_a_track_in_its_worker_with_the_spans_nested(
-    tp: TraceProcessor, tmp_path: Path, variant: str
+    tp: TraceProcessor, tmp_path: Path, variant: str, fixtures: Path
 ) -> None:
-    tp.load(write_trace(_bundle(tmp_path / "capture", variant)).read_bytes())
+    tp.load(write_trace(_bundle(tmp_path / "capture", variant, fixtures)).read_bytes())
     errors = tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0")
     assert errors == []
     rows = tp.query(
         "select s.name, s.depth, t.tid, t.name as track, p.pid from slice s join thread_track tt on s.track_id = tt.id "
         "join thread t using (utid) join process p using (upid) where s.category = 'rank step'"
     )
-    steps = _steps(variant)
+    steps = _steps(variant, fixtures)
     pids = {s.rank: s.pid for s in steps}
+    runner = "V2" if fixtures == V2 else "not recorded"
     for rank in (0, 1):
         mine = [r for r in rows if r["tid"] == rank_trace.STEPS_TID + rank]
         assert {r["pid"] for r in mine} == {pids[rank]}
-        assert mine[0]["track"].startswith(f"rank {rank} steps (PP {rank}, TP 0")
+        assert mine[0]["track"] == f"rank {rank} steps (PP {rank}, TP 0, model runner {runner}; patch 0004)"
         assert sum(1 for r in mine if r["name"].startswith("step ") and r["depth"] == 0) == 40
         assert {r["name"] for r in mine if r["depth"] == 1} >= {"preprocess", "forward"}
     recv = {r["depth"] for r in rows if r["name"] == "recv_metadata"}

@@ -134,6 +134,22 @@ def test_the_pp2_profiles_run_two_stages_with_the_rank_trace_and_differ_only_in_
     assert "--rank-trace-dir" not in plain_argv
 
 
+def test_the_v2_experiments_profiles_are_the_pp2_ones_with_the_v2_runner_and_triton_interpreted() -> None:
+    """docs/experiments/v2-on-cpu/: vLLM's V2 model runner on the CPU build, Triton's interpreter standing in for the
+    CPU backend this image lacks. They differ from the V1 pair in those variables alone, on the same image, so a
+    validate of one against the other compares the runner."""
+    exp = Path(__file__).resolve().parents[3] / "docs" / "experiments" / "v2-on-cpu"
+    for v1, v2 in (("cpu-tiny-pp2", "cpu-tiny-pp2-v2"), ("cpu-tiny-pp2-deferred", "cpu-tiny-pp2-v2-deferred")):
+        a, b = _cpu(v1), _cpu(str(exp / f"{v2}-interpret.yaml"))
+        assert a.ok and b.ok and a.launch is not None and b.launch is not None
+        env = b.launch.spec["env"]
+        added = {k: env.pop(k) for k in ("VLLM_USE_V2_MODEL_RUNNER", "TRITON_INTERPRET", "PYTHONPATH")}
+        assert added == {"VLLM_USE_V2_MODEL_RUNNER": "1", "TRITON_INTERPRET": "1",
+                         "PYTHONPATH": "/run/refdeploy/rank-trace"}  # fmt: skip
+        assert env == a.launch.spec["env"] and b.launch.spec["command"] == a.launch.spec["command"]
+        assert b.images == a.images and b.rank_trace_dir == a.rank_trace_dir
+
+
 def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_failure_lines() -> None:
     data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
     del data["env"]["VLLM_CPU_OMP_THREADS_BIND"]  # vLLM's own binding: the plan cannot name each rank's CPUs
