@@ -161,7 +161,8 @@ def container_readings(name: str, script: str, args: list[str], timeout_s: int) 
     inside = _json(out, f"the readings inside {name}")
     # What only the host sees: the limits at every cgroup level above the container, and each thread's affinity.
     pid = (container.get("State") or {}).get("Pid")
-    limits = read_limits(pid) if isinstance(pid, int) and pid > 0 else None
+    cid = container.get("Id")
+    limits = read_limits(pid, cid) if isinstance(pid, int) and pid > 0 and isinstance(cid, str) else None
     return {"container": container, "image": image, "inside": inside, "host_limits": limits}
 
 

@@ -87,7 +87,7 @@ from ansible.module_utils.facts.hardware.linux import LinuxHardware
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
 
-from ansible.module_utils.refdeploy_cgroups import HOSTCONFIG_FIELDS, read_limits
+from ansible.module_utils.refdeploy_cgroups import HOSTCONFIG_FIELDS, container_cgroup, read_limits
 
 # The NUMA topology: each node's CPUs, and each PCI device's node and local CPUs.
 SYSFS = ("devices/system/node/node*/cpulist", "bus/pci/devices/*/numa_node", "bus/pci/devices/*/local_cpulist")
@@ -375,7 +375,8 @@ def _decided_on(c: dict[str, object], kept_dir: str = "") -> dict[str, object]:
     # test hosts), and then a collection cannot tell a dead engine by its PID (refdeploy_collect does not wait).
     state = c.get("State") if isinstance(c.get("State"), dict) else {}
     pid = state.get("Pid") if isinstance(state.get("Pid"), int) else 0
-    visible = bool(pid) and Path(f"/proc/{pid}").is_dir()
+    cid = c.get("Id") if isinstance(c.get("Id"), str) else ""
+    visible = container_cgroup(pid, cid) is not None
     host_config = c.get("HostConfig") if isinstance(c.get("HostConfig"), dict) else {}
     return {
         **kept,
@@ -384,7 +385,7 @@ def _decided_on(c: dict[str, object], kept_dir: str = "") -> dict[str, object]:
         # The limits in force, Docker's and the kernel's at every cgroup level (module_utils/refdeploy_cgroups.py):
         # status and deploy judge drift from them (serving/host/cgroup_limits.py).
         "HostConfig": {k: host_config.get(k) for k in HOSTCONFIG_FIELDS},
-        "Limits": read_limits(int(pid)) if visible and state.get("Running") else None,
+        "Limits": read_limits(pid, cid) if visible and state.get("Running") else None,
         "LaunchAffinity": _launch_affinity(kept_dir, c.get("Id")),
     }
 

@@ -4,7 +4,7 @@ refdeploy_host_readings (the plan's read of the host: `make status` and `make de
 refdeploy_engine_readings (the manifest's read once the engine answers: `make verify` compares it) read the same
 files the same way, so what status calls drift is what verify calls a difference.
 
-  read_limits(pid) -> {"proc_cgroup": <the text of /proc/<pid>/cgroup>,
+  read_limits(pid, cid) -> {"proc_cgroup": <the text of /proc/<pid>/cgroup>,
                        "files": {<absolute path>: <text>},   every limit file of every level, container to root
                        "tasks": [{"pid", "cmdline", "threads": [[tid, comm, Cpus_allowed_list], ...]}, ...]}
 
@@ -133,11 +133,23 @@ def tasks(procs_file: Path, proc: Path = Path("/proc")) -> list[dict[str, object
     return out
 
 
-def read_limits(pid: int, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> dict[str, object] | None:
-    """The limits over process `pid` (a container's PID 1) at every level, and its cgroup's tasks; None where the
-    process is not in this host's /proc (a container of another host's engine)."""
-    proc_cgroup = _text(proc / str(pid) / "cgroup")
-    if not pid or proc_cgroup is None:
+def container_cgroup(pid: int, cid: str, proc: Path = Path("/proc")) -> str | None:
+    """The text of /proc/<pid>/cgroup where process `pid` is container `cid`'s (its ID is in the process's cgroup
+    path: /docker/<ID> with cgroupfs, docker-<ID>.scope with systemd, under any --cgroup-parent); None otherwise.
+    The PID Docker reports is in its engine's PID namespace: where this host's /proc is another namespace's (a
+    host that shares another's engine, as the GPU test hosts do) the same number can be an unrelated process,
+    whose limits and threads must not be read as the container's."""
+    if not pid or not cid:
+        return None
+    text = _text(proc / str(pid) / "cgroup")
+    return text if text is not None and cid in text else None
+
+
+def read_limits(pid: int, cid: str, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> dict[str, object] | None:
+    """The limits over process `pid` (container `cid`'s PID 1) at every level, and its cgroup's tasks; None where
+    that process is not in this host's /proc (a container of another host's engine: container_cgroup)."""
+    proc_cgroup = container_cgroup(pid, cid, proc)
+    if proc_cgroup is None:
         return None
     files = {str(p): t for p in limit_files(proc_cgroup, root) if (t := _text(p)) is not None}
     paths = controller_paths(proc_cgroup)

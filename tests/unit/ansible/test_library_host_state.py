@@ -79,14 +79,17 @@ def test_the_containers_are_cut_to_what_a_deploy_decides_on_never_their_environm
     }
 
 
-def test_a_containers_pid_is_visible_only_where_this_hosts_proc_has_it() -> None:
-    """A GPU test host shares this machine's engine: the PID Docker reports is not in its /proc, and a collection
-    must not wait for that PID to come back (refdeploy_collect)."""
+def test_a_containers_pid_is_visible_only_where_this_hosts_proc_has_it_as_the_containers() -> None:
+    """A GPU test host shares this machine's engine: the PID Docker reports is in the engine's PID namespace, not
+    the host's. There it is either absent or, by chance, an unrelated process: neither is the container's, and a
+    collection must not wait for that PID to come back (refdeploy_collect), nor its limits be read as the
+    container's. (A PID whose cgroup names the container: test_cgroup_limits, with a recorded /proc/<pid>/cgroup.)"""
     decided_on = _library("refdeploy_host_readings")._decided_on
-    here = decided_on({"State": {"Status": "running", "Pid": os.getpid()}})
-    assert here["PidVisible"] is True
+    # This process exists here, but its cgroup is not container c0ffee's.
+    mine = decided_on({"Id": "c0ffee", "State": {"Status": "running", "Running": True, "Pid": os.getpid()}})
+    assert (mine["PidVisible"], mine["Limits"]) == (False, None)
     free = max(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()) + 100_000
-    assert decided_on({"State": {"Status": "running", "Pid": free}})["PidVisible"] is False
+    assert decided_on({"Id": "c0ffee", "State": {"Status": "running", "Pid": free}})["PidVisible"] is False
 
 
 def test_the_engine_wait_gives_up_at_once_on_a_container_that_is_gone(tmp_path: Path) -> None:

@@ -180,6 +180,21 @@ def test_each_threads_affinity_is_recorded_without_pids(live: dict[str, Any]) ->
     assert got["python3 vllm serve"]["vllm"] == ["0-1"]
 
 
+def test_a_pid_of_another_namespace_is_not_read_as_the_container(live: dict[str, Any], tmp_path: Path) -> None:
+    # The PID Docker reports is its engine's; on a host whose /proc is another PID namespace (a GPU test host sharing
+    # the machine's engine) that number can be any process. Seen in CI: the manifest took an unrelated process's
+    # empty task list as the container's affinity ({}), the next read found no such PID (null), and verify differed.
+    mod = _load("refdeploy_cgroups_t", REPO / "ansible" / "module_utils" / "refdeploy_cgroups.py")
+    cid = CONTAINER.rsplit("/", 1)[1]
+    for pid, text in ((4242, live["Limits"]["proc_cgroup"]), (4343, "12:cpu,cpuacct:/user.slice\n0::/user.slice\n")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    assert mod.container_cgroup(4242, cid, tmp_path) == live["Limits"]["proc_cgroup"]
+    assert mod.container_cgroup(4343, cid, tmp_path) is None  # the same number, another process
+    assert mod.read_limits(4343, cid, tmp_path / "cg", tmp_path) is None
+    assert mod.read_limits(4545, cid, tmp_path / "cg", tmp_path) is None  # no such process here
+
+
 def test_the_write_module_refuses_a_path_outside_the_cgroup_tree() -> None:
     mod = load_library_module("refdeploy_cgroup_write")
     assert mod.checked("/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us") == "/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us"
