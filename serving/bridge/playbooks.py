@@ -29,13 +29,13 @@ def running(container: Any, planned: Any, target_id: Any = None) -> dict[str, An
     return running_state(container or None, planned or None, str(target_id) if target_id is not None else None)
 
 
-def limit_drift(container: Any, spec: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
+def limit_drift(container: Any, spec: Any, plan: Mapping[str, Any], ours: Any = True) -> dict[str, Any]:
     """The running container's limits, Docker's and the kernel's at every level, against the plan's, and how a
-    deploy restores them (serving.host.cgroup_limits)."""
+    deploy restores them (serving.host.cgroup_limits); `ours`: it was started from the planned spec."""
     from serving.host.cgroup_limits import describe_drift
     from serving.host.cgroup_limits import limit_drift as drift_of
 
-    found = drift_of(spec or None, container or None, ((plan or {}).get("gpu") or {}).get("slice"))
+    found = drift_of(spec or None, container or None, ((plan or {}).get("gpu") or {}).get("slice"), bool(ours))
     return {**found, "line": describe_drift(found)}
 
 

@@ -252,16 +252,24 @@ def _restore_writes(version: int, name: str, planned: Any, live: Any) -> list[st
 
 
 def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | None,
-                slice_plan: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                slice_plan: Mapping[str, Any] | None = None, ours: bool = True) -> dict[str, Any]:  # fmt: skip
     """The running container's limits against the plan's, and how a deploy restores them.
 
     `container` is the plan's read of it (refdeploy_host_readings: HostConfig's limit fields and `Limits`, the
     kernel's readings). {"lines": one per drifted value, naming its level; "docker_update": `docker update` flags;
     "cgroup_writes": [{"path", "values", "line"}] for cgroup files; "replace_why": why it must be replaced, or "";
-    "refuse": what the deploy will not change itself}."""
+    "refuse": what the deploy will not change itself}.
+
+    `ours`: the container was started from the planned spec (serving/plan/plan.py running_state). When it was not
+    (another profile, an older spec), a deploy replaces it and the new one starts with the plan's values: its own
+    Docker fields, level and affinity are not drift, and only its parent's levels, which bound the new container
+    too, are judged. (Judged against the new plan, a profile change from an 8g container to a 10g one wrote
+    10g into the old container's memory.limit_in_bytes, which the kernel refused above its memsw limit.)"""
     out: dict[str, Any] = {"lines": [], "docker_update": [], "cgroup_writes": [], "replace_why": "", "refuse": []}
     if not spec or not container:
         return out
+    if not ours:
+        return _parent_drift(out, spec, container, slice_plan)
     planned_hc = planned_docker(spec)
     live_hc = docker_limits(container.get("HostConfig"))
     unsettable: list[str] = []
@@ -294,6 +302,12 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
             reasons.append("a process's CPU affinity changed since launch: only a new start gives vLLM's binding back")
     if reasons:
         out["replace_why"] = "; ".join(reasons)
+    return _parent_drift(out, spec, container, slice_plan, own_level=True)
+
+
+def _parent_drift(out: dict[str, Any], spec: Mapping[str, Any], container: Mapping[str, Any],
+                  slice_plan: Mapping[str, Any] | None, own_level: bool = False) -> dict[str, Any]:  # fmt: skip
+    """limit_drift at the cgroup levels: the container's own (where `own_level`) and its parent's."""
     levels = parse_levels(container.get("Limits"))
     if levels is None:
         return out
@@ -303,7 +317,7 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
     container_dir = levels["paths"].get("container", "")
     parent = container_dir.rsplit("/", 1)[0] or "/"
     for level, values in levels["levels"].items():
-        if level not in ("container", parent) or level == "/":
+        if level not in ("container", parent) or level == "/" or (level == "container" and not own_level):
             # Judged: the container's level and its parent, the one the deployment owns (Docker's /docker, the
             # plan's slice, systemd's system.slice). Above it the levels are the platform's (a VM's slice, a test
             # host's own container): recorded in the manifest, compared by make verify, never written by a deploy.

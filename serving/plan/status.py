@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from serving.host.cgroup_limits import describe_drift, limit_drift
-from serving.plan.plan import TARGET_ID_LABEL
+from serving.plan.plan import TARGET_ID_LABEL, running_state
 
 
 def _named(containers: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
@@ -31,7 +31,8 @@ def status_lines(host_state: Mapping[str, Any] | None, plan: Mapping[str, Any]) 
     if serving is not None and launch.get("spec"):
         # The live limits, not the spec's digest: a `docker update` or a quota written on an ancestor by hand leaves
         # the digest as it was (serving/host/cgroup_limits.py).
-        lines.append(describe_drift(limit_drift(launch["spec"], serving, (plan.get("gpu") or {}).get("slice"))))
+        ours = bool(running_state(serving, launch["spec"])["planned"])
+        lines.append(describe_drift(limit_drift(launch["spec"], serving, (plan.get("gpu") or {}).get("slice"), ours)))
     if serving is not None and int(serving.get("RestartCount") or 0) > 0:
         started = (serving.get("State") or {}).get("StartedAt", "?")
         lines.append(

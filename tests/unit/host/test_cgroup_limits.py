@@ -117,6 +117,20 @@ def test_a_quota_on_the_parent_cgroup_is_written_back(live: dict[str, Any], spec
     assert not drift["replace_why"] and drift["docker_update"] == []
 
 
+def test_a_container_of_another_spec_is_judged_only_at_its_parent(live: dict[str, Any], spec: dict[str, Any]) -> None:
+    # Seen on this machine: make deploy PROFILE=cpu-tiny-pp3 (memory 10g) over the running cpu-tiny (8g) wrote 10g
+    # into the old container's memory.limit_in_bytes, which the kernel refused (EINVAL: above memsw's 8g). A
+    # container of another spec is replaced; the new one starts with the plan's values, so its own are not drift.
+    planned = {**spec, "memory": "10g"}
+    assert limit_drift(planned, live)["lines"]  # judged as the plan's own container, it would differ
+    _set(live, "/docker", "cpu", "cpu.cfs_quota_us", "50000\n")
+    drift = limit_drift(planned, live, ours=False)
+    # Only the parent's quota, which bounds the new container as well.
+    assert drift["lines"] == ["/docker cpu.cfs_quota_us: 50000 (the plan: -1)"]
+    assert [w["path"] for w in drift["cgroup_writes"]] == ["/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us"]
+    assert drift["docker_update"] == [] and drift["replace_why"] == ""
+
+
 def test_a_pids_limit_update_is_restored_in_place(live: dict[str, Any], spec: dict[str, Any]) -> None:
     live["HostConfig"]["PidsLimit"] = 100
     _set(live, CONTAINER, "pids", "pids.max", "100\n")
