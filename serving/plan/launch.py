@@ -57,16 +57,19 @@ def cpu_ranks(
 ) -> tuple[list[numa.RankExpectation], list[str]]:
     """The CPU build's ranks: VLLM_CPU_OMP_THREADS_BIND binds rank i to the i-th '|'-separated cpulist; with
     `auto` (or unset) and `nobind` vLLM picks the CPUs itself, inside the container's cpuset (`cpus`, None where
-    the profile sets none). Each rank needs a CPU of its own, and a bound rank's CPUs must be in the cpuset."""
+    the profile sets none). A bound rank's CPUs must be in the cpuset. Without a binding each rank needs a CPU of
+    its own; with one, ranks may share a CPU (vLLM 0.32.0's utils/ompmultiprocessing.py takes the lists as given):
+    slower, but it runs, which is what a functional check of more stages than this machine has CPUs needs."""
     world = (vllm.tensor_parallel_size or 1) * (vllm.pipeline_parallel_size or 1)
     allowed = set(numa.parse_cpulist(cpus)) if cpus else None
-    if allowed is not None and world > len(allowed):
-        return [], [
-            f"{world} ranks (tensor x pipeline parallel size) on container.cpuset_cpus {cpus}, {len(allowed)} "
-            "CPU(s): each CPU rank needs at least one CPU of its own; lower the parallelism or widen the cpuset"
-        ]
     bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto").strip()
     if bind in ("auto", "nobind", ""):
+        if allowed is not None and world > len(allowed):
+            return [], [
+                f"{world} ranks (tensor x pipeline parallel size) on container.cpuset_cpus {cpus}, {len(allowed)} "
+                "CPU(s): without VLLM_CPU_OMP_THREADS_BIND each CPU rank needs a CPU of its own; lower the "
+                "parallelism, widen the cpuset, or bind each rank's CPUs (ranks may then share one)"
+            ]
         return [numa.RankExpectation(r, None, mems) for r in range(world)], []
     parts = bind.split("|")
     if len(parts) != world:

@@ -157,6 +157,32 @@ def test_a_second_stage_that_receives_before_it_prepares_is_seed_8s_ordering(
     assert [g.value for g in f.figures if g.name.endswith(": model runner")] == [runner]
 
 
+def test_three_stages_sum_the_overlap_of_both_receiving_stages_and_a_deferred_middle_stage_is_ruled_out(
+    tmp_path: Path,
+) -> None:
+    """The RECORDED PP=3 traces (cpu-tiny-pp3, the middle stage receives and sends): both non-first stages waited for
+    their metadata, and the overlap deferring can win is each stage's smaller of preparation and wait, summed."""
+    found = {}
+    for variant in ("receive-first", "deferred"):
+        run = _copy("capture-cpu-tiny", tmp_path / variant)
+        shutil.copytree(RANK_TRACE.parent / "pp3-cpu-tiny" / variant, run / "ranks")
+        d, _js, _txt = run_diagnosis(run)
+        found[variant] = [f for f in d.findings if f.rule == "pp_order"]
+    (first,) = found["receive-first"]
+    assert first.verdict == "consistent with"
+    # Rank 1: 1.50 ms of preparation behind a 3.46 ms receive; rank 2: 1.32 ms behind 11.32 ms; the last stage's
+    # step (the token) 15.92 ms. Preparation is the smaller at both, so the overlap is 1.496 + 1.324 ms.
+    assert first.title == (
+        "2 stages prepare inputs only after a receive that waited for the previous stage: up to 2.82 ms of a "
+        "15.92 ms token could overlap"
+    )
+    assert first.explains == round(2.82 / 15.924, 3)
+    assert [f.verdict for f in found["deferred"]] == ["rules out", "rules out"]
+    assert [f.title.split(")")[0] for f in found["deferred"]] == [
+        "rank 1 (PP 1, model runner V1", "rank 2 (PP 2, model runner V1",
+    ]  # fmt: skip
+
+
 def test_the_schema_file_is_the_models_and_rejects_what_the_model_does() -> None:
     assert json.loads(SCHEMA.read_text()) == json.loads(json.dumps(json_schema())), (
         "docs/diagnosis.schema.json is stale: python -m serving.diagnose.model > docs/diagnosis.schema.json"

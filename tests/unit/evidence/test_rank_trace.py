@@ -68,6 +68,24 @@ def test_the_v2_runner_records_v1s_sections_names_itself_and_the_deferred_receiv
     assert all(0 < s.receive_inside_preprocess() < s.total("preprocess") for s in deferred)
 
 
+def test_a_middle_stage_receives_and_sends_and_its_deferred_receive_nests_in_its_preparation() -> None:
+    """PP=3 (cpu-tiny-pp3, RECORDED): the middle stage is the one that both receives from the first and sends to the
+    last; with patch 0005 on, both non-first stages receive inside their preparation."""
+    pp3 = FIXTURES.parent / "pp3-cpu-tiny"
+    first = {f["rank"]: f for f in rank_trace.rank_figures(_steps("receive-first", pp3))}
+    deferred = {f["rank"]: f for f in rank_trace.rank_figures(_steps("deferred", pp3))}
+    assert sorted(first) == [0, 1, 2]
+    receives, sends = {"recv_metadata", "recv_tensors"}, {"send"}
+    assert sends <= set(first[0]["spans_ms"]) and not receives & set(first[0]["spans_ms"])
+    assert receives | sends | {"preprocess", "forward"} <= set(first[1]["spans_ms"])
+    assert receives <= set(first[2]["spans_ms"]) and not sends & set(first[2]["spans_ms"])
+    for rank in (1, 2):
+        assert (first[rank]["receive_before_preparation"], first[rank]["receive_inside_preparation"]) == (20, 0)
+        assert (deferred[rank]["receive_before_preparation"], deferred[rank]["receive_inside_preparation"]) == (0, 20)
+    # Each stage's forward follows the previous stage's send: a hand-off measured at both receiving stages.
+    assert all(first[rank]["handoff_ms"]["median"] is not None for rank in (1, 2))
+
+
 def test_a_line_that_is_not_a_step_is_counted_and_the_window_cuts(tmp_path: Path) -> None:
     lines = (FIXTURES / "receive-first" / "rank1.steps.jsonl").read_text().splitlines()
     (tmp_path / "rank1.steps.jsonl").write_text("\n".join([*lines[:5], "{not json", '{"rank": 1}']) + "\n")

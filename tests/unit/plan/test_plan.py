@@ -156,13 +156,24 @@ def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_
     data["vllm"]["tensor_parallel_size"] = 4
     plan = plan_from_profile(parse_profile(data), "localhost", {"hostname": "localhost", "served_files": SERVED})
     assert plan.failures == [
-        "4 ranks (tensor x pipeline parallel size) on container.cpuset_cpus 0-1, 2 CPU(s): each CPU rank needs at "
-        "least one CPU of its own; lower the parallelism or widen the cpuset"
+        "4 ranks (tensor x pipeline parallel size) on container.cpuset_cpus 0-1, 2 CPU(s): without "
+        "VLLM_CPU_OMP_THREADS_BIND each CPU rank needs a CPU of its own; lower the parallelism, widen the cpuset, or "
+        "bind each rank's CPUs (ranks may then share one)"
     ]
     data = load_profile("cpu-tiny-tp2").model_dump(mode="json")
     data["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0|2"
     plan = plan_from_profile(parse_profile(data), "localhost", {"hostname": "localhost", "served_files": SERVED})
     assert plan.failures == ["rank 1's CPUs 2 (VLLM_CPU_OMP_THREADS_BIND) are not all in container.cpuset_cpus 0-1"]
+
+
+def test_the_pp3_profile_runs_a_middle_stage_on_two_cpus_with_two_ranks_sharing_one() -> None:
+    plan = _cpu("cpu-tiny-pp3")
+    assert plan.failures == []
+    assert plan.launch is not None and plan.rank_trace_dir is not None
+    # Three ranks, bound as the profile says: ranks 1 and 2 share CPU 1 (vLLM takes the lists as given).
+    assert [(r.rank, r.cpus) for r in plan.launch.ranks] == [(0, "0"), (1, "1"), (2, "1")]
+    assert "--pipeline-parallel-size" in plan.launch.spec["command"]
+    assert plan.launch.spec["command"][plan.launch.spec["command"].index("--pipeline-parallel-size") + 1] == "3"
 
 
 def test_a_cpu_bind_list_that_does_not_fit_the_ranks_is_a_failure_line() -> None:
