@@ -231,12 +231,41 @@ def summary_lines(directory: Path) -> list[str]:
     return lines
 
 
+# What every rank records in a step with a forward pass, on either model runner (patch 0004), and what a stage
+# adds by its place in the pipeline: a later stage receives, an earlier one sends.
+EVERY_RANK = ("preprocess", "forward")
+LATER_STAGE = ("recv_metadata", "recv_tensors")
+EARLIER_STAGE = ("send",)
+
+
+def missing_spans(figures: Sequence[dict[str, Any]]) -> list[str]:
+    """Why these ranks' figures cannot be read as seed 000 §8 reads them, one line each; [] when they can: every
+    stage recorded, the runner named, and each rank's spans for its place in the pipeline."""
+    if not figures:
+        return ["no rank recorded a step with a forward pass"]
+    stages = {f["pp"] for f in figures}
+    last = max(stages)
+    gaps = sorted(set(range(last + 1)) - stages)
+    problems = [f"PP stage(s) {', '.join(map(str, gaps))} recorded no step with a forward pass"] if gaps else []
+    for f in figures:
+        want = EVERY_RANK + (LATER_STAGE if f["pp"] > 0 else ()) + (EARLIER_STAGE if f["pp"] < last else ())
+        missing = [n for n in want if n not in f["spans_ms"]]
+        label = f"rank {f['rank']} (PP {f['pp']}, model runner {f['runner']})"
+        if missing:
+            problems.append(f"{label}: no {', '.join(missing)} span in {f['steps']} steps")
+        if f["runner"] not in ("V1", "V2"):
+            problems.append(f"{label}: the steps do not name their model runner (an image before patch 0004 named it)")
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m serving.evidence.rank_trace", description=__doc__.split("\n\n")[0])
     ap.add_argument("directory", type=Path, help="a directory of rank<R>.steps.jsonl files (a bundle's ranks/)")
     ap.add_argument("--start", type=float, help="CLOCK_MONOTONIC seconds: only steps ending after this")
     ap.add_argument("--end", type=float, help="CLOCK_MONOTONIC seconds: only steps starting before this")
     ap.add_argument("--json", action="store_true", help="the figures as JSON")
+    ap.add_argument("--require-spans", action="store_true",
+                    help="exit 1, naming what is missing, unless each stage recorded its spans and runner")  # fmt: skip
     args = ap.parse_args(argv)
     try:
         if not args.directory.is_dir():
@@ -254,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(figures_text(figures)))
         if bad:
             print(f"({bad} line(s) did not read as a step)")
+    if args.require_spans and (problems := missing_spans(figures)):
+        print("\n".join(f"rank trace: {p}" for p in problems), file=sys.stderr)
+        return 1
     return 0
 
 

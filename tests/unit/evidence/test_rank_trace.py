@@ -185,3 +185,28 @@ def test_each_ranks_steps_are_a_track_in_its_worker_with_the_spans_nested(
     # vLLM's order: the receive is a span of its own in the step; deferred: inside preprocess.
     assert recv == ({1} if variant == "receive-first" else {2})
     assert not [r for r in rows if r["name"] == "recv_metadata" and r["tid"] == rank_trace.STEPS_TID]
+
+
+def test_the_procedure_refuses_a_trace_without_each_stages_spans_or_its_runner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pp-receive.sh checks the trace before it measures anything (--require-spans): the recorded PP=3 and V2 traces
+    pass; the PP=2 V1 one, recorded before the steps named their runner, and a stage without its receive do not."""
+    pp3 = FIXTURES.parent / "pp3-cpu-tiny"
+    assert rank_trace.missing_spans(rank_trace.rank_figures(_steps("deferred", pp3))) == []
+    assert rank_trace.main([str(V2 / "receive-first"), "--require-spans"]) == 0
+    assert rank_trace.main([str(FIXTURES / "receive-first"), "--require-spans"]) == 1
+    err = capsys.readouterr().err
+    assert "rank 0 (PP 0, model runner not recorded): the steps do not name their model runner" in err
+    # The middle stage's receive spans gone (an engine whose worker the patch did not reach).
+    for r in (0, 1, 2):
+        text = (pp3 / "receive-first" / f"rank{r}.steps.jsonl").read_text()
+        if r == 1:
+            rows = [json.loads(ln) for ln in text.splitlines()]
+            for row in rows:
+                row["spans"] = [sp for sp in row["spans"] if not sp[0].startswith("recv_")]
+            text = "".join(json.dumps(row) + "\n" for row in rows)
+        (tmp_path / f"rank{r}.steps.jsonl").write_text(text)
+    assert rank_trace.missing_spans(rank_trace.rank_figures(rank_trace.read_steps(tmp_path)[0])) == [
+        "rank 1 (PP 1, model runner V1): no recv_metadata, recv_tensors span in 20 steps"
+    ]
