@@ -1,16 +1,18 @@
 """The GPU smoke test: run inside the runtime image, with the launch's devices and runtime, before a deploy's
-point of no return (issue 28; the controller's side is serving/gpu_smoke.py).
+point of no return (issue 28; the controller's side is serving/plan/gpu_smoke.py).
 
 It only measures; the controller judges the result against the plan. For every GPU this container sees, in
 the container's own numbering (Docker's --gpus renumbers from 0): CUDA initialises, its name, compute
-capability, total and free memory, and a small matrix product whose every element is known exactly.
+capability, total and free memory, and a small matrix product whose every element is known exactly. Then,
+where the plan has more than one rank (issue 45), the collectives the engine will depend on, over the same
+GPUs, environment and /dev/shm (smoke_collectives.py, beside this file).
 
-  python3 gpu_smoke.py [--size N]
+  python3 gpu_smoke.py [--size N] [--tp N --pp N --backend nccl|gloo --bound-s S ...]
 
-Prints one JSON object on stdout and exits 0 when CUDA initialised on at least one GPU and every GPU's product
-was exact; otherwise exits 1, with the same JSON (its "error" the first failure, in the tool's own words) so
-that the controller can quote it. Standard library and torch only: it runs in the image, not the controller's
-venv.
+Prints one JSON object on stdout and exits 0 when CUDA initialised on at least one GPU, every GPU's product
+was exact and every collective was exact within its bound; otherwise exits 1, with the same JSON (its "error"
+the first failure, in the tool's own words) so that the controller can quote it. Standard library and torch
+only: it runs in the image, not the controller's venv.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+import smoke_collectives  # beside this file (/opt/refdeploy/ in the image): on sys.path as the script's directory
 
 
 def _driver_version() -> int | None:
@@ -102,11 +107,29 @@ def run(size: int) -> dict[str, Any]:
     return result
 
 
+def recorded(path: str) -> dict[str, Any]:
+    """The per-GPU phase's result as recorded elsewhere (the GPU test hosts' stand-in, serving/plan/standin.py,
+    on a machine with no GPU): read, not measured, and labelled so in the result."""
+    result: dict[str, Any] = json.loads(Path(path).read_text())
+    result["devices_recorded"] = path
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == [smoke_collectives.RANK_FLAG]:
+        return smoke_collectives.rank_main(sys.argv[2:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--devices-recorded", metavar="PATH", help="read the per-GPU result from PATH (stand-in only)")
+    smoke_collectives.add_arguments(p)
     a = p.parse_args(argv)
-    result = run(a.size)
+    result = recorded(a.devices_recorded) if a.devices_recorded else run(a.size)
+    if result.get("error") is None and a.tp * a.pp > 1:
+        result["collectives"] = smoke_collectives.run(
+            Path(__file__).resolve(), smoke_collectives.Args.from_namespace(a)
+        )
+        if result["collectives"]["error"] is not None:
+            result["error"] = f"collectives ({a.backend}): {result['collectives']['error']}"
     print(json.dumps(result, sort_keys=True))
     return 0 if result["error"] is None else 1
 

@@ -348,17 +348,18 @@ def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings:
 
 
 def gpu_smoke(run: Mapping[str, Any], plan: Any, host: Any, held: Any) -> dict[str, Any]:
-    """The GPU smoke test's run (a command task's result) against the plan's: {"problems": [one line each]}."""
-    from serving.plan.gpu_smoke import outcome
+    """The GPU smoke test's run (a command task's result) against the plan's: {"problems": [one line each],
+    "measured": the collectives' seconds in one line, or None}."""
+    from serving.plan.gpu_smoke import measured, outcome
 
     smoke = parse_plan(plan).gpu_smoke
     if smoke is None:
-        return {"problems": [f"the plan of {host} has no GPU smoke test to judge"]}
+        return {"problems": [f"the plan of {host} has no GPU smoke test to judge"], "measured": None}
     problems = outcome(
         str(run.get("stdout") or ""), str(run.get("stderr") or ""), int(run.get("rc", -1)), smoke, str(host),
         bool(held),
     )  # fmt: skip
-    return {"problems": problems}
+    return {"problems": problems, "measured": measured(str(run.get("stdout") or ""))}
 
 
 def torch_source(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:

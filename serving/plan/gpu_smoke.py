@@ -2,7 +2,9 @@
 its answer means.
 
 The image side (images/vllm/gpu_smoke.py, at SMOKE_IN_IMAGE) initialises CUDA on every GPU its container sees
-and multiplies a small matrix on each; it only measures. Here:
+and multiplies a small matrix on each, then, for a plan of more than one rank, runs the collectives the engine
+depends on (images/vllm/smoke_collectives.py, issue 45): an all-reduce over each TP group and a send/receive
+between consecutive PP stages, with NCCL, within a bound; it only measures. Here:
 - `smoke_argv` turns the serving container's spec (serving/plan/gpu_plan.py) into one `docker run` of the same image
   with the same GPUs, runtime, cgroup parent, cpuset, memory, shm and ulimits, and the same environment (an
   allocator setting the image's torch refuses fails here, not in the engine; tests/fixtures/recorded-h200), with
@@ -43,6 +45,10 @@ _FLAGS = (
 GIB = 1 << 30
 # The first CUDA call on eight GPUs, with the image already on the host: well under a minute on a real host.
 TIMEOUT_S = 300
+# The collectives, from the first rank's start to the last rank's result: eight processes importing torch and
+# an NCCL communicator's set-up take seconds (8 CPU ranks importing torch on 2 cores: 14 s here); a group
+# that cannot talk hangs until this bound, which stays well inside TIMEOUT_S.
+COLLECTIVES_BOUND_S = 120.0
 # What Docker Engine says when no runtime on the host can serve a GPU request (20.10 names the driver "",
 # later versions "nvidia").
 _NO_TOOLKIT = "could not select device driver"
@@ -54,6 +60,21 @@ class PlannedGpu(StrictModel):
     pci_bus_id: str | None
 
 
+class Collectives(StrictModel):
+    """The collectives of the smoke test: the plan's TP x PP ranks, one per planned GPU, in vLLM's rank order."""
+
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    backend: str = "nccl"  # gloo on the GPU test hosts' CPU ranks (serving/plan/standin.py)
+    bound_s: float = Field(default=COLLECTIVES_BOUND_S, gt=0)
+    absent_rank: int | None = None  # an induced fault, set only by the stand-in file (tests)
+
+    def args(self) -> list[str]:
+        """gpu_smoke.py's arguments for these collectives."""
+        out = ["--tp", str(self.tp), "--pp", str(self.pp), "--backend", self.backend, "--bound-s", f"{self.bound_s:g}"]
+        return out + (["--absent-rank", str(self.absent_rank)] if self.absent_rank is not None else [])
+
+
 class GpuSmoke(StrictModel):
     """The smoke test a deploy runs before it touches the serving container."""
 
@@ -63,6 +84,8 @@ class GpuSmoke(StrictModel):
     gpus: list[PlannedGpu]  # in rank order: the order the container sees them in
     model_substring: str
     gpu_memory_utilization: float | None
+    # None for one rank: nothing to exchange.
+    collectives: Collectives | None = None
     # None on a real host; on a GPU test host, what the stand-in put at this seam (serving/plan/standin.py).
     seam: str | None = None
 
@@ -133,17 +156,39 @@ def _same_bus(seen: str, planned: str) -> bool:
         return False
 
 
+def judge_collectives(result: Mapping[str, Any], host: str, planned: Collectives) -> list[str]:
+    """The collectives' part of a result: one line, the backend's own words in it; [] when they passed."""
+    what = f"the collectives of TP={planned.tp} x PP={planned.pp} ({planned.backend})"
+    got = result.get("collectives")
+    if not isinstance(got, Mapping):
+        return [f"GPU smoke test on {host}: the image ran no collectives: is it older than the plan's smoke test?"]
+    if got.get("error"):
+        hint = (
+            ": the GPUs cannot talk as the engine would (nvidia-smi topo -p2p r; ACS and the IOMMU in the manifest's "
+            "peer section; NCCL_P2P_DISABLE; /dev/shm, the container's shm_size)"
+            if planned.backend == "nccl"
+            else ""
+        )
+        return [f"GPU smoke test on {host}: {what} failed: {got['error']}{hint}"]
+    return []
+
+
 def judge(
     result: Mapping[str, Any],
     host: str,
     planned: Sequence[Mapping[str, Any]],
     model_substring: str,
     gpu_memory_utilization: float | None,
+    collectives: Collectives | None = None,
 ) -> list[str]:
     """One line per problem; [] when every planned GPU initialised, is the planned one, and has the memory the
     engine will ask for. planned: the plan's GPUs in rank order (index, name, pci_bus_id as nvidia-smi gives it).
     A GPU that holds less free memory than gpu_memory_utilization x its total would stop vLLM at start-up, so it
     is named here (another process holds it: nvidia-smi shows which)."""
+    # The image's "error" repeats a failed collective's; said once, with what the collectives were.
+    ran = result.get("collectives")
+    if collectives is not None and isinstance(ran, Mapping) and ran.get("error"):
+        return judge_collectives(result, host, collectives)
     if result.get("error"):
         return [f"GPU smoke test on {host} failed: {result['error']}"]
     seen = list(result.get("devices") or [])
@@ -170,6 +215,8 @@ def judge(
                 f"the profile's gpu_memory_utilization {gpu_memory_utilization:g} asks for: another process holds it "
                 "(nvidia-smi)"
             )
+    if collectives is not None and not problems:
+        problems += judge_collectives(result, host, collectives)
     return problems
 
 
@@ -179,16 +226,38 @@ def plan_smoke(
     devices: Sequence[int],
     model_substring: str,
     gpu_memory_utilization: float | None,
+    tp: int = 1,
+    pp: int = 1,
 ) -> GpuSmoke:
     """The smoke test of the serving container `spec` (its launch spec), on the host's GPUs `devices` (indices
-    into `host_gpus`, nvidia-smi's rows as serving/plan/gpu_plan.py keeps them), in rank order."""
+    into `host_gpus`, nvidia-smi's rows as serving/plan/gpu_plan.py keeps them), in rank order; with the
+    collectives of `tp` x `pp` ranks where that is more than one."""
     by_index = {g.index: g for g in host_gpus}
+    # One GPU per rank: a profile whose devices are not TP x PP is refused by the plan (serving/plan/gpu_plan.py).
+    collectives = Collectives(tp=tp, pp=pp) if tp * pp > 1 else None
     return GpuSmoke(
-        argv=smoke_argv(spec),
+        argv=smoke_argv(spec, command=("python3", SMOKE_IN_IMAGE, *(collectives.args() if collectives else []))),
+        collectives=collectives,
         container=smoke_container(spec),
         gpus=[PlannedGpu(index=d, name=by_index[d].name, pci_bus_id=by_index[d].pci_bus_id) for d in devices],
         model_substring=model_substring,
         gpu_memory_utilization=gpu_memory_utilization,
+    )
+
+
+def measured(stdout: str) -> str | None:
+    """What a run's collectives measured, as one line for the deploy's output; None where it printed none."""
+    try:
+        ran = parse(stdout).get("collectives")
+    except (GpuSmokeError, ValueError):
+        return None
+    if not isinstance(ran, Mapping):
+        return None
+    ops = [f"all-reduce over ranks {op['ranks']} {op['s']:.3f} s" for op in ran.get("all_reduce") or []]
+    ops += [f"send {op['from']}->{op['to']} {op['s']:.3f} s" for op in ran.get("send_recv") or []]
+    return (
+        f"collectives ({ran.get('backend')}, TP={ran.get('tp')} x PP={ran.get('pp')}): {', '.join(ops) or 'none'}; "
+        f"all {ran.get('world')} ranks in {float(ran.get('s') or 0):.1f} s of a {ran.get('bound_s')} s bound"
     )
 
 
@@ -211,4 +280,4 @@ def outcome(stdout: str, stderr: str, rc: int, smoke: GpuSmoke, host: str, held_
         return [f"GPU smoke test on {host} failed (exit {rc}): {said[-300:] or 'no output'}"]
     planned = [g.model_dump() for g in smoke.gpus]
     utilization = None if held_by_serving else smoke.gpu_memory_utilization
-    return judge(result, host, planned, smoke.model_substring, utilization)
+    return judge(result, host, planned, smoke.model_substring, utilization, smoke.collectives)

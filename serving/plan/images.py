@@ -255,6 +255,7 @@ def plan_images(
         constraints,
         tinymodel,
         vllm_dir / "gpu_smoke.py",
+        vllm_dir / "smoke_collectives.py",
         *(Path(p.path) for p in patches),
     ]
     build_args = {

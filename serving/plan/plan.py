@@ -394,7 +394,8 @@ def build_plan(
         if profile.gpu is not None and gpu is not None and gpu_class is not None:
             smoke = gpu_smoke.plan_smoke(
                 launch.spec, gpu.gpus, profile.gpu.devices, str(gpu_class["model_substring"]),
-                profile.vllm.gpu_memory_utilization,
+                profile.vllm.gpu_memory_utilization, profile.vllm.tensor_parallel_size or 1,
+                profile.vllm.pipeline_parallel_size or 1,
             )  # fmt: skip
         if stand_in is not None:
             from serving.plan import standin

@@ -16,10 +16,13 @@ tests/integration/test_gpu_hosts_ssh/conftest.py), `serving.plan.plan.build_plan
 - the GPUs: the device requests are dropped; the probe containers get a replayed nvidia-smi (tests/replay,
   the class's recordings) where the nvidia runtime would mount the driver's;
 - the GPU smoke test (serving/plan/gpu_smoke.py): the stand-in's container (its image, options and environment)
-  runs and prints the class's recorded result (gpu-smoke.json in the host's recordings) instead of
-  initialising CUDA; with "gpu_smoke": {"gpu_request": true} in the stand-in file the planned GPU request is
-  kept, and this machine's Docker Engine, which has no NVIDIA runtime, refuses it as a host without the
-  container toolkit does;
+  runs the image's smoke test with the class's recorded per-GPU result (gpu-smoke.json in the host's
+  recordings) in place of initialising CUDA, and the plan's collectives for real, with gloo over as many CPU
+  processes as the plan has ranks (3 for PP=3, 8 for TP=8: processes, not CPUs, so the 2 CPUs carry them);
+  with "gpu_smoke": {"gpu_request": true} in the stand-in file the planned GPU request is kept, and this
+  machine's Docker Engine, which has no NVIDIA runtime, refuses it as a host without the container toolkit
+  does; "gpu_smoke": {"collectives": {"absent_rank": N, "bound_s": S}} induces a fault (a rank never started,
+  a bound too short for the ranks);
 - the host: the container's cpuset and memory nodes are this machine's (the plan's come from the class host's
   replayed topology), its ulimits are lowered to this machine's hard limits (dockerd here cannot raise
   memlock or nofile), and no CPUs are kept back for the client and the probes.
@@ -30,7 +33,7 @@ launched) and the container's label org.refdeploy.stand-in. The stand-in file:
   {"cpus": "0-1", "mems": "0", "ulimits_max": {"nofile": 20000, "memlock": 8388608},
    "nvidia_smi": {"replayer": "<abs path of tests/replay/nvidia-smi>",
                   "recordings": {"<inventory host>": "<abs dir with nvidia-smi-sampled.csv ...>"}},
-   "gpu_smoke": {"gpu_request": false},
+   "gpu_smoke": {"gpu_request": false, "collectives": {"absent_rank": null, "bound_s": 120}},
    "cpu_build_files": {"wheelhouse_dir": "/opt/wheels", "extra_ca_file": "/etc/ssl/certs/ca-certificates.crt"}}
 """
 
@@ -45,7 +48,7 @@ from typing import Any
 from serving.config.profile import Profile, VllmArgs
 from serving.errors import InputError
 from serving.host import numa
-from serving.plan.gpu_smoke import GpuSmoke, smoke_argv
+from serving.plan.gpu_smoke import SMOKE_IN_IMAGE, GpuSmoke, smoke_argv
 from serving.plan.images import plan_images, read_build_files
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.plan.render import PROFILE_LABEL, STAND_IN_LABEL, render_vllm_argv
@@ -195,14 +198,46 @@ def stand_in_smoke(smoke: GpuSmoke, launch: Any, config: Mapping[str, Any], host
     recordings = ((config.get("nvidia_smi") or {}).get("recordings") or {}).get(host)
     if not recordings:
         raise StandInError(f"stand-in: no recordings for {host} (nvidia_smi.recordings), so no GPU smoke result")
-    keep_request = bool((config.get("gpu_smoke") or {}).get("gpu_request"))
+    settings = config.get("gpu_smoke") or {}
+    keep_request = bool(settings.get("gpu_request"))
     recorded = f"{recordings}/{SMOKE_RECORDING}"
+    collectives = smoke.collectives
+    if collectives is not None:
+        collectives = collectives.model_copy(update={"backend": "gloo", **_collective_faults(settings, collectives)})
+    in_container = f"/opt/replay/{SMOKE_RECORDING}"
     argv = smoke_argv(
         {**launch.spec, "device_requests": [{"driver": "nvidia", "device_ids": [str(g.index) for g in smoke.gpus]}]},
         gpus=keep_request,
-        volumes=[f"{recorded}:/opt/replay/{SMOKE_RECORDING}:ro"],
-        command=("cat", f"/opt/replay/{SMOKE_RECORDING}"),
-    )
+        volumes=[f"{recorded}:{in_container}:ro"],
+        command=("python3", SMOKE_IN_IMAGE, "--devices-recorded", in_container,
+                 *(collectives.args() if collectives else [])),
+    )  # fmt: skip
     how = "the planned GPU request kept, for this machine's Docker Engine to answer" if keep_request else "no GPUs"
-    seam = f"stand-in (serving/plan/standin.py): a container of the CPU image ({how}) prints {recorded}"
-    return smoke.model_copy(update={"argv": argv, "seam": seam})
+    ran = (
+        f"; the collectives of TP={collectives.tp} x PP={collectives.pp} run for real with gloo over "
+        f"{collectives.tp * collectives.pp} CPU processes"
+        if collectives
+        else ""
+    )
+    seam = f"stand-in (serving/plan/standin.py): a container of the CPU image ({how}) replays {recorded}{ran}"
+    return smoke.model_copy(update={"argv": argv, "seam": seam, "collectives": collectives})
+
+
+def _collective_faults(settings: Mapping[str, Any], planned: Any) -> dict[str, Any]:
+    """The stand-in file's gpu_smoke.collectives (absent_rank, bound_s), checked: a test's induced faults."""
+    given = settings.get("collectives") or {}
+    if not isinstance(given, Mapping) or set(given) - {"absent_rank", "bound_s"}:
+        raise StandInError(f"{ENV}: gpu_smoke.collectives must be an object of absent_rank and bound_s, not {given!r}")
+    out: dict[str, Any] = {}
+    world = planned.tp * planned.pp
+    rank = given.get("absent_rank")
+    if rank is not None:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world:
+            raise StandInError(f"{ENV}: gpu_smoke.collectives.absent_rank {rank!r} is not a rank of 0..{world - 1}")
+        out["absent_rank"] = rank
+    bound = given.get("bound_s")
+    if bound is not None:
+        if not isinstance(bound, (int, float)) or isinstance(bound, bool) or bound <= 0:
+            raise StandInError(f"{ENV}: gpu_smoke.collectives.bound_s {bound!r} is not a positive number of seconds")
+        out["bound_s"] = float(bound)
+    return out

@@ -1,6 +1,7 @@
 """The GPU smoke test's controller side (serving/plan/gpu_smoke.py): the docker run it makes from the serving
 container's spec, and its judgement of what the image side printed on a real H200 (tests/fixtures/recorded-h200,
-RECORDED) and of what it cannot have printed there (a constructed count or bus mismatch)."""
+RECORDED), of what it cannot have printed there (a constructed count or bus mismatch), and of the collectives
+as the image's script printed them in the CPU image here (tests/fixtures/smoke-collectives, RECORDED: gloo)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from serving.plan import gpu_smoke
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu" / "container-spec.golden.json"
 H200 = REPO / "tests" / "fixtures" / "recorded-h200"
+COLLECTIVES = REPO / "tests" / "fixtures" / "smoke-collectives"
 PLANNED_H200 = [{"index": 0, "name": "NVIDIA H200", "pci_bus_id": "0000:00:06.0"}]
 
 
@@ -155,7 +157,62 @@ def test_the_playbooks_filter_reads_a_command_tasks_result() -> None:
     plan = _gpu("rtx3090-pp3").model_dump(mode="json")
     run = {"rc": 1, "stdout": (H200 / "gpu-smoke-no-device.json").read_text(), "stderr": ""}
     assert playbooks.gpu_smoke(run, plan, "h", False) == {
-        "problems": ["GPU smoke test on h failed: CUDA did not initialise: No CUDA GPUs are available"]
+        "problems": ["GPU smoke test on h failed: CUDA did not initialise: No CUDA GPUs are available"],
+        "measured": None,
     }
+    # The PP=3 plan has collectives: the per-GPU phase alone (the fixture) is not a pass, with them it is.
     recorded = (REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu" / "gpu-smoke.json").read_text()
-    assert playbooks.gpu_smoke({"rc": 0, "stdout": recorded}, plan, "h", False) == {"problems": []}
+    assert playbooks.gpu_smoke({"rc": 0, "stdout": recorded}, plan, "h", False) == {
+        "problems": ["GPU smoke test on h: the image ran no collectives: is it older than the plan's smoke test?"],
+        "measured": None,
+    }
+    passed = (COLLECTIVES / "gloo-pp3.json").read_text()
+    judged = playbooks.gpu_smoke({"rc": 0, "stdout": passed}, plan, "h", False)
+    assert judged["problems"] == []
+    assert judged["measured"].startswith("collectives (gloo, TP=1 x PP=3): send 0->1 0."), judged
+    assert "all 3 ranks in " in judged["measured"] and judged["measured"].endswith("of a 120.0 s bound")
+
+
+def _pp3(backend: str = "nccl") -> gpu_smoke.GpuSmoke:
+    planned = [gpu_smoke.PlannedGpu(index=i, name="NVIDIA GeForce RTX 3090", pci_bus_id=b)
+               for i, b in enumerate(("0000:01:00.0", "0000:21:00.0", "0000:4b:00.0"))]  # fmt: skip
+    return gpu_smoke.GpuSmoke(
+        argv=["docker"], container="c", gpus=planned, model_substring="RTX 3090", gpu_memory_utilization=0.92,
+        collectives=gpu_smoke.Collectives(tp=1, pp=3, backend=backend),
+    )  # fmt: skip
+
+
+def test_collectives_that_passed_pass_and_their_seconds_are_the_images() -> None:
+    out = (COLLECTIVES / "gloo-pp3.json").read_text()
+    assert gpu_smoke.outcome(out, "", 0, _pp3("gloo"), "h", held_by_serving=False) == []
+    ran = json.loads(out)["collectives"]
+    assert [(op["from"], op["to"], op["exact"]) for op in ran["send_recv"]] == [(0, 1, True), (1, 2, True)]
+    assert all(0 < op["s"] < ran["bound_s"] for op in ran["send_recv"])
+
+
+@pytest.mark.parametrize(
+    ("recording", "words"),
+    [
+        # gloo's own words for a peer that never came, from the ranks that waited for it.
+        ("gloo-pp3-absent-rank-1.json", "rank 1 was never started (an induced fault: --absent-rank); rank(s) 0, 2: "),
+        ("gloo-pp3-bound-1s.json", "not finished within the bound of 1 s: rank(s) 0, 1, 2 killed"),
+    ],
+)
+def test_failed_collectives_stop_the_deploy_with_one_line_in_the_backends_words(recording: str, words: str) -> None:
+    out = (COLLECTIVES / recording).read_text()
+    (line,) = gpu_smoke.outcome(out, "", 1, _pp3("gloo"), "h", held_by_serving=False)
+    assert line.startswith(f"GPU smoke test on h: the collectives of TP=1 x PP=3 (gloo) failed: {words}"), line
+    error = json.loads(out)["collectives"]["error"]
+    assert line.endswith(error)  # gloo's words as printed, no hint meant for NCCL
+    # With NCCL the line says where to look.
+    (nccl,) = gpu_smoke.outcome(out, "", 1, _pp3("nccl"), "h", held_by_serving=False)
+    assert nccl.endswith("NCCL_P2P_DISABLE; /dev/shm, the container's shm_size)")
+
+
+def test_the_collectives_argv_is_the_plans_ranks_and_bound() -> None:
+    c = gpu_smoke.Collectives(tp=8, pp=1)
+    assert c.args() == ["--tp", "8", "--pp", "1", "--backend", "nccl", "--bound-s", "120"]
+    assert gpu_smoke.Collectives(tp=1, pp=3, absent_rank=2, bound_s=0.5).args()[-4:] == [
+        "--bound-s", "0.5", "--absent-rank", "2"
+    ]  # fmt: skip
+    assert gpu_smoke.COLLECTIVES_BOUND_S < gpu_smoke.TIMEOUT_S

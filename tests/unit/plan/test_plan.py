@@ -5,6 +5,7 @@ of tests/fixtures/gpu-hosts, as the SSH test hosts replay them."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from serving.bridge import playbooks
 from serving.config.profile import load_profile, parse_profile
 from serving.plan.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
 from serving.plan.render import SPEC_LABEL, render_vllm_argv
+from serving.plan.standin import StandInError
 from tests.helpers.gpu_hosts import class_data as _class
 from tests.helpers.gpu_hosts import gpu_serving_plan as _gpu
 from tests.helpers.gpu_hosts import host_readings as _readings
@@ -357,7 +359,7 @@ def test_a_gpu_plan_carries_the_smoke_test_of_its_launch() -> None:
     smoke = plan.gpu_smoke
     assert smoke is not None and plan.launch is not None and smoke.seam is None
     assert smoke.container == "refdeploy-vllm-gpu-smoke" and smoke.model_substring == "RTX 3090"
-    assert _flag(smoke.argv, "--gpus") == ['"device=0,1,2"'] and smoke.argv[-2] == plan.launch.spec["image"]
+    assert _flag(smoke.argv, "--gpus") == ['"device=0,1,2"']
     assert _flag(smoke.argv, "--cpuset-cpus") == [plan.launch.spec["cpuset_cpus"]]
     assert _flag(smoke.argv, "--cap-add") == ["SYS_NICE"]  # the launch's, for --numa-bind
     assert [(g.index, g.pci_bus_id) for g in smoke.gpus] == [
@@ -366,6 +368,12 @@ def test_a_gpu_plan_carries_the_smoke_test_of_its_launch() -> None:
         (2, "0000:4b:00.0"),
     ]
     assert smoke.gpu_memory_utilization == 0.92
+    # The collectives of the class's PP=3, with NCCL, through the image's script.
+    assert smoke.argv[smoke.argv.index("--entrypoint") :] == [
+        "--entrypoint", "python3", plan.launch.spec["image"], "/opt/refdeploy/gpu_smoke.py",
+        "--tp", "1", "--pp", "3", "--backend", "nccl", "--bound-s", "120",
+    ]  # fmt: skip
+    assert smoke.collectives is not None and (smoke.collectives.tp, smoke.collectives.pp) == (1, 3)
     assert parse_plan(plan.model_dump(mode="json")).gpu_smoke == smoke
     assert _cpu().gpu_smoke is None
 
@@ -374,17 +382,39 @@ def test_the_stand_in_runs_the_smoke_container_and_replays_the_classs_result() -
     seam = _gpu("rtx3090-pp3", STAND_IN)
     smoke = seam.gpu_smoke
     assert smoke is not None and seam.launch is not None and smoke.seam is not None
-    assert "--gpus" not in smoke.argv and smoke.argv[-4:] == [
-        "--entrypoint", "cat", seam.launch.spec["image"], "/opt/replay/gpu-smoke.json"
+    # The image's own smoke test: the per-GPU result replayed, the plan's collectives (PP=3) run with gloo.
+    assert "--gpus" not in smoke.argv and smoke.argv[smoke.argv.index("--entrypoint") :] == [
+        "--entrypoint", "python3", seam.launch.spec["image"], "/opt/refdeploy/gpu_smoke.py",
+        "--devices-recorded", "/opt/replay/gpu-smoke.json",
+        "--tp", "1", "--pp", "3", "--backend", "gloo", "--bound-s", "120",
     ]  # fmt: skip
     assert "/repo/fx/3090/gpu-smoke.json:/opt/replay/gpu-smoke.json:ro" in smoke.argv
     assert _flag(smoke.argv, "--cpuset-cpus") == ["0-1"]  # the stand-in's options, not the class host's
-    assert "prints /repo/fx/3090/gpu-smoke.json" in smoke.seam
+    assert "replays /repo/fx/3090/gpu-smoke.json; the collectives of TP=1 x PP=3 run for real with gloo over 3" in (
+        smoke.seam
+    )
+    assert smoke.collectives is not None and smoke.collectives.backend == "gloo"
     # The planned GPUs stay what the judgement reads the replayed result against.
     assert smoke.gpus == _gpu("rtx3090-pp3").gpu_smoke.gpus  # type: ignore[union-attr]
     kept = _gpu("rtx3090-pp3", {**STAND_IN, "gpu_smoke": {"gpu_request": True}}).gpu_smoke
     assert kept is not None and _flag(kept.argv, "--gpus") == ['"device=0,1,2"']
     assert "the planned GPU request kept" in str(kept.seam)
+
+
+def test_the_stand_in_file_induces_collective_faults_and_refuses_bad_ones() -> None:
+    faults = {**STAND_IN, "gpu_smoke": {"collectives": {"absent_rank": 1, "bound_s": 0.5}}}
+    smoke = _gpu("rtx3090-pp3", faults).gpu_smoke
+    assert smoke is not None and smoke.argv[-4:] == ["--bound-s", "0.5", "--absent-rank", "1"]
+    # The TP=8 class: all eight ranks, one process each, on the stand-in's two CPUs.
+    tp8 = _gpu("rtxpro6000-tp8", STAND_IN).gpu_smoke
+    assert tp8 is not None and tp8.argv[-8:-2] == ["--tp", "8", "--pp", "1", "--backend", "gloo"]
+    for bad, line in [
+        ({"absent_rank": 3}, "gpu_smoke.collectives.absent_rank 3 is not a rank of 0..2"),
+        ({"bound_s": 0}, "gpu_smoke.collectives.bound_s 0 is not a positive number of seconds"),
+        ({"rank": 1}, "gpu_smoke.collectives must be an object of absent_rank and bound_s, not {'rank': 1}"),
+    ]:
+        with pytest.raises(StandInError, match=re.escape(line)):
+            _gpu("rtx3090-pp3", {**STAND_IN, "gpu_smoke": {"collectives": bad}})
 
 
 def test_the_generator_writes_only_into_a_new_empty_or_its_own_directory() -> None:
