@@ -360,6 +360,7 @@ def build_plan(
         profile, readings.get("df"), model_action, images_present is None or images.runtime_tag in images_present
     )
     failures += served_failures + model_failures + disk_failures
+    failures += servability.runner_refusals(profile)
     gpu: gpu_plan.GpuFacts | None = None
     room: capacity.GpuRoom | None = None
     client_cpus = probe_cpus = ""
