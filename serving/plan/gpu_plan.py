@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from serving.config.profile import Gpu, Profile
 from serving.config.schema import StrictModel
@@ -71,6 +71,8 @@ class GpuHostPlan:
     placement: NumaPlan | None = None
     # The NVIDIA container toolkit is missing and the inventory lets the deploy install it (role nvidia_toolkit).
     toolkit_install: bool = False
+    # What an operator should know that does not stop the deploy (persistence mode off, MIG on after a reset).
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -343,6 +345,8 @@ def plan_gpu_host(
     listing = gpu_facts.parse_nvidia_smi_L(readings["nvidia_smi_L"])
     gpus = gpu_facts.parse_query_gpu(readings["query_gpu"])
     failures += gpu_facts.check_class(class_spec, gpus, host, listing, cuda_runtime)
+    mode_failures, notes = gpu_facts.check_modes(gpus, profile.gpu.devices, host)
+    failures += mode_failures
     failures += _check_runtime(readings, host, install_toolkit)
     toolkit_install = install_toolkit and "nvidia-container-runtime" in readings.get("missing", "").split()
     known = {g.index for g in gpus}
@@ -374,6 +378,7 @@ def plan_gpu_host(
         slice_unit=serving_slice(profile, plan) if plan is not None else None,
         placement=plan,
         toolkit_install=toolkit_install,
+        notes=tuple(notes),
     )
 
 
@@ -446,6 +451,7 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "data": plan.data,
         "slice": plan.slice_unit,
         "toolkit_install": plan.toolkit_install,
+        "notes": list(plan.notes),
     }
 
 
@@ -466,6 +472,7 @@ class GpuFacts(StrictModel):
     data: list[dict[str, Any]] | None
     slice: dict[str, Any] | None
     toolkit_install: bool
+    notes: list[str] = Field(default_factory=list)
     # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
     engine_memlock: str
 

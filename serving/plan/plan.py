@@ -575,6 +575,7 @@ def describe(plan: Plan) -> list[str]:
     """A few lines an operator reads first (make plan, make preflight)."""
     lines = [f"plan of profile {plan.profile.name} on {plan.host}: " + ("OK" if plan.ok else "CANNOT DEPLOY")]
     lines += [f"  cannot deploy: {f}" for f in plan.failures]
+    lines += [f"  note: {n}" for n in (plan.gpu.notes if plan.gpu is not None else [])]
     if plan.launch is not None:
         lines.append(f"  container {plan.launch.spec['name']} from {plan.launch.images.runtime_tag}")
         lines.append(f"  argv: {' '.join(plan.launch.spec['command'])}")

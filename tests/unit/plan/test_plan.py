@@ -13,7 +13,7 @@ import pytest
 from serving.bridge import playbooks
 from serving.config.profile import load_profile, parse_profile
 from serving.plan import servability
-from serving.plan.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
+from serving.plan.plan import Plan, PlanError, describe, parse_plan, plan_from_profile, running_state
 from serving.plan.render import SPEC_LABEL, render_vllm_argv
 from tests.helpers.gpu_hosts import class_data as _class
 from tests.helpers.gpu_hosts import gpu_serving_plan as _gpu
@@ -182,6 +182,17 @@ def test_the_v2_model_runner_on_a_gpu_profile_is_not_refused() -> None:
     data = load_profile("rtx3090-pp3").model_dump(mode="json")
     data["env"]["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     assert servability.runner_refusals(parse_profile(data)) == []
+
+
+def test_make_plan_prints_the_gpu_hosts_notes_after_its_refusals() -> None:
+    off = "".join(
+        ln.replace("Enabled", "Disabled", 1) if ln.startswith("2,") else ln
+        for ln in _readings("rtx3090-pp3")["query_gpu"].splitlines(keepends=True)
+    )
+    plan = _gpu("rtx3090-pp3", query_gpu=off)
+    assert plan.ok and plan.gpu is not None
+    assert [n.split(":")[0] for n in plan.gpu.notes] == ["GPU 2 on gpu3090-a has persistence mode off"]
+    assert [ln for ln in describe(plan) if ln.startswith("  note: ")] == [f"  note: {plan.gpu.notes[0]}"]
 
 
 def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_failure_lines() -> None:
