@@ -250,6 +250,7 @@ class GpuClassSpec:
     model_substring: str  # must occur in each GPU's name, e.g. "RTX 3090"
     min_driver: str  # dotted, e.g. 550.54
     min_memory_mib: int  # per GPU, as memory.total reports it
+    compute_capability: str = ""  # e.g. 12.0: which kernel module flavour the GPUs need (serving/host/nvidia_module.py)
 
 
 def check_class(

@@ -214,6 +214,20 @@ def test_persistence_mode_off_is_a_note_in_the_plan_not_a_refusal() -> None:
     assert _plan("rtx3090-pp3").notes == ()
 
 
+def test_the_pro6000_host_on_the_proprietary_module_is_refused_and_the_plan_keeps_the_module_it_read() -> None:
+    """CONSTRUCTED: the fixture's open-module line with the proprietary module's form (a real Blackwell host would
+    not get its GPUs driven by that module at all: NVIDIA supports Blackwell on the open one only)."""
+    proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 09:55:41 UTC 2025\n"
+    plan = _plan("rtxpro6000-tp8", nvidia_version=proprietary)
+    assert [f.split(" (")[0] for f in plan.failures] == ["gpupro-a runs NVIDIA's proprietary kernel module 580.95.05"]
+    assert "nvidia-kernel-open-dkms" in plan.failures[0] and plan.container_spec is None
+    ok = _plan("rtxpro6000-tp8")
+    assert ok.failures == []
+    assert gpu_plan.to_json(ok)["kernel_module"] == {"flavour": "open", "version": "580.95.05", "arch": "x86_64"}
+    # The 3090 class runs the proprietary module, which Ampere is supported on.
+    assert _plan("rtx3090-pp3").kernel_module == {"flavour": "proprietary", "version": "580.95.05", "arch": "x86_64"}
+
+
 def test_the_budget_table_is_in_the_plan_with_the_allocator_option_in_force() -> None:
     plan = _plan("rtx3090-pp3")
     assert plan.budget is not None

@@ -185,3 +185,4 @@ def test_the_manifest_keeps_each_gpus_persistence_and_mig_modes_as_planned() -> 
     assert [
         (g["index"], g["persistence_mode"], g["mig_mode_current"], g["mig_mode_pending"]) for g in section["gpus"]
     ] == [(i, True, False, False) for i in range(8)]
+    assert section["kernel_module"] == {"flavour": "open", "version": "580.95.05", "arch": "x86_64"}
