@@ -548,11 +548,12 @@ def running_state(
 
 
 def _where(memory: Mapping[str, Any] | None) -> str:
-    """Where a rank's anonymous memory is, per node (numa_maps), for its placement line."""
+    """A rank's memory per node (numa_maps) for its placement line: anonymous, and its own shared (pinned) memory."""
     if not memory:
         return ""
-    per_node = ", ".join(f"{n} {b / (1 << 20):.0f} MiB" for n, b in memory["anon_bytes"].items())
-    return f" (anonymous memory {per_node or 'none'}: {memory['outside_share']:.0%} outside its nodes)"
+    anon, shared = ((", ".join(f"{n} {b >> 20} MiB" for n, b in (memory.get(k) or {}).items()) or "none")
+                    for k in ("anon_bytes", "shared_bytes"))  # fmt: skip
+    return f" (anonymous memory {anon}; shared and pinned {shared}: {memory['outside_share']:.0%} outside its nodes)"
 
 
 def verify_ranks(plan: Plan, workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
