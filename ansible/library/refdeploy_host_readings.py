@@ -28,7 +28,8 @@ Readings (each the tool's own output, in its own format): hostname, served_files
 it out, metadata and tensor table, never the weights), df (`df -B1 --output=target,avail,size` of the served
 directories, Docker's data root and `cache_dir`, after a "<role>\\t<path>" line for each), api_key_file (`stat -c
 '%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L,
-query_gpu, topo, sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo, cgroup_fs,
+query_gpu, topo, sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo, nvidia_version
+(/proc/driver/nvidia/version), cgroup_fs,
 docker_runtimes, dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the
 tools the host lacks, `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead
 NFS mount, a dockerd that does not answer): the plan names each one. `host_facts` are the setup module's own
@@ -62,10 +63,10 @@ there is one, so the manifest says the GPU settings were replayed.
 sha256, the extra CA file's sha256, or extra_ca_missing): image tags hash them (serving/plan/images.py), so a
 changed wheel or CA builds a new image rather than finding the old one.
 
-The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a
-directory of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test
-container cannot have (meminfo.txt, cgroup-fs.txt, docker-runtimes.json, dockerd-limits.txt). The tools a
-test host cannot have (nvidia-smi, lsblk, findmnt, nvme, systemctl) are stand-ins found first on its PATH,
+The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a directory
+of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test container cannot
+have (meminfo.txt, proc-driver-nvidia-version.txt, cgroup-fs.txt, docker-runtimes.json, dockerd-limits.txt). The
+tools a test host cannot have (nvidia-smi, lsblk, findmnt, nvme, systemctl) are stand-ins found first on its PATH,
 which serve the same directory; this module runs tools by PATH like any other.
 """
 
@@ -295,6 +296,8 @@ def readings(
                 sysfs.append(f"/sys{f[len(r.sys_root.rstrip('/')) :]}\t{value.rstrip(chr(10))}")
     out["sysfs"] = "\n".join(sysfs)
     out["meminfo"] = r.replayed("meminfo.txt") or _read("/proc/meminfo") or ""
+    # The loaded NVIDIA kernel module's flavour (open or proprietary) and version: serving/host/nvidia_module.py.
+    out["nvidia_version"] = r.replayed("proc-driver-nvidia-version.txt") or _read("/proc/driver/nvidia/version") or ""
     out["cgroup_fs"] = r.replayed("cgroup-fs.txt") or r.run(["stat", "-fc", "%T", "/sys/fs/cgroup"])
     runtimes = r.replayed("docker-runtimes.json")
     out["docker_runtimes"] = (

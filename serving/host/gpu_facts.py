@@ -30,7 +30,12 @@ QUERY_GPU_FIELDS = (
     "pcie.link.gen.max",
     "pcie.link.width.current",
     "pcie.link.width.max",
+    # MIG mode now and after the GPU's next reset: "Enabled", "Disabled", or "[N/A]" on a GPU without MIG (GeForce).
+    "mig.mode.current",
+    "mig.mode.pending",
 )
+# The fields a recording must hold at least; the MIG modes were added after tests/fixtures/recorded-h200 was made.
+REQUIRED_QUERY_GPU_FIELDS = QUERY_GPU_FIELDS[:10]
 QUERY_GPU_ARGV = (
     "nvidia-smi",
     "--query-gpu=" + ",".join(QUERY_GPU_FIELDS),
@@ -71,6 +76,10 @@ class GpuInfo:
     pcie_link_gen_max: int | None
     pcie_link_width_current: int | None
     pcie_link_width_max: int | None
+    # MIG mode (mig.mode.current, mig.mode.pending): None where nvidia-smi prints [N/A] (a GPU without MIG) or a
+    # recording did not ask.
+    mig_mode_current: bool | None = None
+    mig_mode_pending: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -125,39 +134,49 @@ def _int(value: str, field: str, number: int) -> int | None:
         raise GpuFactsError(f"nvidia-smi --query-gpu line {number}: {field} is {value!r}, not an integer") from None
 
 
-def parse_query_gpu(text: str) -> list[GpuInfo]:
-    """Rows of `nvidia-smi --query-gpu=<QUERY_GPU_FIELDS> --format=csv,noheader,nounits`."""
+def _mode(value: str | None, field: str, number: int) -> bool | None:
+    """nvidia-smi's Enabled/Disabled as True/False; None for [N/A] or a field not asked for."""
+    text = None if value is None else _optional(value)
+    if text not in (None, "Enabled", "Disabled"):
+        raise GpuFactsError(
+            f"nvidia-smi --query-gpu line {number}: {field} is {text!r}, expected Enabled, Disabled or [N/A]"
+        )
+    return None if text is None else text == "Enabled"
+
+
+def parse_query_gpu(text: str, fields: Sequence[str] = QUERY_GPU_FIELDS) -> list[GpuInfo]:
+    """Rows of `nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`: QUERY_GPU_FIELDS, or a recording's
+    own list that holds REQUIRED_QUERY_GPU_FIELDS (what it lacks reads as None)."""
+    lacking = [f for f in REQUIRED_QUERY_GPU_FIELDS if f not in fields]
+    if lacking:
+        raise GpuFactsError(f"nvidia-smi --query-gpu fields {','.join(fields)} lack {','.join(lacking)}")
     gpus: list[GpuInfo] = []
     for number, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), start=1):
         if not row:
             continue
-        if len(row) != len(QUERY_GPU_FIELDS):
+        if len(row) != len(fields):
             raise GpuFactsError(
-                f"nvidia-smi --query-gpu line {number}: {len(row)} fields, expected {len(QUERY_GPU_FIELDS)} "
-                f"({','.join(QUERY_GPU_FIELDS)}); was it run with other fields?"
+                f"nvidia-smi --query-gpu line {number}: {len(row)} fields, expected {len(fields)} "
+                f"({','.join(fields)}); was it run with other fields?"
             )
-        v = dict(zip(QUERY_GPU_FIELDS, (cell.strip() for cell in row), strict=True))
+        v = dict(zip(fields, (cell.strip() for cell in row), strict=True))
         index = _int(v["index"], "index", number)
         if index is None:
             raise GpuFactsError(f"nvidia-smi --query-gpu line {number}: no GPU index")
-        persistence = _optional(v["persistence_mode"])
-        if persistence not in (None, "Enabled", "Disabled"):
-            raise GpuFactsError(
-                f"nvidia-smi --query-gpu line {number}: persistence_mode is {persistence!r}, "
-                "expected Enabled or Disabled"
-            )
         gpus.append(
             GpuInfo(
                 index=index,
                 name=v["name"],
                 driver_version=v["driver_version"],
                 memory_total_mib=_int(v["memory.total"], "memory.total", number),
-                persistence_mode=None if persistence is None else persistence == "Enabled",
+                persistence_mode=_mode(v["persistence_mode"], "persistence_mode", number),
                 pci_bus_id=normalise_bus_id(v["pci.bus_id"]),
                 pcie_link_gen_current=_int(v["pcie.link.gen.gpucurrent"], "pcie.link.gen.gpucurrent", number),
                 pcie_link_gen_max=_int(v["pcie.link.gen.max"], "pcie.link.gen.max", number),
                 pcie_link_width_current=_int(v["pcie.link.width.current"], "pcie.link.width.current", number),
                 pcie_link_width_max=_int(v["pcie.link.width.max"], "pcie.link.width.max", number),
+                mig_mode_current=_mode(v.get("mig.mode.current"), "mig.mode.current", number),
+                mig_mode_pending=_mode(v.get("mig.mode.pending"), "mig.mode.pending", number),
             )
         )
     return gpus
@@ -231,6 +250,7 @@ class GpuClassSpec:
     model_substring: str  # must occur in each GPU's name, e.g. "RTX 3090"
     min_driver: str  # dotted, e.g. 550.54
     min_memory_mib: int  # per GPU, as memory.total reports it
+    compute_capability: str = ""  # e.g. 12.0: which kernel module flavour the GPUs need (serving/host/nvidia_module.py)
 
 
 def check_class(
@@ -273,3 +293,45 @@ def check_class(
         if refusal is not None:
             problems.append(refusal)
     return problems
+
+
+# NVIDIA's persistence daemon keeps the driver's state loaded while no client holds a GPU ("NVIDIA encourages
+# customers to shift to this daemon approach", https://docs.nvidia.com/deploy/driver-persistence/persistence-daemon.html).
+PERSISTENCE_DOC = "https://docs.nvidia.com/deploy/driver-persistence/"
+
+
+def check_modes(gpus: Sequence[GpuInfo], devices: Sequence[int], host: str) -> tuple[list[str], list[str]]:
+    """The planned GPUs' MIG and persistence modes: (failure lines, notes).
+
+    MIG enabled on a planned GPU is a failure: the GPU then offers CUDA only its MIG instances, separate devices that
+    the profile's whole-GPU indices do not name and that vLLM cannot join into one tensor- or pipeline-parallel
+    engine. MIG pending Enabled (after the next reset) and persistence mode off are notes: the deploy works now.
+    """
+    failures: list[str] = []
+    notes: list[str] = []
+    for gpu in (g for g in gpus if g.index in devices):
+        i = gpu.index
+        if gpu.mig_mode_current:
+            reset = (
+                f"MIG is already Disabled pending: reset the GPU (`nvidia-smi -i {i} -r`, nothing running on it)"
+                if gpu.mig_mode_pending is False
+                else f"turn it off with `nvidia-smi -i {i} -mig 0`, then reset the GPU (`nvidia-smi -i {i} -r`, "
+                "nothing running on it) or reboot"
+            )
+            failures.append(
+                f"GPU {i} on {host} has MIG mode Enabled (nvidia-smi mig.mode.current): CUDA sees only its MIG "
+                f"instances, which the profile's whole GPUs do not name and vLLM cannot span with tensor or pipeline "
+                f"parallelism; {reset}"
+            )
+        elif gpu.mig_mode_pending:
+            notes.append(
+                f"GPU {i} on {host} turns MIG mode on at its next reset (mig.mode.pending Enabled), and this plan "
+                f"would then fail: `nvidia-smi -i {i} -mig 0` keeps it off"
+            )
+        if gpu.persistence_mode is False:
+            notes.append(
+                f"GPU {i} on {host} has persistence mode off: the driver unloads its state whenever no client holds "
+                f"the GPU, and every start and nvidia-smi reading pays for loading it again; NVIDIA recommends its "
+                f"persistence daemon ({PERSISTENCE_DOC}): `systemctl enable --now nvidia-persistenced`"
+            )
+    return failures, notes

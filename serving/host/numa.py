@@ -392,7 +392,7 @@ def verify_ranks(
                 problems.append(f"{who}: {name} is {format_cpulist(have) or '(empty)'}, {what}")
             elif want is None and cpuset and not have <= set(parse_cpulist(cpuset)):
                 problems.append(f"{who}: {name} is {format_cpulist(have)}, outside the container's cpuset {cpuset}")
-        problems += _memory_outside(who, r, found.get("anon_node_bytes"), record)
+        problems += _memory_outside(who, r, found.get("node_bytes"), record)
         record["ok"] = len(problems) == before
         records.append(record)
     for extra in sorted(set(by_rank) - {r.rank for r in expected}):
@@ -400,32 +400,37 @@ def verify_ranks(
     return records, problems
 
 
-# The share of a rank's anonymous memory that may sit outside its node(s) before the binding counts as not held:
-# memory touched before the binding took effect (the interpreter's start-up, on the spawning node) is a few
-# percent at most once the weights are loaded; a dropped membind leaves about half on the other socket.
+# The share of a rank's memory that may sit outside its node(s) before the binding counts as not held: memory
+# touched before the binding took effect (the interpreter's start-up, on the spawning node) is a few percent at most
+# once the weights are loaded; a dropped membind leaves about half on the other socket.
 REMOTE_MEMORY_TOLERANCE = 0.10
 
 
 def _memory_outside(who: str, r: RankExpectation, node_bytes: Any, record: dict[str, Any]) -> list[str]:
-    """Where the rank's memory actually is (numa_maps, serving/standalone/inside_readings.py) against the node its
-    binding names (the NUMA plan's) or, without one, the memory nodes it may use: a problem past
-    REMOTE_MEMORY_TOLERANCE."""
+    """Where the rank's memory actually is (numa_maps, serving/standalone/inside_readings.py node_bytes: anonymous
+    memory and its own shared memory, where pinned host buffers are) against the node its binding names (the NUMA
+    plan's) or, without one, the memory nodes it may use: a problem past REMOTE_MEMORY_TOLERANCE of the two
+    together."""
     allowed = {r.node} if r.node is not None else set(parse_cpulist(r.mems)) if r.mems else None
     if allowed is None or not isinstance(node_bytes, Mapping):
         record["memory_nodes"] = None  # not checked: no node planned, or numa_maps not read
         return []
-    total = sum(int(b) for b in node_bytes.values())
-    outside = {n: int(b) for n, b in node_bytes.items() if int(n.removeprefix("N")) not in allowed and int(b) > 0}
+    anon, shared = dict(node_bytes.get("anon") or {}), dict(node_bytes.get("shared") or {})
+    both = {n: int(anon.get(n, 0)) + int(shared.get(n, 0)) for n in sorted({*anon, *shared})}
+    total = sum(both.values())
+    outside = {n: b for n, b in both.items() if int(n.removeprefix("N")) not in allowed and b > 0}
     share = sum(outside.values()) / total if total else 0.0
-    record["memory_nodes"] = {"anon_bytes": dict(node_bytes), "allowed": sorted(allowed), "outside_share": share}
+    record["memory_nodes"] = {"anon_bytes": anon, "shared_bytes": shared, "allowed": sorted(allowed),
+                              "outside_share": share}  # fmt: skip
     if share <= REMOTE_MEMORY_TOLERANCE:
         return []
     gib = 1 << 30
+    pinned = sum(b for n, b in shared.items() if n in outside)
     return [
-        f"{who}: {share:.0%} of its anonymous memory ({sum(outside.values()) / gib:.2f} of {total / gib:.2f} GiB) is "
-        f"on node(s) {','.join(n.removeprefix('N') for n in sorted(outside))}, outside node(s) "
-        f"{format_cpulist(allowed)} (numa_maps; at most {REMOTE_MEMORY_TOLERANCE:.0%} may be): its memory binding "
-        "did not hold"
+        f"{who}: {share:.0%} of its memory ({sum(outside.values()) / gib:.2f} of {total / gib:.2f} GiB, "
+        f"{pinned / gib:.2f} GiB of it shared or pinned) is on node(s) "
+        f"{','.join(n.removeprefix('N') for n in sorted(outside))}, outside node(s) {format_cpulist(allowed)} "
+        f"(numa_maps; at most {REMOTE_MEMORY_TOLERANCE:.0%} may be): its memory binding did not hold"
     ]
 
 

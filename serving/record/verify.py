@@ -102,9 +102,10 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("limits_in_force.cgroup_paths*", INFORMATIONAL, "where each cgroup level is: the container's has its id"),
     ("placement.lines", INFORMATIONAL, "the lines carry pids; each rank's CPUs and nodes are compared"),
     ("placement.ranks.*.pid", INFORMATIONAL, "a worker's pid"),
-    # Where a rank's anonymous memory sits is measured (numa_maps) and moves by pages as it runs; the nodes it may
-    # use (memory_nodes.allowed) and whether its binding held (ok, problems) are compared.
+    # Where a rank's anonymous and shared memory sit is measured (numa_maps) and moves by pages as it runs; the nodes
+    # it may use (memory_nodes.allowed) and whether its binding held (ok, problems) are compared.
     ("placement.ranks.*.memory_nodes.anon_bytes*", INFORMATIONAL, "a rank's memory by node, measured as it runs"),
+    ("placement.ranks.*.memory_nodes.shared_bytes*", INFORMATIONAL, "a rank's memory by node, measured as it runs"),
     ("placement.ranks.*.memory_nodes.outside_share", INFORMATIONAL, "a measured share; the verdict (ok) is compared"),
     ("plan.host", INFORMATIONAL, "the inventory name of the host compared"),
     ("plan.health_timeout_*", INFORMATIONAL, "how long a start was given, from the model as found when planned"),

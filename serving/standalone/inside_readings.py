@@ -6,7 +6,7 @@ image's own text, unparsed: serving/record/manifest.py and serving/plan/plan.py 
 
   {"proc_limits": <the engine's /proc/1/limits>, "patches": <the image's patch record>, "removed": ...,
    "model_sums": <MODEL_DIR/SHA256SUMS or null>, "cgroup": {<file>: <text>},
-   "workers": [{"pid", "title", "cpus_allowed", "mems_allowed", "anon_node_bytes"}]}
+   "workers": [{"pid", "title", "cpus_allowed", "mems_allowed", "node_bytes"}]}
 """
 
 from __future__ import annotations
@@ -37,25 +37,47 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def anon_node_bytes(numa_maps: str | None) -> dict[str, int] | None:
-    """Bytes of anonymous memory per NUMA node ({"N0": ...}) from /proc/<pid>/numa_maps: the N<node>=pages
-    counts of the anonymous mappings (anon=, no file=: heap, stacks, the allocators' arenas, the weights), in
-    each mapping's page size. File-backed mappings are left out, their copied-on-write pages too (numa_maps
-    gives a mapping's nodes for all its pages, not for its anonymous ones): a shared library's pages sit where
-    the page cache first put them, whatever the binding. The general parser is probes/readers/procfs.py parse_numa_maps;
-    this file runs alone inside the container, so it carries its own few lines (tests/unit/host/test_numa.py holds the
-    two to the same sums)."""
+# Where a process's own shared memory lives (numa_maps names a shared mapping by its file): the NVIDIA device files,
+# through which cudaHostAlloc maps its pinned pages (an engine's maps show them as `rw-s ... /dev/nvidiactl`, and the
+# pages count as Shmem: tests/fixtures/recorded-h200/README.md, +8.000 GiB for an 8 GiB pinned buffer), /dev/shm's
+# POSIX segments, /dev/zero's shared anonymous mappings, memfd and System V segments.
+SHARED_MEMORY_FILES = ("/dev/", "/memfd:", "/SYSV")
+
+
+def _node_pages(kv: dict[str, str]) -> dict[str, int]:
+    page = int(kv.get("kernelpagesize_kB", "4")) * 1024
+    return {k: int(v) * page for k, v in kv.items() if k[:1] == "N" and k[1:].isdigit() and v.isdigit()}
+
+
+def node_bytes(numa_maps: str | None) -> dict[str, dict[str, int]] | None:
+    """Bytes per NUMA node ({"N0": ...}) of a process's own memory from /proc/<pid>/numa_maps (a line is `ADDRESS
+    POLICY [file=PATH|heap|stack] key=value ...`, N<node>=pages in the mapping's kernelpagesize_kB: the kernel's
+    Documentation/admin-guide/mm/numa_memory_policy.rst and proc(5)), in two parts:
+
+    - "anon": the anonymous mappings (anon=, no file=: heap, stacks, the allocators' arenas, the weights);
+    - "shared": its shared-memory mappings (file= under SHARED_MEMORY_FILES) that no other process maps (no mapmax
+      above 1): where pinned host memory is (cudaHostAlloc's, so the KV offload and torch's pinned buffers).
+      A segment another process maps too (vLLM's shm broadcast queues, NCCL's) sits where its first user put it.
+
+    Other file-backed mappings are left out, their copied-on-write pages too (numa_maps gives a mapping's nodes for
+    all its pages, not for its anonymous ones): a shared library's or a model file's pages sit where the page cache
+    first put them, whatever the binding. The general parser is probes/readers/procfs.py parse_numa_maps; this file
+    runs alone inside the container, so it carries its own few lines (tests/unit/host/test_numa.py holds the two to
+    the same sums)."""
     if numa_maps is None:
         return None
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {"anon": {}, "shared": {}}
     for line in numa_maps.splitlines():
         kv = dict(f.split("=", 1) for f in line.split()[2:] if "=" in f)
-        if "anon" not in kv or "file" in kv:
+        path = kv.get("file")
+        if path is None and "anon" in kv:
+            part = out["anon"]
+        elif path is not None and path.startswith(SHARED_MEMORY_FILES) and int(kv.get("mapmax", "1") or 1) <= 1:
+            part = out["shared"]
+        else:
             continue
-        page = int(kv.get("kernelpagesize_kB", "4")) * 1024
-        for key, value in kv.items():
-            if key[:1] == "N" and key[1:].isdigit() and value.isdigit():
-                out[key] = out.get(key, 0) + int(value) * page
+        for node, b in _node_pages(kv).items():
+            part[node] = part.get(node, 0) + b
     return out
 
 
@@ -79,7 +101,7 @@ def workers(proc: Path = Path("/proc")) -> list[dict[str, object]]:
                 "cpus_allowed": status.get("Cpus_allowed_list", "").strip() or None,
                 "mems_allowed": status.get("Mems_allowed_list", "").strip() or None,
                 # Where its memory is (after the weights load: the engine answered before this read).
-                "anon_node_bytes": anon_node_bytes(_text(entry / "numa_maps")),
+                "node_bytes": node_bytes(_text(entry / "numa_maps")),
             }
         )
     return out

@@ -44,6 +44,7 @@ def host_readings(profile: str, **override: str) -> dict[str, str]:
         "cgroup_fs": "cgroup2fs\n",
         "docker_runtimes": '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"}}',
         "dockerd_limits": UNLIMITED_MEMLOCK,
+        "nvidia_version": (d / "host" / "proc-driver-nvidia-version.txt").read_text(),
     }
     r.update(override)
     return r

@@ -88,6 +88,7 @@ def test_a_replayed_3090_host_reads_as_recorded_and_plans_the_reviewed_spec(tmp_
     assert r["topo"] == (FIXTURE / "nvidia-smi-topo-m.txt").read_text()
     assert r["sysfs"] == gpu_plan.listing_from_tree(FIXTURE / "sys")
     assert r["meminfo"] == (FIXTURE / "host" / "meminfo.txt").read_text()
+    assert r["nvidia_version"] == (FIXTURE / "host" / "proc-driver-nvidia-version.txt").read_text()
     assert r["data_paths"] == f"{served}\n"
     assert json.loads(r[f"findmnt:{served}"]) == json.loads((FIXTURE / "findmnt.json").read_text())
     assert sorted(k for k in r if k.startswith("smart:")) == ["smart:nvme0n1", "smart:nvme1n1"]

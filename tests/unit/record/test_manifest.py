@@ -5,6 +5,7 @@ from pathlib import Path
 
 from serving.record import manifest
 from serving.record.manifest import SCHEMA_VERSION, build_manifest, engine_startup_s, failed_checks
+from tests.helpers.gpu_hosts import gpu_serving_plan
 from tests.helpers.manifests import raw_readings as _raw
 
 
@@ -173,3 +174,15 @@ def test_every_limit_at_every_level_is_recorded_and_a_drifted_one_fails(vllm_cpu
     assert m["limits_in_force"]["cgroup"]["/docker"]["cpu.cfs_quota_us"] == 50000
     assert failed_checks(m) == ["limits at every cgroup level and in Docker are the plan's: expected [], found "
                                 "['/docker cpu.cfs_quota_us: 50000 (the plan: -1)']"]  # fmt: skip
+
+
+def test_the_manifest_keeps_each_gpus_persistence_and_mig_modes_as_planned() -> None:
+    """The plan's GPU facts are the manifest's: per GPU its persistence mode and MIG modes (current, pending), so
+    `make verify` sees one change between two deploys."""
+    plan = gpu_serving_plan("rtxpro6000-tp8").model_dump(mode="json")
+    section = manifest.gpu_section(plan["gpu"], None)
+    assert section is not None
+    assert [
+        (g["index"], g["persistence_mode"], g["mig_mode_current"], g["mig_mode_pending"]) for g in section["gpus"]
+    ] == [(i, True, False, False) for i in range(8)]
+    assert section["kernel_module"] == {"flavour": "open", "version": "580.95.05", "arch": "x86_64"}
