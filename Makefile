@@ -255,7 +255,7 @@ test-pp-receive: $(STAMP) ## Seed 000 §8's experiment (docs/experiments/pp-rece
 
 .PHONY: test-cuda-image
 test-cuda-image: $(STAMP) ## Build the CUDA runtime image (~4 GB, ~15 min), import vLLM in it, rewrite its record; not in make test
-	REFDEPLOY_CUDA_IMAGE=1 $(BIN)/pytest tests/integration/test_cuda_image.py
+	REFDEPLOY_CUDA_IMAGE=1 $(BIN)/pytest -s tests/integration/test_cuda_image.py
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps runs/)

@@ -122,6 +122,31 @@ def _capabilities(tag: str) -> dict[str, object]:
     return {"distribution": profile["image"]["distribution"], "version": profile["image"]["version"], **result}
 
 
+def _jit(tag: str) -> dict[str, object]:
+    """vLLM's compiled CUDA extensions loaded (vllm._C_stable_libtorch and _moe_C: 0.32's names for vllm._C), and the
+    JIT toolchain FlashInfer and DeepGEMM use on first use: the image's nvcc with g++
+    building a kernel for each class's compute capability, and torch's own C++ JIT (tests/integration/
+    cuda_jit_check.py). Printed, so make test-cuda-image's log shows each."""
+    check = (REPO / "tests" / "integration" / "cuda_jit_check.py").read_text()
+    out = docker("run", "--rm", "--network", "none", "--env", "VLLM_TARGET_DEVICE=cpu", "--entrypoint", "python3",
+                 tag, "-c", check)  # fmt: skip
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    print(f"\nvLLM's CUDA extensions: {result['vllm_C']}\nnvcc: {result['nvcc']}\ng++: {result['gxx']}")
+    print(f"JIT cubins: {result['cubins']}\ntorch C++ JIT: {result['torch_extension']}")
+    loaded = result["vllm_C"]
+    assert isinstance(loaded, dict), result
+    assert loaded["with_stub_driver"] == {
+        n: "loaded" for n in ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch")
+    }
+    assert loaded["ops"] == {"_C.rms_norm": True, "_moe_C.moe_sum": True}, result
+    assert str(result["nvcc"]).startswith("Cuda compilation tools, release 13."), result
+    cubins = result["cubins"]
+    assert isinstance(cubins, dict) and all(isinstance(cubins.get(a), dict) for a in ("sm_86", "sm_120")), result
+    extension = result["torch_extension"]
+    assert isinstance(extension, dict) and extension["twice(21)"] == 42, result
+    return result
+
+
 def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     tag = _plan_tag()
     r = make("images", f"PROFILE={PROFILE}", timeout=3600)
@@ -137,6 +162,7 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
     alloc_conf = _alloc_conf_accepted(tag)
     gguf = _gguf_plugin(tag)
     capabilities = _capabilities(tag)
+    jit = _jit(tag)
     RECORD.write_text(
         json.dumps(
             {
@@ -149,13 +175,15 @@ def test_cuda_runtime_image_builds_and_imports_vllm() -> None:
                 "gpu_smoke_without_gpu": smoke,
                 "alloc_conf_check": alloc_conf,
                 "gguf_plugin": gguf,
+                "jit_check": jit,
                 # What the plan's servability check reads (serving/plan/servability.py).
                 "capabilities": capabilities,
                 "verified_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "how": "tests/integration/test_cuda_image.py: make images PROFILE=rtx3090-pp3, then "
                 + IMPORT_CHECK
                 + "; gguf_plugin: tests/integration/cuda_gguf_check.py in the image; capabilities: "
-                "tests/integration/cuda_capabilities.py in the image",
+                "tests/integration/cuda_capabilities.py in the image; jit_check: tests/integration/"
+                "cuda_jit_check.py in the image",
             },
             indent=2,
         )

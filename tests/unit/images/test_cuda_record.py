@@ -34,3 +34,11 @@ def test_the_cuda_image_record_is_for_the_current_inputs() -> None:
     assert (steps, deferred) == ("rank-trace", "deferred-recv")
     assert torch_version.startswith("2.13.0") and "+cpu" not in torch_version and cuda != "None"
     assert record["image_id"].startswith("sha256:")
+    # The JIT toolchain FlashInfer and DeepGEMM compile with at first use, as the record's build found it
+    # (tests/integration/cuda_jit_check.py): vLLM's CUDA extensions loaded, a kernel built for each class, torch's
+    # C++ JIT.
+    jit = record["jit_check"]
+    assert set(jit["vllm_C"]["with_stub_driver"].values()) == {"loaded"}, jit
+    assert jit["vllm_C"]["ops"] == {"_C.rms_norm": True, "_moe_C.moe_sum": True}, jit
+    assert all(isinstance(jit["cubins"].get(arch), dict) for arch in ("sm_86", "sm_120")), jit
+    assert jit["torch_extension"]["twice(21)"] == 42, jit
