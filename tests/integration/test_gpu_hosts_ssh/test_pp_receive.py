@@ -8,17 +8,19 @@ second change of cpu-tiny-pp2's 2x2 is the compiled forward, which the stand-in 
 runs with C=none D=none and says the 2x2 was skipped. Everything else is the class's plan: its profile's
 max_num_seqs, chunk and seed, its container spec, its NUMA and RAM checks, and the patched runtime's two patches.
 
-What is asserted is the procedure, not the effect: before the change the second stage received first, after it the
-receive ran inside its preparation (the patch did what it says, on this host's engine), the outputs stayed within
-run-to-run variation, and the compare judged the prediction written first. Its verdict is printed, whichever
-it is (on the CPU engine the effect was within restart-to-restart noise: docs/experiments/pp-receive.md).
+What is asserted is the procedure, not the effect: with the trace on, A's second stage received first and B's
+received inside its preparation (the patch did what it says, on this host's engine), the outputs stayed within
+run-to-run variation, the benches ran the profiles' untraced copies, and the compares judged the two predictions
+written first. Their verdicts are printed, whichever they are (on the CPU engine the effect was within
+restart-to-restart noise: docs/experiments/pp-receive.md). What it keeps goes to a scratch KEEP=, not docs/.
 
-Opt-in, not in make test: `make test-pp-receive`, about 15 minutes here (859 s on 2026-12-06: the hosts, a
-capture, validate's two deploys, four deploys and benches, a capture).
+Opt-in, not in make test: `make test-pp-receive`, about 17 minutes here (859 s on 2026-12-06 before the run mode
+captured both A and B first: the hosts, a capture, validate's two deploys, four deploys and benches, a capture).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -34,12 +36,13 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.environ.get("REFDEPLOY_PP_RECEIVE") != "1", reason="make test-pp-receive runs it"),
 ]
-# The stand-in's engines on the 3090 test host: A before; validate's B and A's restart (its first A is the one
-# running); A, B, B, A; B after. Seen: 8 (2026-12-06).
-ENGINE_STARTS = 8
+# The stand-in's engines on the 3090 test host: A before; A and B traced; validate's A, B and A's restart; A, B, B, A
+# untraced.
+ENGINE_STARTS = 10
 
 HOST = next(h for h, (_ip, group, _f, _p) in HOSTS.items() if group == "gpu_rtx3090")
-PREDICT = "tpot_ms down >= 5% at c1"  # as on cpu-tiny-pp2: the preparation, ~1 ms of a ~10 ms step at c1
+# As on cpu-tiny-pp2: the preparation, ~1 ms of a ~10 ms step at c1; at c4 the overlap is a share of every step.
+PREDICTIONS = ("PREDICT_C1=tpot_ms down >= 5% at c1", "PREDICT_C4=output_tok_s up >= 5% at c4")
 RANK = re.compile(
     r"rank (\d+) \(PP (\d+), TP \d+, model runner (\S+)\): (\d+) steps with a forward pass; the receive came first "
     r"in (\d+) of \d+ steps, inside the preparation in (\d+)"
@@ -92,18 +95,34 @@ def test_the_pp_receive_experiment_runs_on_the_3090_class_as_documented(
     steps, first, _inside = _second_stage((before_log / "trace-before.ranks.txt").read_text())
     assert steps > 100 and first >= 0.9 * steps, f"before: rank 1 received first in {first} of {steps} steps"
 
-    out, log = _procedure(inv, "run", f"PREDICT={PREDICT}", f"A={a}", f"B={b}", "C=none", "D=none", timeout=3600)
-    validate = (log / "validate.log").read_text()
-    assert re.search(r"^verdict: WITHIN RUN-TO-RUN VARIATION$", validate, re.M), validate[-3000:]
-    compare = (log / "compare-ab.log").read_text()
-    # The hypothesis written first, judged (hypothesis.render): its verdict, whichever it is, is the result.
-    verdict = re.search(r"^\s*verdict: (CONFIRMED|REFUTED|INCONCLUSIVE)$", compare, re.M)
-    assert verdict and "note: written after" not in compare, compare[-3000:]
-    assert "the 2x2 is skipped" in (log / "compare-2x2.log").read_text()
-    steps_after, first_after, inside_after = _second_stage((log / "trace-after.ranks.txt").read_text())
-    assert steps_after > 100 and inside_after >= 0.9 * steps_after and first_after == 0, (
-        f"after: rank 1's receive inside its preparation in {inside_after} of {steps_after} steps"
+    keep = tmp_path / "kept"
+    out, log = _procedure(inv, "run", *PREDICTIONS, f"A={a}", f"B={b}", "C=none", "D=none", f"KEEP={keep}",
+                          timeout=3600)  # fmt: skip
+    steps_a, first_a, _ = _second_stage((log / "trace-a.ranks.txt").read_text())
+    assert steps_a > 100 and first_a >= 0.9 * steps_a, f"A: rank 1 received first in {first_a} of {steps_a} steps"
+    steps_b, first_b, inside_b = _second_stage((log / "trace-b.ranks.txt").read_text())
+    assert steps_b > 100 and inside_b >= 0.9 * steps_b and first_b == 0, (
+        f"B: rank 1's receive inside its preparation in {inside_b} of {steps_b} steps"
     )
+    validate = (keep / "validate.txt").read_text()
+    assert re.search(r"^verdict: WITHIN RUN-TO-RUN VARIATION$", validate, re.M), validate[-3000:]
+    for at in ("c1", "c4"):
+        compare = (keep / f"compare-ab-{at}.txt").read_text()
+        # The hypothesis written first, judged (hypothesis.render): its verdict, whichever it is, is the result.
+        verdict = re.search(r"^\s*verdict: (CONFIRMED|REFUTED|INCONCLUSIVE)$", compare, re.M)
+        assert verdict and "note: written after" not in compare, compare[-3000:]
+        assert json.loads((keep / f"hypothesis-{at}.json").read_text())["prediction"]["point"] == at
+    assert "the 2x2 is skipped" in (log / "compare-2x2.log").read_text()
+    # The benches ran without the instrument: each bench's own manifest names the profile's untraced copy.
+    ran = (keep / "ran.txt").read_text()
+    assert "order: A B B A" in ran, ran
+    benches = re.search(r"^benches: A=(\S+) B=(\S+) ", ran, re.M)
+    assert benches, ran
+    for side, name in zip(benches.groups(), ("rtx3090-pp3-ranktrace", "rtx3090-pp3-deferred"), strict=True):
+        dirs = side.split(",")
+        assert len(dirs) == 2, side
+        for d in dirs:
+            manifest = json.loads((Path(d) / "bench" / "manifest.json").read_text())
+            assert manifest["profile"] == f"{name}-untraced", (d, manifest["profile"])
     print(f"\nbefore ({before_log}):\n{(before_log / 'trace-before.ranks.txt').read_text()}")
     print(f"\nthe procedure ({log}):\n{out[-6000:]}")
-    print(f"\nafter:\n{(log / 'trace-after.ranks.txt').read_text()}")
