@@ -183,6 +183,22 @@ def test_three_stages_sum_the_overlap_of_both_receiving_stages_and_a_deferred_mi
     ]  # fmt: skip
 
 
+def test_a_receive_that_did_not_wait_is_ruled_out_though_it_came_first(tmp_path: Path) -> None:
+    """RECORDED (tests/fixtures/rank_trace/pp2-cpu-tiny-heavy-last/): vLLM's order, the receive first in every step,
+    but the last stage the slower (layers 1/3) under concurrency 8, so the previous stage's metadata was already
+    there: the ordering alone is no cause, and deferring the receive wins nothing."""
+    run = _copy("capture-cpu-tiny", tmp_path)
+    shutil.copytree(RANK_TRACE.parent / "pp2-cpu-tiny-heavy-last", run / "ranks")
+    d, _js, _txt = run_diagnosis(run)
+    (f,) = [f for f in d.findings if f.rule == "pp_order"]
+    assert f.verdict == "rules out", render_text(d)
+    assert f.title == (
+        "rank 1 (PP 1, model runner V1) receives before it prepares, but the receive did not wait: 0.05 ms of a "
+        "3.671 ms step (under 5%): the metadata was there, and deferring it wins nothing"
+    )
+    assert f.symptom == "the receive came first in 60 of 60 steps" and f.explains == 0
+
+
 def test_the_schema_file_is_the_models_and_rejects_what_the_model_does() -> None:
     assert json.loads(SCHEMA.read_text()) == json.loads(json.dumps(json_schema())), (
         "docs/diagnosis.schema.json is stale: python -m serving.diagnose.model > docs/diagnosis.schema.json"
