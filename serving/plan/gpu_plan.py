@@ -9,6 +9,8 @@ every failure as one line, and renders the container spec only for a host that p
     "hostname": "gpu3090-a",
     "nvidia_smi_L": <nvidia-smi -L>, "query_gpu": <nvidia-smi --query-gpu=QUERY_GPU_FIELDS ...>,
     "topo": <nvidia-smi topo -m>,
+    optional, whether the GPUs can talk (serving.host.pcie_peer): "p2p_read" <nvidia-smi topo -p2p r>, "pci_paths",
+    "acs" <lspci -D -vvv of the GPUs' bridges>, "iommu"; "missing lspci" when pciutils is absent
     "sysfs": <one "PATH<TAB>CONTENT" line per file under /sys/devices/system/node and /sys/bus/pci/devices>,
     "meminfo": <cat /proc/meminfo>,
     "cgroup_fs": <stat -fc %T /sys/fs/cgroup: cgroup2fs on v2, tmpfs on v1 and hybrid>,
@@ -33,7 +35,7 @@ from pydantic import ConfigDict
 from serving.config.profile import Gpu, Profile
 from serving.config.schema import StrictModel
 from serving.errors import InputError
-from serving.host import gpu_facts, limits, numa, nvme, pinned_ram
+from serving.host import gpu_facts, limits, numa, nvme, pcie_peer, pinned_ram
 from serving.host.numa import NumaPlan
 from serving.plan.render import PROFILE_LABEL, SPEC_LABEL, render_container_spec, spec_digest
 
@@ -71,6 +73,8 @@ class GpuHostPlan:
     placement: NumaPlan | None = None
     # The NVIDIA container toolkit is missing and the inventory lets the deploy install it (role nvidia_toolkit).
     toolkit_install: bool = False
+    # Whether the planned GPUs can talk: P2P, ACS, IOMMU, with its warnings and notes (serving/host/pcie_peer.py).
+    peer: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -362,6 +366,10 @@ def plan_gpu_host(
     data, data_failures = check_data(readings, host, data_disk)
     failures += data_failures
     spec = render_gpu_container_spec(profile, image, plan) if plan is not None and not failures else None
+    peer = pcie_peer.peer_section(
+        readings, {g.index: g.pci_bus_id for g in gpus}, profile.gpu.devices,
+        profile.vllm.tensor_parallel_size or 1, profile.vllm.pipeline_parallel_size or 1, host,
+    )  # fmt: skip
     return GpuHostPlan(
         host=host,
         failures=failures,
@@ -374,6 +382,7 @@ def plan_gpu_host(
         slice_unit=serving_slice(profile, plan) if plan is not None else None,
         placement=plan,
         toolkit_install=toolkit_install,
+        peer=peer,
     )
 
 
@@ -446,6 +455,7 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "data": plan.data,
         "slice": plan.slice_unit,
         "toolkit_install": plan.toolkit_install,
+        "peer": plan.peer,
     }
 
 
@@ -466,6 +476,8 @@ class GpuFacts(StrictModel):
     data: list[dict[str, Any]] | None
     slice: dict[str, Any] | None
     toolkit_install: bool
+    # Whether the planned GPUs can talk (serving/host/pcie_peer.py); None where the host was not asked.
+    peer: dict[str, Any] | None = None
     # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
     engine_memlock: str
 
