@@ -27,9 +27,9 @@ Readings (each the tool's own output, in its own format): hostname, served_files
 '%s\\t%p\\n'`), model_headers (JSON: each served config.json's text and each GGUF file's header as the format lays
 it out, metadata and tensor table, never the weights), df (`df -B1 --output=target,avail,size` of the served
 directories, Docker's data root and `cache_dir`, after a "<role>\\t<path>" line for each), api_key_file (`stat -c
-'%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L,
-query_gpu, topo, sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo, nvidia_version
-(/proc/driver/nvidia/version), cgroup_fs,
+'%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L, query_gpu, topo, the GPUs' peer readings p2p_read, pci_paths, acs and iommu
+(module_utils/refdeploy_pcie_peer.py), sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo,
+nvidia_version (/proc/driver/nvidia/version), cgroup_fs,
 docker_runtimes, dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the
 tools the host lacks, `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead
 NFS mount, a dockerd that does not answer): the plan names each one. `host_facts` are the setup module's own
@@ -66,8 +66,8 @@ changed wheel or CA builds a new image rather than finding the old one.
 The one replay seam (tests/replay/README.md; never set in production): where REFDEPLOY_REPLAY_DIR names a directory
 of recorded readings, its sys/ stands for /sys and its host/ holds the host-level readings a test container cannot
 have (meminfo.txt, proc-driver-nvidia-version.txt, cgroup-fs.txt, docker-runtimes.json, dockerd-limits.txt). The
-tools a test host cannot have (nvidia-smi, lsblk, findmnt, nvme, systemctl) are stand-ins found first on its PATH,
-which serve the same directory; this module runs tools by PATH like any other.
+tools a test host cannot have (nvidia-smi, lsblk, findmnt, nvme, lspci, systemctl) are stand-ins found first on its
+PATH, which serve the same directory; this module runs tools by PATH like any other.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ from ansible.module_utils.facts.system.distribution import DistributionFactColle
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
 
 from ansible.module_utils.refdeploy_cgroups import HOSTCONFIG_FIELDS, container_cgroup, read_limits
+from ansible.module_utils.refdeploy_pcie_peer import bus_ids_of, peer_readings
 
 # The NUMA topology: each node's CPUs, and each PCI device's node and local CPUs.
 SYSFS = ("devices/system/node/node*/cpulist", "bus/pci/devices/*/numa_node", "bus/pci/devices/*/local_cpulist")
@@ -282,6 +283,10 @@ def readings(
         out["nvidia_smi_L"] = r.run(["nvidia-smi", "-L"])
         out["query_gpu"] = r.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
         out["topo"] = r.run(["nvidia-smi", "topo", "-m"])
+        # Whether the GPUs can reach each other: P2P, the ACS of their bridges, their IOMMU groups.
+        out.update(peer_readings(bus_ids_of(out["query_gpu"], fields), r.run, r.sys_root))
+        if not r.which("lspci"):
+            r.missing.append("lspci")
     else:
         r.missing.append("nvidia-smi")
     # The NVIDIA container toolkit's runtime, which daemon.json's nvidia runtime names: Docker lists a runtime

@@ -9,6 +9,8 @@ every failure as one line, and renders the container spec only for a host that p
     "hostname": "gpu3090-a",
     "nvidia_smi_L": <nvidia-smi -L>, "query_gpu": <nvidia-smi --query-gpu=QUERY_GPU_FIELDS ...>,
     "topo": <nvidia-smi topo -m>,
+    optional, whether the GPUs can talk (serving.host.pcie_peer): "p2p_read" <nvidia-smi topo -p2p r>, "pci_paths",
+    "acs" <lspci -D -vvv of the GPUs' bridges>, "iommu"; "missing lspci" when pciutils is absent
     "sysfs": <one "PATH<TAB>CONTENT" line per file under /sys/devices/system/node and /sys/bus/pci/devices>,
     "meminfo": <cat /proc/meminfo>,
     "cgroup_fs": <stat -fc %T /sys/fs/cgroup: cgroup2fs on v2, tmpfs on v1 and hybrid>,
@@ -34,7 +36,7 @@ from pydantic import ConfigDict, Field
 from serving.config.profile import Gpu, Profile
 from serving.config.schema import StrictModel
 from serving.errors import InputError
-from serving.host import gpu_facts, limits, numa, nvidia_module, nvme, pinned_ram
+from serving.host import gpu_facts, limits, numa, nvidia_module, nvme, pcie_peer, pinned_ram
 from serving.host.numa import NumaPlan
 from serving.plan.render import PROFILE_LABEL, SPEC_LABEL, render_container_spec, spec_digest
 
@@ -76,6 +78,8 @@ class GpuHostPlan:
     notes: tuple[str, ...] = ()
     # The NVIDIA kernel module the host runs (/proc/driver/nvidia/version): flavour, version, arch; None: not read.
     kernel_module: dict[str, str] | None = None
+    # Whether the planned GPUs can talk: P2P, ACS, IOMMU, with its warnings and notes (serving/host/pcie_peer.py).
+    peer: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -376,6 +380,10 @@ def plan_gpu_host(
     data, data_failures = check_data(readings, host, data_disk)
     failures += data_failures
     spec = render_gpu_container_spec(profile, image, plan) if plan is not None and not failures else None
+    peer = pcie_peer.peer_section(
+        readings, {g.index: g.pci_bus_id for g in gpus}, profile.gpu.devices,
+        profile.vllm.tensor_parallel_size or 1, profile.vllm.pipeline_parallel_size or 1, host,
+    )  # fmt: skip
     return GpuHostPlan(
         host=host,
         failures=failures,
@@ -390,6 +398,7 @@ def plan_gpu_host(
         toolkit_install=toolkit_install,
         notes=tuple(notes),
         kernel_module=asdict(module) if module is not None else None,
+        peer=peer,
     )
 
 
@@ -464,6 +473,7 @@ def to_json(plan: GpuHostPlan) -> dict[str, Any]:
         "toolkit_install": plan.toolkit_install,
         "notes": list(plan.notes),
         "kernel_module": plan.kernel_module,
+        "peer": plan.peer,
     }
 
 
@@ -486,6 +496,8 @@ class GpuFacts(StrictModel):
     toolkit_install: bool
     notes: list[str] = Field(default_factory=list)
     kernel_module: dict[str, str] | None = None
+    # Whether the planned GPUs can talk (serving/host/pcie_peer.py); None where the host was not asked.
+    peer: dict[str, Any] | None = None
     # What the runtime role writes as LimitMEMLOCK, in the form systemd accepts ("" when it writes nothing).
     engine_memlock: str
 

@@ -598,4 +598,6 @@ def describe(plan: Plan) -> list[str]:
         front = plan.front_door
         lines.append(f"  front door {front['name']} on {front['url']} (TLS, the API key on every route)")
     lines.append(f"  probes read: {plan.probes.data_file or '-'} ({plan.probes.data_file_note})")
+    peer = (plan.gpu.peer if plan.gpu is not None else None) or {}
+    lines += [f"  warning: {w}" for w in peer.get("warnings", [])] + [f"  note: {n}" for n in peer.get("notes", [])]
     return lines + capacity.describe(plan.model, plan.capacity)

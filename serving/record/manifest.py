@@ -34,7 +34,9 @@ from serving.plan.render import PROFILE_LABEL, SPEC_LABEL
 
 # 2: the repo's commit, the host's tuning, and the running container's spec digest, profile and argv read back.
 # 3: every limit at every cgroup level, Docker's HostConfig limits and each thread's affinity (limits_in_force).
-SCHEMA_VERSION = 3
+# 4: the GPUs' peer section (gpu.peer): P2P by GPU pair, ACS of their bridges, the IOMMU and their groups; the
+#    kernel module (gpu.kernel_module) and each GPU's persistence and MIG modes.
+SCHEMA_VERSION = 4
 # What `make verify` accepts as a reference: the manifests of a deploy (running, or rendered only).
 DEPLOY_KINDS = ("deploy", "deploy-rendered")
 
@@ -388,6 +390,8 @@ def gpu_section(gpu: dict[str, Any] | None, host: dict[str, Any] | None) -> dict
         "ram_budget": gpu.get("ram_budget"),
         "ram_budget_table": (gpu.get("ram_budget_table") or "").splitlines(),
         "data": gpu.get("data"),
+        # Whether the GPUs can talk (serving/host/pcie_peer.py), as the plan read the host, with its lines.
+        "peer": gpu.get("peer"),
         "slice": {
             **(gpu.get("slice") or {}),
             "limits_read_back": limits,

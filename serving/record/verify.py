@@ -61,6 +61,8 @@ KEYED_LISTS: dict[str, str] = {
     "plan.capacity.disk": "place",
     "plan.launch.ranks": "rank",
     "gpu.gpus": "index",
+    "gpu.peer.talking": "gpus",
+    "plan.gpu.peer.talking": "gpus",
     "host_tuning.gpus": "index",
 }
 # argv lists compared flag by flag (`--max-num-seqs` and its value), so a difference names the flag.
@@ -123,6 +125,14 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("gpu.host_settings", INFORMATIONAL, "what that deploy's host roles changed; verify changes nothing"),
     ("gpu.host_settings.*", INFORMATIONAL, "what that deploy's host roles changed; verify changes nothing"),
     ("gpu.data.smart.*", INFORMATIONAL, "the drive's counters (data read, hours, temperature) move"),
+    # The peer section (serving/host/pcie_peer.py): P2P by pair, ACS bits, IOMMU mode and the talking pairs are
+    # must-match; where the bridges sit, group numbers and the wording of its lines follow from those or move.
+    ("*gpu.peer.paths*", INFORMATIONAL, "PCI addresses of the bridges above each GPU: the ACS bits are compared"),
+    ("*gpu.peer.acs.*.name", INFORMATIONAL, "lspci's description of a bridge"),
+    ("*gpu.peer.iommu.groups_total", INFORMATIONAL, "how many IOMMU groups the host has: its other devices"),
+    ("*gpu.peer.iommu.gpus.*", INFORMATIONAL, "IOMMU group numbers and members: the mode is compared"),
+    ("*gpu.peer.warnings*", INFORMATIONAL, "lines said from the compared facts"),
+    ("*gpu.peer.notes*", INFORMATIONAL, "lines said from the compared facts"),
 )
 DEFAULT_WHY = "what makes the environment"
 # Subtrees compared whole: one difference, not one per measured value (verify.json keeps both whole).

@@ -133,7 +133,7 @@ def test_the_manifest_records_the_hosts_tuning_and_the_repos_commit(vllm_cpu_fix
     raw["host_tuning"] = {"cmdline": "ro quiet\n", "thp_enabled": "[always] madvise never\n", "swappiness": "10\n"}
     raw["repo"] = {"commit": "c0ffee" * 6 + "0123", "dirty": False, "changed": [], "changed_count": 0}
     m = build_manifest(raw)
-    assert m["schema_version"] == SCHEMA_VERSION == 3
+    assert m["schema_version"] == SCHEMA_VERSION == 4
     assert m["host_tuning"]["kernel_cmdline"] == "ro quiet" and m["host_tuning"]["thp"]["enabled"] == "always"
     assert m["host_tuning"]["swappiness"] == 10 and m["host_tuning"]["numa_balancing"] == "absent"
     assert m["repo"] == raw["repo"]
