@@ -27,15 +27,15 @@ Readings (each the tool's own output, in its own format): hostname, served_files
 '%s\\t%p\\n'`), model_headers (JSON: each served config.json's text and each GGUF file's header as the format lays
 it out, metadata and tensor table, never the weights), df (`df -B1 --output=target,avail,size` of the served
 directories, Docker's data root and `cache_dir`, after a "<role>\\t<path>" line for each), api_key_file (`stat -c
-'%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L, query_gpu, topo, the GPUs' peer readings p2p_read, pci_paths, acs and iommu
-(module_utils/refdeploy_pcie_peer.py), sysfs (node and PCI NUMA files as "/sys/<path>\\t<value>"), meminfo,
-nvidia_version (/proc/driver/nvidia/version), cgroup_fs,
-docker_runtimes, dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the
-tools the host lacks, `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead
-NFS mount, a dockerd that does not answer): the plan names each one. `host_facts` are the setup module's own
-facts for the platform, the distribution, the CPUs and the memory (ansible_hostname, ansible_distribution_version,
-ansible_processor_vcpus, ansible_memtotal_mb, ...), read by its own collectors in this same run: a playbook gets
-them without gathering facts, whose hardware subset also scans mounts, devices and DMI.
+'%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L, query_gpu, topo, the GPUs' peer readings p2p_read,
+pci_paths, acs and iommu (module_utils/refdeploy_pcie_peer.py), sysfs (node and PCI NUMA files as
+"/sys/<path>\\t<value>"), meminfo, nvidia_version (/proc/driver/nvidia/version), cgroup_fs, docker_runtimes,
+dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the tools the host lacks,
+`timeout` the commands that did not answer within timeout_s (a wedged driver, a dead NFS mount, a dockerd that does
+not answer): the plan names each one. `host_facts` are the setup module's own facts for the platform, the
+distribution, the CPUs and the memory (ansible_hostname, ansible_distribution_version, ansible_processor_vcpus,
+ansible_memtotal_mb, ...), read by its own collectors in this same run: a playbook gets them without gathering
+facts, whose hardware subset also scans mounts, devices and DMI.
 
 `host_state` is what is on the host now, for the roles to act on (not for the plan, which must not vary with
 it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker version`, and `port_owners`, the
