@@ -29,7 +29,9 @@ def _overlaps(line: str, start: float, end: float) -> bool:
 
 def copy_window(src: Path, out: Path, start: float, end: float) -> dict[str, Any]:
     """The lines of `src`'s rank files whose steps overlap [start, end] into out/ranks/rank<R>.steps.jsonl (the
-    rotated file's first); what was kept: {"dir", "ranks": {R: steps}, "unreadable": [...]}."""
+    rotated file's first); what was kept: {"dir", "ranks": {R: steps}, "unreadable": [...]}. A rank with no step in
+    the window is left out: the directory outlives engines, and an earlier engine with more ranks (PP=3 before
+    PP=2) leaves a file no rank of this one writes."""
     kept: dict[str, int] = {}
     unreadable: list[str] = []
     by_rank: dict[str, list[str]] = {}
@@ -44,6 +46,7 @@ def copy_window(src: Path, out: Path, start: float, end: float) -> dict[str, Any
             unreadable.append(f"{path.name}: {e.strerror or e}")
             continue
         by_rank.setdefault(rank, []).extend(ln for ln in lines if _overlaps(ln, start, end))
+    by_rank = {rank: lines for rank, lines in by_rank.items() if lines}
     if by_rank:
         (out / RANKS_DIR).mkdir(parents=True, exist_ok=True)
     for rank, lines in sorted(by_rank.items(), key=lambda kv: int(kv[0])):

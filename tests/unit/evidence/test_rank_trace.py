@@ -104,6 +104,8 @@ def test_the_capture_keeps_the_steps_that_overlap_its_window_byte_for_byte(tmp_p
     (src / "rank0.steps.jsonl.1").write_text("\n".join(lines[:10]) + "\n")
     (src / "rank0.steps.jsonl").write_text("\n".join(lines[10:]) + "\n")
     (src / "other.txt").write_text("not a rank file\n")
+    # An earlier engine's third stage (PP=3 before this PP=2): its steps all ended before the window.
+    (src / "rank2.steps.jsonl").write_text(lines[0] + "\n")
     start, end = json.loads(lines[8])["t0"], json.loads(lines[12])["t1"]
     got = copy_window(src, tmp_path / "bundle", start, end)
     kept = (tmp_path / "bundle" / "ranks" / "rank0.steps.jsonl").read_text().splitlines()
