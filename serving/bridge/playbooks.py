@@ -349,17 +349,17 @@ def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings:
 
 def gpu_smoke(run: Mapping[str, Any], plan: Any, host: Any, held: Any) -> dict[str, Any]:
     """The GPU smoke test's run (a command task's result) against the plan's: {"problems": [one line each],
-    "measured": the collectives' seconds in one line, or None}."""
+    "measured": the collectives' seconds in one line, or "" where they did not run (a failed run)}."""
     from serving.plan.gpu_smoke import measured, outcome
 
     smoke = parse_plan(plan).gpu_smoke
     if smoke is None:
-        return {"problems": [f"the plan of {host} has no GPU smoke test to judge"], "measured": None}
+        return {"problems": [f"the plan of {host} has no GPU smoke test to judge"], "measured": ""}
     problems = outcome(
         str(run.get("stdout") or ""), str(run.get("stderr") or ""), int(run.get("rc", -1)), smoke, str(host),
         bool(held),
     )  # fmt: skip
-    return {"problems": problems, "measured": measured(str(run.get("stdout") or ""))}
+    return {"problems": problems, "measured": measured(str(run.get("stdout") or "")) or ""}
 
 
 def torch_source(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:

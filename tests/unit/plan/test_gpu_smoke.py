@@ -158,13 +158,19 @@ def test_the_playbooks_filter_reads_a_command_tasks_result() -> None:
     run = {"rc": 1, "stdout": (H200 / "gpu-smoke-no-device.json").read_text(), "stderr": ""}
     assert playbooks.gpu_smoke(run, plan, "h", False) == {
         "problems": ["GPU smoke test on h failed: CUDA did not initialise: No CUDA GPUs are available"],
-        "measured": None,
+        "measured": "",
     }
+    # Docker could not start it at all (no NVIDIA runtime: Docker 20.10's words, as this machine's engine says them):
+    # nothing measured, and "" is what the role's `length` test reads (None failed the deploy's task in CI).
+    refused = {"rc": 125, "stdout": "", "stderr": 'docker: Error response from daemon: could not select device '
+               'driver "" with capabilities: [[gpu]].'}  # fmt: skip
+    judged_refused = playbooks.gpu_smoke(refused, plan, "h", False)
+    assert judged_refused["measured"] == "" and "the NVIDIA container toolkit" in judged_refused["problems"][0]
     # The PP=3 plan has collectives: the per-GPU phase alone (the fixture) is not a pass, with them it is.
     recorded = (REPO / "tests" / "fixtures" / "gpu-hosts" / "rtx3090-3gpu" / "gpu-smoke.json").read_text()
     assert playbooks.gpu_smoke({"rc": 0, "stdout": recorded}, plan, "h", False) == {
         "problems": ["GPU smoke test on h: the image ran no collectives: is it older than the plan's smoke test?"],
-        "measured": None,
+        "measured": "",
     }
     passed = (COLLECTIVES / "gloo-pp3.json").read_text()
     judged = playbooks.gpu_smoke({"rc": 0, "stdout": passed}, plan, "h", False)
