@@ -15,6 +15,7 @@ from typing import Any
 from serving.config.redact import API_KEY_MOUNT
 from serving.errors import InputError
 from serving.plan.plan import parse_plan, running_state, verify_ranks
+from serving.plan.render import API_SOCKET_MOUNT, PROBE_GID, PROBE_UID
 
 
 def redact(document: Any) -> Any:
@@ -116,7 +117,6 @@ def capture_load(p: Any, workload: str) -> dict[str, Any] | None:
         "concurrency": w.concurrency[0] if w.concurrency else 1,
         "seed": w.seed,
         "timeout_s": w.run_timeout_s,
-        "port": p.profile.ports.container_port,
     }
 
 
@@ -143,7 +143,7 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         argv = render_capture_argv(
             p.images.probes_tag,
             p.profile.container.name,
-            p.profile.ports.container_port,
+            p.api.socket_dir,
             str(settings["out"]),
             float(settings["seconds"]),
             parts,
@@ -177,12 +177,14 @@ def capture_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _requests_container(p: Any, name: str, out: str) -> list[str]:
-    """`docker run` of a probe-image container that sends requests from inside vLLM's network namespace
-    (make profile, make validate): read-only, no capability, 256 MiB, writing only `out` (at /out), on the CPUs
-    the plan keeps for the probes, with the API key's copy where the server has one; up to the image."""
-    argv = ["docker", "run", "--rm", "--name", name, "--network", f"container:{p.profile.container.name}",
+    """`docker run` of a probe-image container that sends requests to vLLM's socket (make profile, make validate):
+    no network, of the socket's group with its directory mounted read-only, read-only, no capability, 256 MiB,
+    writing only `out` (at /out), on the CPUs the plan keeps for the probes, with the API key's copy where the
+    server has one; up to the image."""
+    argv = ["docker", "run", "--rm", "--name", name, "--network", "none",
+            "--group-add", str(p.api.socket_gid), "--volume", f"{p.api.socket_dir}:{API_SOCKET_MOUNT}:ro",
             "--read-only", "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--memory", "256m", "--volume", f"{out}:/out"]  # fmt: skip
+            "--memory", "256m", "--pids-limit", "256", "--volume", f"{out}:/out"]  # fmt: skip
     if p.probes.cpus:
         argv += ["--cpuset-cpus", p.probes.cpus]
     if p.api.key_file:
@@ -198,7 +200,7 @@ def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     key = bool(p.api.key_file)
     argv = _requests_container(p, name, str(settings["out"]))
     argv += ["python3", "-m", "probes.senders.correctness", "--out", "/out",
-             "--port", str(p.profile.ports.container_port), "--model", p.profile.model.served_name]  # fmt: skip
+             "--socket", p.api.container_socket, "--model", p.profile.model.served_name]  # fmt: skip
     if key:
         argv += ["--api-key-file", API_KEY_MOUNT]
     # The first request after a start waits on the engine's warm-up (16 s here); eight requests of at most 5 min.
@@ -207,7 +209,7 @@ def correctness_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def profiler_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The probe container of `make profile`: /start_profile, REQUESTS requests of WORKLOAD, /stop_profile
-    (probes/senders/profiler_run.py), inside vLLM's network namespace; {"error": line} on bad input."""
+    (probes/senders/profiler_run.py), over vLLM's socket; {"error": line} on bad input."""
     p = parse_plan(plan)
     try:
         if p.profiler is None:
@@ -246,6 +248,34 @@ def _depths(value: Any) -> list[int]:
     return depths
 
 
+def probe_io_target(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """fio's target, {"target"}: the inventory's probe_io_target (settings "target"), else the plan's largest
+    served file; "error", one line, where it is outside the data directories (settings "data_dirs", else the
+    plan's), and, with the host's stat of it (settings "stat": rc, stdout, stderr), where fio could not read it
+    (serving/evidence/probe_outcome.py io_target_problem). "" and an error where there is none."""
+    from serving.evidence.probe_outcome import io_target_problem
+    from serving.evidence.probe_plan import io_target_outside
+
+    p = parse_plan(plan)
+    target = str(settings.get("target") or "") or p.probes.data_file or ""
+    if not target:
+        return {
+            "target": "",
+            "error": f"nothing to read on {p.host}: {p.probes.data_file_note}; stage the model, or set "
+            "probe_io_target to a file the server reads",
+        }
+    outside = io_target_outside(target, [str(d) for d in settings.get("data_dirs") or []] or p.probes.data_dirs)
+    if outside:
+        return {"target": target, "error": outside}
+    stat = settings.get("stat")
+    if not isinstance(stat, Mapping):
+        return {"target": target}
+    problem = io_target_problem(
+        p.host, target, int(stat.get("rc", -1)), str(stat.get("stdout") or ""), str(stat.get("stderr") or "")
+    )
+    return {"target": target} if problem is None else {"target": target, "error": problem}
+
+
 def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     """fio's `docker run` argv: the largest served file unless the inventory names a target."""
     from serving.evidence.probe_plan import parse_thresholds, probe_io_timeout_s, render_probe_io_argv
@@ -276,7 +306,9 @@ def probe_io_argv(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
     except InputError as e:
         return {"error": str(e)}
     timeout_s = int(settings.get("timeout_s") or 0) or probe_io_timeout_s(runtime_s, len(depths))
-    return {"argv": argv, "target": target, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1]}
+    # out_owner: the fio container's user (PROBE_UID:PROBE_GID), the owner the role gives the output directory.
+    return {"argv": argv, "target": target, "timeout_s": timeout_s, "container": argv[argv.index("--name") + 1],
+            "out_owner": {"owner": PROBE_UID, "group": PROBE_GID}}  # fmt: skip
 
 
 def bench_plan(plan: Any, settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -60,11 +60,12 @@ def allowed(spec: Mapping[str, Any]) -> str:
 
 
 def _shown(name: str, value: Any) -> str:
-    from serving.config.redact import is_secret_name
+    from serving.config.redact import is_secret_name, redact_text
 
     if is_secret_name(name):  # a refusal must not print what may be a secret
         return "<not shown>"
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    # Nor one inside another value (a proxy URL's password), hidden before the cut, which could halve it.
+    text = redact_text(value if isinstance(value, str) else json.dumps(value, default=str))
     return json.dumps(text[:60] + ("..." if len(text) > 60 else ""))
 
 

@@ -36,6 +36,13 @@ def test_the_value_of_a_variable_named_like_a_secret_is_not_shown() -> None:
     assert "tok-secret" not in said
 
 
+def test_a_credential_inside_a_shown_value_is_hidden() -> None:
+    options = {"probe_mirror": ("probe", {"type": "int", "description": "A mirror."})}
+    said = role_vars.check({"probe_mirror": "https://ci:pa/s3cret-46@mirror.invalid"}, options)
+    assert said is not None and said.startswith('probe_mirror="https://<redacted>@mirror.invalid" is not'), said
+    assert "s3cret-46" not in said
+
+
 def test_values_ansible_converts_pass_and_unknown_or_unset_names_are_left_alone() -> None:
     assert role_vars.check({"bench_runs": "5", "probe_io_depths": [1, 64], "serve_force_replace": "yes"}) is None
     assert role_vars.check({"not_a_role_variable": object(), "bench_runs": None}) is None

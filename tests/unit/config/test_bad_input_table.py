@@ -9,6 +9,11 @@ line of error output (besides make's own "make: *** [...] Error 2" trailer, whic
 input and saying what to do; no traceback; no advice to delete anything; the row's secret, if it carries one, not
 shown; and nothing created: the row's sandbox (its runs/ included) and its TMPDIR are as they were. The rows run
 concurrently, each in its own sandbox, so the table costs about as long as its slowest few rows.
+
+The injection rows (issue 46) put each way a value could become a command into every make variable that takes
+free text, and into a profile's name: a shell separator, $(...), backticks, an Ansible template, a newline, and
+'../'. Each would touch MARKER in the row's sandbox if it ran; the row asserts the one-line refusal and that
+MARKER was never created.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ TS = "20261205T101010Z"
 CPU_TINY = yaml.safe_load((REPO / "serving" / "profiles" / "cpu-tiny.yaml").read_text())
 SMOKE = yaml.safe_load((REPO / "serving" / "workloads" / "smoke.yaml").read_text())
 BENCH = {"manifest.json": json.dumps({"kind": "bench", "runs": [], "workload": {}}), "runs/": ""}
+PATCHES = REPO / "images" / "vllm" / "patches"
 MAKE_TRAILER = re.compile(r"^make(\[\d+\])?: \*\*\* \[.*\] Error \d+$")
 
 
@@ -98,7 +104,7 @@ ROWS = [
     Row("DESIGN", "both", "not a design", "make", ("compare", "A=x", "B=y", "DESIGN=both"),
         ("DESIGN=both", "give DESIGN=restarts")),
     Row("LEVEL", "abc", "wrong type: argparse's usage dump before", "make", ("compare", "A=x", "B=y", "LEVEL=abc"),
-        ("--level", "'abc'", "--help")),
+        ("LEVEL=abc", "give LEVEL=0.95")),
     Row("B", "", "missing", "make", ("compare", "A=x"), ("set A=<run> and B=<run>",)),
     Row("B", "", "missing, for validate", "make", ("validate", "A=cpu-tiny"), ("set A=<profile> and B=<profile>",)),
     Row("PROFILE", "cpu-tiny", "ambiguous beside A and B", "make", ("validate", "A=a", "B=b", "PROFILE=cpu-tiny"),
@@ -114,8 +120,8 @@ ROWS = [
     Row("profile", "gpu_memory_utilization: 1.5", "unsatisfiable: more than the whole device", "cli",
         ("plan", "--profile", "p.yaml"), ("vllm.gpu_memory_utilization", "less than or equal to 1"),
         {"p.yaml": _profile(vllm__gpu_memory_utilization=1.5)}),
-    Row("profile", "host_port: 70000", "out of range", "cli", ("plan", "--profile", "p.yaml"),
-        ("ports.host_port", "less than or equal to 65535"), {"p.yaml": _profile(ports__host_port=70000)}),
+    Row("profile", "ports: {host_port: 8000}", "a port vLLM no longer has", "cli", ("plan", "--profile", "p.yaml"),
+        ("ports: vLLM publishes no port", "remove ports"), {"p.yaml": _profile(ports__host_port=8000)}),
     Row("profile", "nofile soft 9 > hard 8", "unsatisfiable limit", "cli", ("plan", "--profile", "p.yaml"),
         ("container.ulimits", "above the hard limit"),
         {"p.yaml": _profile(container__ulimits={"nofile": {"soft": 9, "hard": 8}})}),
@@ -160,6 +166,11 @@ ROWS = [
         ("bench_search", 'is not one of "", rate, concurrency')),
     Row("-e serve_force_replace", "maybe", "not a boolean", "ansible", ("serve", "-e", "serve_force_replace=maybe"),
         ("serve_force_replace", "is not true or false")),
+    Row("-e probe_io_target", "a file that is not there", "missing: fio refused it after the run directory was made",
+        "ansible", ("probe_io", "-e", "serving_profile=cpu-tiny", "-e", f"images_vllm_patches_dir={PATCHES}",
+                    "-e", "probe_io_target=/var/lib/refdeploy/models/tiny-llama/nonesuch.bin"),
+        ("probe_io_target /var/lib/refdeploy/models/tiny-llama/nonesuch.bin does not exist on localhost",
+         "set probe_io_target to a model weight or data file")),
     Row("inventory probe_io_runtime_s", "ten", "wrong type in group_vars", "ansible",
         ("probe_io", "-i", "inv"), ("probe_io_runtime_s", "is not a whole number", "set it in the inventory"),
         {"inv/hosts.yml": "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n",
@@ -172,7 +183,7 @@ ROWS = [
         ("compare", f"A={TS}", f"B={TS}"), (TS, "resolves outside runs", "give the bench directory's own path"),
         {**_under(f"elsewhere/{TS}/bench", BENCH), f"runs/gpu-a/{TS}": "->../../elsewhere/" + TS}),
     Row("A", "../../etc", "a path out of runs/ that is no bench", "make", ("compare", "A=../../etc", "B=../../etc"),
-        ("../../etc: not a bench run", "expected runs/<host>/<timestamp>/bench/")),
+        ("A=../../etc", "climbs out", "give A=")),
     Row("A", "a run id that is not there", "missing", "make", ("compare", f"A={TS}", f"B={TS}"),
         (f"{TS}: not a bench run", "expected runs/<host>/<timestamp>/bench/")),
     Row("REF", f"{TS} under two hosts", "ambiguous", "make", ("verify", f"REF={TS}"),
@@ -199,8 +210,51 @@ ROWS = [
     Row("REF", "a truncated deploy manifest.json", "corrupt", "make", ("verify", "REF=m.json"),
         ("m.json is not JSON", "give the manifest.json that make deploy wrote"),
         {"m.json": '{"kind": "deploy", "plan": {"api": {"key": "sk-rowsecret'}, secret="sk-rowsecret"),
+    # --- ANSIBLE_ARGS: what Ansible took silently, or reported in 40 lines blaming the inventory ----------------------
+    Row("ANSIBLE_ARGS", "-e bench_runs=1", "a value the Makefile sets: one of the two was silently lost", "make",
+        ("bench", "ANSIBLE_ARGS=-e bench_runs=1", "RUNS=2"), ("ANSIBLE_ARGS: -e bench_runs", "give RUNS= instead")),
+    Row("ANSIBLE_ARGS", "-e serving_profile=x", "a value the Makefile sets, its make variable unset", "make",
+        ("plan", "ANSIBLE_ARGS=-e serving_profile=x"), ("ANSIBLE_ARGS: -e serving_profile", "give PROFILE=")),
+    Row("ANSIBLE_ARGS", 'unquoted JSON', "40 lines blaming the inventory before", "make",
+        ("plan", 'ANSIBLE_ARGS=-e {"probe_io_depths": [1, 64]}'), ("ANSIBLE_ARGS: -e probe_io_depths", "quote it")),
+    Row("ANSIBLE_ARGS", "key=[1, 64]", "a garbled line that named no variable before", "make",
+        ("plan", "ANSIBLE_ARGS=-e probe_io_depths=[1, 64]"), ("-e probe_io_depths=", "give it as JSON")),
+    Row("ANSIBLE_ARGS", "an injection: a template", "Ansible renders it where the variable is used", "make",
+        ("plan", "ANSIBLE_ARGS=-e \"x={{ lookup('pipe','touch MARKER') }}\""),
+        ("ANSIBLE_ARGS: -e x", "holds a template")),
 ]
 # fmt: on
+
+# Each would create MARKER in the row's sandbox if it ran: in a shell, in make ($(shell) needs no shell line), in
+# Ansible's templating (a pipe lookup), or as a second line of a generated file; '../' climbs out of a directory.
+INJECTIONS = {
+    ";": "x;touch MARKER", "$()": "x$(touch MARKER)", "$(shell)": "$(shell touch MARKER)",
+    "backticks": "x`touch MARKER`", "{{}}": "{{ lookup('pipe','touch MARKER') }}", "newline": "x\ntouch MARKER",
+    "../": "../../MARKER",
+}  # fmt: skip
+# (variable, the target that reads it, the other variables that target needs)
+FREE_TEXT = [
+    ("HOST", "status", ()), ("INVENTORY", "status", ()), ("PROFILE", "plan", ()), ("WORKLOAD", "bench", ()),
+    ("VIA", "bench", ()), ("A", "compare", ("B=y",)), ("B", "compare", ("A=x",)), ("C", "compare", ("A=x", "B=y")),
+    ("D", "compare", ("A=x", "B=y")), ("VARIABLE", "compare", ("A=x", "B=y")), ("LEVEL", "compare", ("A=x", "B=y")),
+    ("RUN", "diagnose", ()), ("REF", "verify", ()), ("PROBE", "probe", ()), ("SECONDS", "capture", ()),
+    ("LOCK_WHEELHOUSE", "lock", ()),
+]  # fmt: skip
+# The variables that take a word or a number: one shell and one make injection each (the same checker refuses all).
+WORDS = [("RUNS", "bench", ()), ("SEARCH", "bench", ()), ("REQUESTS", "profile", ()), ("KEEP", "profile", ()),
+         ("PROFILER", "plan", ()), ("DESIGN", "compare", ("A=x", "B=y"))]  # fmt: skip
+ROWS += [
+    Row(var, name, "an injection: it would run", "make", (target, *others, f"{var}={value}"),
+        (f"make {target}: {var}=", "choose" if var == "PROBE" else "give"))
+    for var, target, others, names in [*[(*f, tuple(INJECTIONS)) for f in FREE_TEXT],
+                                       *[(*w, (";", "$(shell)")) for w in WORDS]]
+    for name, value in INJECTIONS.items() if name in names
+]  # fmt: skip
+ROWS += [
+    Row("profile", f"name: {name}", "an injection into the files the name lands in (nginx.conf, a unit, a path)",
+        "cli", ("plan", "--profile", "p.yaml"), ("name", "letters, digits and . _ -"), {"p.yaml": _profile(name=value)})
+    for name, value in INJECTIONS.items()
+]  # fmt: skip
 
 PLAY = "- hosts: all\n  gather_facts: false\n  roles:\n    - role: plan\n    - role: {role}\n"
 
@@ -215,6 +269,7 @@ class Outcome:
     before: list[str]
     after: list[str]
     tmp_left: list[str]
+    marker: bool  # an injection ran: MARKER exists
 
 
 def _tree(root: Path) -> list[str]:
@@ -291,7 +346,7 @@ def _run(row: Row, root: Path) -> Outcome:
         line, lines = (said[0] if said else ""), len(said)
     tmp = sb / "tmp"
     left = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
-    return Outcome(rc, out, err, line, lines, before, _tree(sb), left)
+    return Outcome(rc, out, err, line, lines, before, _tree(sb), left, (sb / "MARKER").exists())
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +361,8 @@ def test_the_table_covers_every_input_class() -> None:
     assert {r.via for r in ROWS} == {"make", "cli", "ansible", "load"}
     kinds = " ".join(r.input + " " + r.why for r in ROWS)
     for what in ("wrong type", "out of range", "unsatisfiable", "unknown key", "ambiguous", "escapes", "corrupt",
-                 "missing", "secret", "inventory", "-e ", "profile", "workload", "REF", "HOST"):  # fmt: skip
+                 "missing", "secret", "inventory", "-e ", "profile", "workload", "REF", "HOST", "injection",
+                 "ANSIBLE_ARGS"):  # fmt: skip
         assert what in kinds, what
 
 
@@ -328,5 +384,6 @@ def test_a_bad_input_is_one_line_naming_it_and_what_to_do_and_changes_nothing(
         assert o.out == "", shown  # the refusal is the only output
     if row.secret:
         assert row.secret not in everything, shown
+    assert not o.marker, "an injection ran"
     assert o.after == o.before, "the refusal created or changed files"
     assert o.tmp_left == [], o.tmp_left
