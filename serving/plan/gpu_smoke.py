@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import Field
 
-from serving.config.redact import is_secret_name
+from serving.config.redact import secret_env_names
 from serving.config.schema import StrictModel
 from serving.errors import InputError
 from serving.host.gpu_facts import GpuFactsError, GpuInfo, normalise_bus_id
@@ -130,9 +130,13 @@ def smoke_argv(
         argv += ["--cap-add", str(cap)]
     for opt in spec.get("security_opts") or []:
         argv += ["--security-opt", str(opt)]
-    # A secret's value never reaches the argv (it is visible in `ps`): the names serving/config/redact.py hides.
-    for name, value in sorted((spec.get("env") or {}).items()):
-        if not is_secret_name(name):
+    # A secret's value never reaches the argv (it is visible in `ps` and at -vvv): left out are the variables whose
+    # values every artifact redacts (serving/config/redact.py secret_env_names, the plan's api.secret_env), a proxy's
+    # URL with a password in it too. The run has no network and reads no model, so no token or proxy is missed.
+    env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+    hidden = set(secret_env_names(env))
+    for name, value in sorted(env.items()):
+        if name not in hidden:
             argv += ["--env", f"{name}={value}"]
     for volume in volumes:
         argv += ["--volume", volume]

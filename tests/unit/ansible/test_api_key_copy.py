@@ -72,7 +72,8 @@ class Host:
             "hosts": "localhost", "gather_facts": False,
             "vars": {
                 **_ROLE_VARS,
-                "refdeploy_plan": {"api": {"key_file": key_file, "key_copy": str(self.copy), "key_gid": os.getgid()}},
+                "refdeploy_plan": {"api": {"key_file": key_file, "key_copy": str(self.copy), "key_gid": os.getgid(),
+                                           "hf_token_file": None, "hf_token_copy": str(self.tmp / "no.hf-token")}},
                 "refdeploy_host": {"paths": {str(self.copy): found}},
                 "_serve_replace": replace,
             },

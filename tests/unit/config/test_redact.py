@@ -10,6 +10,7 @@ from serving.config.profile import FrontDoor, load_profile
 from serving.config.redact import REDACTED, redact
 from serving.plan.frontdoor import api_failures
 from serving.plan.plan import plan_from_profile
+from serving.plan.render import render_container_spec
 
 SECRET = "hf_s3cr3t-value"
 
@@ -32,20 +33,14 @@ def test_secret_looking_env_values_are_redacted_in_mappings_env_lists_and_argv()
     assert redact(kept) == kept
 
 
-def test_vllm_is_never_published_beyond_loopback_a_front_door_needs_a_key_and_the_key_file_is_roots_only() -> None:
+def test_a_front_door_needs_a_key_and_the_key_file_is_roots_only() -> None:
     profile = load_profile("cpu-tiny")
-    open_profile = profile.model_copy(update={"ports": profile.ports.model_copy(update={"host_ip": "0.0.0.0"})})
     assert api_failures(profile, None, None) == []
-    # A key does not make vLLM's own port safe beyond loopback: only /v1 checks it.
-    for key_file, stat in ((None, None), ("/etc/refdeploy/api-key", "0 600 65 regular file\n")):
-        [line] = api_failures(open_profile, key_file, stat)
-        assert line.startswith("profile cpu-tiny publishes vLLM itself on 0.0.0.0:8000, beyond loopback")
-        assert "front_door: {listen: 0.0.0.0}" in line
     fronted = profile.model_copy(update={"front_door": FrontDoor(listen="0.0.0.0")})
     [line] = api_failures(fronted, None, None)
     assert "has a front door on 0.0.0.0:8443 but no API key" in line and "refdeploy_api_key_file" in line
     assert api_failures(fronted, "/etc/refdeploy/api-key", "0 600 65 regular file\n") == []
-    # vLLM publishes nothing behind a front door, so the door may have vLLM's port number.
+    # vLLM has no port, so the door may have any.
     same_port = profile.model_copy(update={"front_door": FrontDoor(listen="0.0.0.0", port=8000)})
     assert api_failures(same_port, "/etc/k", "0 600 65 regular file\n") == []
     assert "is not on the host" in api_failures(profile, "/etc/k", "missing")[0]
@@ -70,16 +65,17 @@ def test_a_key_reaches_the_container_by_a_mounted_file_and_never_the_spec() -> N
         plan.bench.api_key
         and "/var/lib/refdeploy/secrets/refdeploy-vllm.api-key:/run/refdeploy/api-key:ro" in plan.bench.volumes
     )
-    assert plan.api.key_file == "/etc/refdeploy/api-key" and plan.api.loopback
+    assert plan.api.key_file == "/etc/refdeploy/api-key"
     # A key changes the container: the digest differs from the keyless plan's.
     keyless = plan_from_profile(load_profile("cpu-tiny"), "localhost", {})
     assert keyless.launch is not None and keyless.launch.spec_digest != plan.launch.spec_digest
-    assert "entrypoint" not in keyless.launch.spec
+    assert "VLLM_API_KEY" not in keyless.launch.spec["entrypoint"][2]
 
 
 @pytest.mark.parametrize("name", ["rtx3090-pp3", "rtxpro6000-tp8", "cpu-tiny", "cpu-tiny-tp2"])
-def test_every_shipped_profile_publishes_on_loopback_only(name: str) -> None:
-    assert load_profile(name).ports.loopback
+def test_every_shipped_profile_serves_on_the_socket_only(name: str) -> None:
+    spec = render_container_spec(load_profile(name), "img")
+    assert spec["network_mode"] == "none" and "published_ports" not in spec and "--uds" in spec["command"]
 
 
 def test_the_key_copy_is_readable_by_the_runtime_images_user() -> None:

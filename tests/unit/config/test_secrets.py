@@ -75,7 +75,9 @@ def test_a_secret_flag_in_extra_args_is_refused_in_one_line_naming_it_without_it
     line = str(err.value)
     flag = next(a for a in args if is_secret_flag(a)).partition("=")[0]
     assert line.startswith(f"serving/profiles/mine.yaml: vllm.extra_args: {flag} takes a secret"), line
-    assert "refdeploy_api_key_file" in line and "\n" not in line
+    # Where the secret goes instead: the HF token's own file for --hf-token, the key's file for the others.
+    where = "refdeploy_hf_token_file" if flag.lower().replace("_", "-") == "--hf-token" else "refdeploy_api_key_file"
+    assert where in line and "\n" not in line
     assert SECRET not in line
 
 

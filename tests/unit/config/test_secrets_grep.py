@@ -23,6 +23,15 @@ PLANTED = {
     "the HF token": "hf_companion-T0ken-5e2b",
     "the lower-case hf_token": "hf_lower-T0ken-5e2b",
     "the index password": "s3cretpass-5e2b",
+    # The forms issue 46 found leaking, as tests/integration/test_secrets_leak.py plants them.
+    "api_key_1": "ak1-5e2b-a9",
+    "password2": "pw2-5e2b-a9",
+    "DB_PASS": "dbp-5e2b-a9",
+    "passphrase": "pph-5e2b-a9",
+    "cookie": "ck-5e2b-a9",
+    "the bearer token in free text": "bt-5e2b-a9",
+    "the token in a JSON string": "js-5e2b-a9",
+    "the number in a JSON string": "271828182845904523",
 }
 
 
@@ -34,8 +43,16 @@ def _write_artifacts(out: Path) -> list[Path]:
         **profile.env,
         "HF_TOKEN": PLANTED["the HF token"],
         "hf_token": PLANTED["the lower-case hf_token"],
-        "PIP_INDEX_URL": f"https://ci:{PLANTED['the index password']}@pypi.invalid/simple",
-    }
+        "PIP_INDEX_URL": f"https://ci:pa/{PLANTED['the index password']}@pypi.invalid/simple",
+        "api_key_1": PLANTED["api_key_1"],
+        "password2": PLANTED["password2"],
+        "DB_PASS": PLANTED["DB_PASS"],
+        "passphrase": PLANTED["passphrase"],
+        "cookie": f"session={PLANTED['cookie']}",
+        "REFDEPLOY_NOTE": f"curl -H 'Authorization: Bearer {PLANTED['the bearer token in free text']}' http://x.invalid",
+        "REFDEPLOY_CLIENT": json.dumps({"auth": {"token": PLANTED["the token in a JSON string"]},
+                                        "client": {"api_key": int(PLANTED["the number in a JSON string"])}}),
+    }  # fmt: skip
     plan = plan_from_profile(profile.model_copy(update={"env": env}), "localhost", {"hostname": "localhost"})
     assert plan.launch is not None
     docs: dict[str, Any] = {
