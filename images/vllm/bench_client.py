@@ -20,8 +20,11 @@ it are not started: nothing waits on a dead server. Exit status: 0 every run ok,
 says which), 2 bad plan.
 
 Standard library only (and vLLM, imported lazily): this file is copied to the host with the modules it imports
-from beside it (bench_conversations.py, bench_page_cache.py, and serving/standalone/knee.py and
-serving/standalone/knee_runs.py: ansible/roles/bench/tasks/main.yml) and run with the image's Python.
+from beside it (bench_conversations.py, bench_page_cache.py, probes/base/unix_http.py, and serving/standalone/knee.py
+and serving/standalone/knee_runs.py: ansible/roles/bench/tasks/main.yml) and run with the image's Python.
+
+The server has no TCP address: it is reached on its unix socket (the plan's server_socket), and so are the
+requests, unless they go through the front door or an operator's proxy (requests_socket None).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 
 from bench_conversations import ConversationSeam, Turn, conversation_result, converse, endings, vllm_seam
 from bench_page_cache import ResidencyReader, engine_io, make_page_cache_state, served_files
+from unix_http import opener, route_aiohttp  # type: ignore[import-not-found]  # probes/base/unix_http.py, beside this
 
 HTTP_TIMEOUT_S = 10.0
 GAUGE_PERIOD_S = 0.5
@@ -67,11 +71,15 @@ def stamp() -> tuple[float, str]:
     return time.monotonic(), datetime.now(UTC).isoformat()
 
 
+# The server's /health, /metrics and cache resets: over its socket once run_plan has read the plan.
+_server = opener(None)
+
+
 def http(method: str, url: str, timeout: float = HTTP_TIMEOUT_S) -> tuple[int, str]:
-    """(status, body); status 0 with the reason as body when the server did not answer."""
+    """(status, body) from the server; status 0 with the reason as body when the server did not answer."""
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with _server.open(req, timeout=timeout) as resp:
             return int(resp.status), resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return int(exc.code), str(exc.reason)
@@ -466,6 +474,11 @@ def warm_throughput(plan: dict[str, Any], out: Path) -> tuple[float, float] | No
 
 
 def run_plan(plan: dict[str, Any], reader: ResidencyReader | None = None) -> int:
+    global _server
+    _server = opener(plan.get("server_socket"))
+    if plan.get("requests_socket"):
+        # Before vLLM's benchmark module is imported and the runs fork: each run's connector is then the socket's.
+        route_aiohttp(str(plan["requests_socket"]))
     out = Path(plan["out"])
     (out / "runs").mkdir(parents=True, exist_ok=True)
     # The server itself for /health, /metrics and cache resets; the requests go to base_url (a proxy, the front

@@ -8,7 +8,8 @@ generated tokens' top-k logprobs (vLLM's `prompt_logprobs`, `logprobs`) and the 
 (`return_token_ids`). The set covers prefill and decode at two prompt lengths, first one request at a time,
 then all of them at once (a batch: several concurrent requests share the engine's steps):
 
-  python -m probes.senders.correctness --out DIR [--host 127.0.0.1] [--port 8000] [--model NAME] [--api-key-file F]
+  python -m probes.senders.correctness --out DIR [--socket /run/refdeploy/api/vllm.sock]
+      [--model NAME] [--api-key-file F]
       [--short 32] [--long 512] [--max-tokens 16] [--top-k 5]
 
 Writes DIR/correctness.json: each request's prompt ids, per prompt position the logprob of the prompt's own token
@@ -28,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from probes.base.unix_http import VLLM_SOCKET, UnixHTTPConnection
 from probes.senders import load
 
 OUT_FILE = "correctness.json"
@@ -95,12 +97,12 @@ def reduce_choice(req: Mapping[str, Any], choice: Mapping[str, Any]) -> dict[str
     }
 
 
-def send(host: str, port: int, body: Mapping[str, Any], key: str) -> tuple[int | None, Any]:
+def send(socket: str, body: Mapping[str, Any], key: str) -> tuple[int | None, Any]:
     """(HTTP status, decoded JSON or the error's text)."""
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+    conn = UnixHTTPConnection(socket, timeout=TIMEOUT_S)
     try:
         conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers=headers)
         resp = conn.getresponse()
@@ -114,12 +116,12 @@ def send(host: str, port: int, body: Mapping[str, Any], key: str) -> tuple[int |
         conn.close()
 
 
-def run(host: str, port: int, model: str, key: str, plan: Sequence[Mapping[str, Any]], top_k: int) -> dict[str, Any]:
+def run(socket: str, model: str, key: str, plan: Sequence[Mapping[str, Any]], top_k: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
 
     def one(req: Mapping[str, Any]) -> None:
         t0 = time.monotonic()
-        status, got = send(host, port, _body(req, model, top_k), key)
+        status, got = send(socket, _body(req, model, top_k), key)
         rec: dict[str, Any] = {"phase": req["phase"], "status": status, "seconds": round(time.monotonic() - t0, 3)}
         if status == 200 and isinstance(got, dict) and got.get("choices"):
             rec.update(reduce_choice(req, got["choices"][0]))
@@ -140,8 +142,7 @@ def run(host: str, port: int, model: str, key: str, plan: Sequence[Mapping[str, 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m probes.senders.correctness", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--socket", default=VLLM_SOCKET, help="vLLM's unix socket")
     ap.add_argument("--model", default="")
     ap.add_argument("--api-key-file", default="")
     ap.add_argument("--short", type=int, default=32)
@@ -159,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     plan = requests_plan(a.short, a.long, a.max_tokens)
     started = time.time()
-    results = run(a.host, a.port, a.model, key, plan, a.top_k)
+    results = run(a.socket, a.model, key, plan, a.top_k)
     failed = [n for n, r in results.items() if r.get("error")]
     doc = {
         "schema_version": 1,

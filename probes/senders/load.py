@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from probes.base.unix_http import VLLM_SOCKET, UnixHTTPConnection
+
 TOKEN_LOW = 100
 TOKEN_HIGH = 4000
 CONNECT_TIMEOUT_S = 10.0
@@ -60,8 +62,8 @@ class LoadSpec:
     concurrency: int
     seed: int
     timeout_s: float
-    host: str = "127.0.0.1"
-    port: int = 8000
+    # vLLM's unix socket inside the probe container (serving/plan/render.py API_SOCKET): vLLM has no address.
+    socket: str = VLLM_SOCKET
     path: str = "/v1/completions"
     # The API key's file inside the probe container (mounted read-only); "" where the server has no key.
     api_key_file: str = ""
@@ -133,7 +135,7 @@ def send_one(spec: LoadSpec, index: int, client: int, key: str) -> RequestRecord
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    conn = http.client.HTTPConnection(spec.host, spec.port, timeout=spec.timeout_s)
+    conn = UnixHTTPConnection(spec.socket, timeout=spec.timeout_s)
     rec = RequestRecord(id=f"capture-{index}", index=index, client=client, t0_mono_s=time.monotonic())
     try:
         conn.request("POST", spec.path, body=body, headers=headers)

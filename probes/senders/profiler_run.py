@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from probes.base.unix_http import UnixHTTPConnection
 from probes.senders import load
 
 RUN_FILE = "profile-run.json"
@@ -31,7 +32,7 @@ RUN_FILE = "profile-run.json"
 def _post(spec: load.LoadSpec, path: str, key: str, timeout_s: float) -> dict[str, Any]:
     """One POST with no body: its status, what it said (300 characters) and how long it took."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    conn = http.client.HTTPConnection(spec.host, spec.port, timeout=timeout_s)
+    conn = UnixHTTPConnection(spec.socket, timeout=timeout_s)
     t0, wall = time.monotonic(), datetime.now(UTC).isoformat()
     try:
         conn.request("POST", path, body=b"", headers=headers)

@@ -1,7 +1,7 @@
 """Serving profiles: the YAML schema, its loader, and errors that name file, field and type.
 
 A profile says what to serve and how: the model, the vLLM arguments, the
-environment, the container's limits and ports, and the image.  Unknown keys and
+environment, the container's limits, the front door and the image.  Unknown keys and
 wrong types are errors: a misspelled setting must never be silently ignored.
 """
 
@@ -16,13 +16,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from serving.config.redact import is_secret_flag, is_secret_name, redact
+from serving.config.redact import is_secret_flag, is_secret_name, redact, redact_text
 from serving.config.schema import StrictModel, YamlKind, field_path
 from serving.errors import InputError
 
 SCHEMA_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
+# Used with fullmatch: Python's `$` also matches before a final newline, and "8m\n" would land in nginx.conf.
 _MEMORY_RE = re.compile(r"^[0-9]+[bkmg]?$")
 _CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 # Paths on the host and in the container: absolute, and only characters that need no quoting anywhere (a shell,
@@ -31,6 +32,10 @@ _CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._+@/-]*$")
 # Docker's own rule for container names.
 _CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+# A profile's name: Docker's rule (one character allowed). The name becomes a directory (the compile cache, under
+# its root), a label, a comment line of nginx.conf and a systemd unit's Description=: no '/', no '..' first, no
+# newline, no character any of those files reads as syntax.
+_PROFILE_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIZE_FACTOR = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -41,15 +46,36 @@ class ProfileError(InputError):
 
 # A refusal of a secret: its line names the field and never shows the value refused (describe_errors).
 _SECRET_REFUSED = "secret_refused"
-_WHERE_SECRETS_GO = (
-    "the API key goes in a root-only file on the host named by the inventory's refdeploy_api_key_file, any other "
-    "secret (a Hugging Face token) in the profile's env, whose values every artifact redacts"
+# A profile of a deploy before vLLM's unix socket: the line says what replaced the field, not the whole profile.
+_NETWORK_GONE = "network_gone"
+_WHERE_API_KEY = "the API key goes in a root-only file on the host named by the inventory's refdeploy_api_key_file"
+_WHERE_HF_TOKEN = (
+    "the Hugging Face token goes in a root-only file on the host named by the inventory's refdeploy_hf_token_file "
+    "(the container reads it from a read-only copy, HF_TOKEN_PATH)"
 )
+_WHERE_OTHER = "any other secret (a proxy's password) in the profile's env, whose values every artifact redacts"
+# Environment variables a profile may not set, and where their secret goes instead.
+_ENV_REFUSED = {
+    "VLLM_API_KEY": _WHERE_API_KEY,
+    "OPENAI_API_KEY": _WHERE_API_KEY,
+    "HF_TOKEN": _WHERE_HF_TOKEN,
+    "HUGGING_FACE_HUB_TOKEN": _WHERE_HF_TOKEN,
+}
+
+
+def _where_secret_goes(flag: str) -> str:
+    """Where the secret of a refused flag goes instead, by the flag vLLM would take it for (argparse prefixes)."""
+    f = flag.lower().replace("_", "-")
+    if len(f) > len("--a") and "--api-key".startswith(f):
+        return _WHERE_API_KEY
+    if len(f) > len("--h") and "--hf-token".startswith(f):
+        return _WHERE_HF_TOKEN
+    return f"{_WHERE_API_KEY}, {_WHERE_HF_TOKEN}, {_WHERE_OTHER}"
 
 
 def check_path(v: str) -> str:
     """An absolute path made of plain characters, without '..' or '//' (raises ValueError)."""
-    if not _PATH_RE.match(v) or "/../" in f"{v}/" or "//" in v or v.endswith("/.") or "/./" in v:
+    if not _PATH_RE.fullmatch(v) or "/../" in f"{v}/" or "//" in v or v.endswith("/.") or "/./" in v:
         raise ValueError(
             f"expected an absolute path of letters, digits and . _ + @ - / (no '..', no shell characters), got {v!r}"
         )
@@ -58,7 +84,7 @@ def check_path(v: str) -> str:
 
 def check_cpulist(v: str) -> str:
     """A cpu list like '0-3,8' whose ranges are ascending and do not overlap (raises ValueError)."""
-    if not _CPULIST_RE.match(v):
+    if not _CPULIST_RE.fullmatch(v):
         raise ValueError(f"expected a cpu list like '0-3,8', got {v!r}")
     last = -1
     for part in v.split(","):
@@ -148,17 +174,28 @@ class VllmArgs(StrictModel):
     @classmethod
     def _no_secret_flags(cls, v: list[str]) -> list[str]:
         # An argv is in the plan, every deploy's output, `ps` on the host and `docker inspect`: a flag that takes a
-        # secret (serving/config/redact.py is_secret_flag: --api-key, --hf-token, any flag whose last word is key,
-        # token, secret, password...; vLLM's tuning flags such as --max-num-batched-tokens and
-        # --long-prefill-token-threshold pass) is refused, named without its value.
+        # secret (serving/config/redact.py is_secret_flag: --api-key, --hf-token in any spelling or prefix, any flag
+        # with a secret word in its name; vLLM's tuning flags such as --max-num-batched-tokens and
+        # --long-prefill-token-threshold pass) is refused, named without its value, also where the value is in the
+        # same element (`--api-key=x`, `--api-key x`).
         for arg in v:
             if is_secret_flag(arg):
-                flag = arg.partition("=")[0]
+                flag = re.split(r"[=\s]", arg, maxsplit=1)[0]
                 raise PydanticCustomError(
                     _SECRET_REFUSED,
                     "{flag} takes a secret, which a profile must not carry (it would be in the container's argv, "
-                    "`ps` and docker inspect): remove it; " + _WHERE_SECRETS_GO,
+                    "`ps` and docker inspect): remove it; " + _where_secret_goes(flag),
                     {"flag": flag},
+                )
+        # A flag with its value in one element reaches vLLM as one argument, which argparse does not split: vLLM
+        # would refuse it at start, minutes into a deploy. A value may hold blanks (a JSON document, a template).
+        for arg in v:
+            if arg.startswith("-") and re.search(r"\s", arg):
+                flag, _, value = arg.strip().partition(" ")
+                raise PydanticCustomError(
+                    "blank_in_flag",
+                    "{given} has a blank inside: give the flag and its value as two elements, [{flag}, {value}]",
+                    {"given": repr(redact_text(arg)), "flag": repr(flag), "value": repr(redact_text(value.strip()))},
                 )
         return v
 
@@ -195,7 +232,7 @@ class Container(StrictModel):
     @field_validator("memory", "shm_size")
     @classmethod
     def _size(cls, v: str | None) -> str | None:
-        if v is not None and not _MEMORY_RE.match(v):
+        if v is not None and not _MEMORY_RE.fullmatch(v):
             raise ValueError(f"expected a size like '8g' or '512m', got {v!r}")
         if v is not None and size_bytes(v) <= 0:
             raise ValueError(f"expected a size above 0, like '8g', got {v!r}")
@@ -205,33 +242,11 @@ class Container(StrictModel):
     @classmethod
     def _ulimits(cls, v: dict[str, Ulimit]) -> dict[str, Ulimit]:
         for name, u in v.items():
-            if not re.match(r"^[a-z]+$", name):
+            if not re.fullmatch(r"[a-z]+", name):
                 raise ValueError(f"expected ulimit names like nofile or memlock, got {name!r}")
             if u.hard != -1 and (u.soft == -1 or u.soft > u.hard):
                 raise ValueError(f"{name}: the soft limit {u.soft} is above the hard limit {u.hard}")
         return v
-
-
-class Ports(StrictModel):
-    # The host address Docker publishes vLLM on: loopback (the plan refuses any other; clients beyond loopback
-    # reach the front door, serving/plan/frontdoor.py).
-    host_ip: str = "127.0.0.1"
-    host_port: int = Field(default=8000, ge=1, le=65535)
-    container_port: int = Field(default=8000, ge=1, le=65535)
-
-    @field_validator("host_ip")
-    @classmethod
-    def _ip(cls, v: str) -> str:
-        try:
-            return str(ipaddress.ip_address(v))
-        except ValueError:
-            raise ValueError(
-                f"expected an IP address (127.0.0.1 for this host only, 0.0.0.0 for every interface), got {v!r}"
-            ) from None
-
-    @property
-    def loopback(self) -> bool:
-        return ipaddress.ip_address(self.host_ip).is_loopback
 
 
 class FrontDoor(StrictModel):
@@ -250,18 +265,18 @@ class FrontDoor(StrictModel):
     # A request's body at most (nginx size: 8m), and how long a response may take to start or go quiet.
     max_body: str = "8m"
     read_timeout_s: int = Field(default=600, ge=1, le=86400)
-    # vLLM's private network (serving/plan/render.py private_network): a bridge of this subnet, vLLM on its
-    # second address, no published port. The host's namespace reaches it (the front door, the bench client,
-    # `make status`); nothing outside the host does. It must not overlap a network the host or Docker has.
-    private_subnet: str = "172.31.254.0/29"
 
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str) -> str:
+        # No IPv6 scope (fe80::1%eth0): Python takes any text after the '%', newlines and ';' included, and the
+        # address lands in nginx.conf's listen directive.
         try:
-            return str(ipaddress.ip_address(v))
+            if "%" not in v:
+                return str(ipaddress.ip_address(v))
         except ValueError:
-            raise ValueError(f"expected an IP address (0.0.0.0 for every interface), got {v!r}") from None
+            pass
+        raise ValueError(f"expected an IP address (0.0.0.0 for every interface, no %scope), got {v!r}") from None
 
     @field_validator("tls_cert_file", "tls_key_file")
     @classmethod
@@ -273,27 +288,19 @@ class FrontDoor(StrictModel):
     def _networks(cls, v: list[str]) -> list[str]:
         out = []
         for n in v:
-            try:
-                out.append(str(ipaddress.ip_network(n, strict=True)))
+            try:  # no IPv6 scope, as for listen: these land in nginx.conf's geo block
+                net = None if "%" in n else ipaddress.ip_network(n, strict=True)
             except ValueError:
-                raise ValueError(f"expected networks like 10.0.0.0/8 or 192.0.2.7/32, got {n!r}") from None
+                net = None
+            if net is None:
+                raise ValueError(f"expected networks like 10.0.0.0/8 or 192.0.2.7/32 (no %scope), got {n!r}")
+            out.append(str(net))
         return out
-
-    @field_validator("private_subnet")
-    @classmethod
-    def _subnet(cls, v: str) -> str:
-        try:
-            net = ipaddress.ip_network(v, strict=True)
-        except ValueError:
-            net = None
-        if net is None or net.version != 4 or net.prefixlen > 29 or not net.is_private:
-            raise ValueError(f"expected a private IPv4 network of 8 addresses or more, like 172.31.254.0/29, got {v!r}")
-        return str(net)
 
     @field_validator("max_body")
     @classmethod
     def _size(cls, v: str) -> str:
-        if not _MEMORY_RE.match(v) or size_bytes(v) <= 0:
+        if not _MEMORY_RE.fullmatch(v) or size_bytes(v) <= 0:
             raise ValueError(f"expected a size like '8m', got {v!r}")
         return v
 
@@ -372,7 +379,6 @@ class Profile(StrictModel):
     vllm: VllmArgs = Field(default_factory=VllmArgs)
     env: dict[str, str] = Field(default_factory=dict)
     container: Container = Field(default_factory=Container)
-    ports: Ports = Field(default_factory=Ports)
     probes: Probes = Field(default_factory=Probes)
     # GPU profiles only: the GPUs and the host-memory budget. The CPU profile has neither.
     gpu: Gpu | None = None
@@ -380,17 +386,50 @@ class Profile(StrictModel):
     # Clients beyond loopback reach this, never vLLM (None: vLLM on loopback only).
     front_door: FrontDoor | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_network(cls, data: Any) -> Any:
+        """A profile written before vLLM moved to a unix socket (serving/plan/render.py API_SOCKET_DIR) names a port
+        or a private subnet: say what replaced them, rather than Pydantic's "extra inputs are not permitted"."""
+        if not isinstance(data, dict):
+            return data
+        fd = data.get("front_door")
+        for gone, where in (
+            ("ports", "ports" in data),
+            ("front_door.private_subnet", isinstance(fd, dict) and "private_subnet" in fd),
+        ):
+            if where:
+                raise PydanticCustomError(
+                    _NETWORK_GONE,
+                    "vLLM publishes no port and has no network (it listens on a unix socket): remove {gone}; "
+                    "beyond the host clients reach the front_door, on the host the operator's tools use the socket "
+                    "(docs/deploy.md)",
+                    {"gone": gone},
+                )
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _PROFILE_NAME_RE.fullmatch(v):
+            raise ValueError(
+                "expected a name of letters, digits and . _ - that starts with a letter or digit (Docker's rule for "
+                f"container names), got {v!r}"
+            )
+        return v
+
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for name in v:
-            if not _ENV_NAME_RE.match(name):
+            if not _ENV_NAME_RE.fullmatch(name):
                 raise ValueError(f"expected environment variable names like VLLM_CPU_KVCACHE_SPACE, got {name!r}")
-            if name.upper() in ("VLLM_API_KEY", "OPENAI_API_KEY"):
+            where = _ENV_REFUSED.get(name.upper())
+            if where is not None:
+                # An environment value is in `docker inspect` for anyone who may run docker on the host.
                 raise PydanticCustomError(
                     _SECRET_REFUSED,
-                    "{name} cannot be set in a profile: put the key in a root-only file on the host and set the "
-                    "inventory's refdeploy_api_key_file to it",
+                    "{name} cannot be set in a profile (it would be in docker inspect): " + where,
                     {"name": name},
                 )
         return v
@@ -430,16 +469,17 @@ def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[st
 
 
 def _shown(given: Any) -> Any:
-    """A refused value as an error line shows it: redacted, a string word by word (an argv given as one string,
-    `extra_args: "--api-key ..."`, still hides the key)."""
-    return " ".join(redact(given.split())) if isinstance(given, str) else redact(given)
+    """A refused value as an error line shows it: redacted (an argv given as one string, `extra_args: "--api-key
+    ..."`, still hides the key; a URL's password, with a `/` in it too)."""
+    return redact_text(given) if isinstance(given, str) else redact(given)
 
 
 def describe_errors(source: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
-        field = field_path(loc, top="(top level)")
+        # A refusal raised for the whole profile (_no_network) names its field itself.
+        field = str((err.get("ctx") or {}).get("gone") or field_path(loc, top="(top level)"))
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
             close = difflib.get_close_matches(str(loc[-1]), _known_fields(Profile, loc), n=1)
@@ -449,14 +489,15 @@ def describe_errors(source: str, exc: ValidationError) -> str:
             msg = "required key is missing"
         else:
             expected = _TYPE_WORDS.get(err["type"])
-            msg = err["msg"]
+            # A validator's own words may quote the value (check_path's "got '...'"): redacted like the input below.
+            msg = err["msg"] if err["type"] == _SECRET_REFUSED else redact_text(err["msg"])
             if expected and "expected" not in msg.lower():
                 msg = f"expected {expected}: {msg}"
             # What was given, redacted like every artifact; never a refused secret, any env value (a token, a proxy
             # URL with credentials), nor a field whose name says it is one (a wrong-typed HF_TOKEN is still a token):
             # a refusal must not print what it protects.
             secret = err["type"] == _SECRET_REFUSED or _may_be_secret(loc)
-            if "input" in err and err["type"] != "missing" and not secret:
+            if "input" in err and err["type"] not in ("missing", _NETWORK_GONE) and not secret:
                 msg += f" (got {_shown(err['input'])!r})"
         lines.append(f"{field}: {msg}")
     # One line, every problem on it: the operator's terminal and the playbook's failure message both show it whole.

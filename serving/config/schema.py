@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from serving.config.redact import redact_text
 from serving.errors import InputError
 
 
@@ -47,8 +48,9 @@ def one_line(source: str, exc: ValidationError) -> str:
 
 
 def _said(error: Any) -> str:
-    # pydantic's "Extra inputs are not permitted" says what is wrong, not what to do about it.
-    return UNKNOWN_KEY if error["type"] == "extra_forbidden" else str(error["msg"])
+    # pydantic's "Extra inputs are not permitted" says what is wrong, not what to do about it. A validator's own
+    # words may quote the value given ("got '...'"): redacted, so that a refusal never prints a credential.
+    return UNKNOWN_KEY if error["type"] == "extra_forbidden" else redact_text(str(error["msg"]))
 
 
 UNKNOWN_KEY = "unknown key: remove it, or correct its spelling"

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from serving.config.profile import Profile
-from serving.config.redact import secret_env_names
+from serving.config.redact import HF_TOKEN_MOUNT, secret_env_names
 from serving.config.schema import StrictModel
 from serving.errors import InputError
 from serving.host import numa
@@ -36,27 +36,35 @@ from serving.plan.images import BuildFiles, ImagePlan, plan_images
 from serving.plan.launch import GpuAccess, Launch, cpu_ranks, launch_spec
 from serving.plan.model_facts import ModelFacts, served_model
 from serving.plan.render import (
+    API_GID,
+    API_GROUP,
+    API_SOCKET,
     CACHE_MOUNT,
     PROFILE_LABEL,
     PROFILER_LABEL,
     PROFILER_MOUNT,
     RUNTIME_GID,
     RUNTIME_UID,
+    SOCKET_URL,
     SPEC_LABEL,
     STAND_IN_LABEL,
     api_key_copy,
+    api_socket,
+    api_socket_dir,
     cache_volume,
-    private_network,
+    hf_token_copy,
     profiler_host_dir,
     rank_trace_host_dir,
     render_container_spec,
     render_sidecar_spec,
     spec_digest,
     with_api_key,
+    with_hf_token,
     with_profiler,
     with_rank_trace,
     with_start_period,
 )
+from serving.plan.secret_files import hf_token_failures
 from serving.plan.served import largest_file, model_format_failures, model_state, parse_served_files, tokenizer_path
 
 SCHEMA_VERSION = 1
@@ -92,13 +100,14 @@ class BenchTargets(StrictModel):
 class Api(StrictModel):
     """Where the server's API answers and how it is protected."""
 
-    # The host address Docker publishes it on, and whether that address is loopback only.
-    host_ip: str
-    host_port: int
-    loopback: bool
-    # Behind a front door nothing is published: vLLM answers on this address of its private network (the host's
-    # namespace only; serving/plan/render.py private_network). None: published on host_ip:host_port.
-    private_address: str | None = None
+    # vLLM's unix socket on the host, and the group that may reach it (serving/plan/render.py API_SOCKET_DIR): no
+    # address, no port. The host's own tools connect to `socket` as root; a container mounts `socket_dir`.
+    socket: str
+    socket_dir: str
+    socket_gid: int = API_GID
+    socket_group: str = API_GROUP
+    # The same socket inside the serving container (curl there, by engine_wait.py and the engine's readings).
+    container_socket: str = API_SOCKET
     # The root-only file on the managed host holding the API key (refdeploy_api_key_file); None: no key.
     # The key itself is never in the plan: the serve role copies the file to key_copy (root:RUNTIME_GID, 0440,
     # in a root-only directory), which the serving container and the bench client mount and read; with no key,
@@ -106,6 +115,10 @@ class Api(StrictModel):
     key_file: str | None
     key_copy: str
     key_gid: int = RUNTIME_GID
+    # The root-only file holding the Hugging Face token (refdeploy_hf_token_file), copied like the key into the
+    # directory hf_token_copy, which the container mounts (HF_TOKEN_PATH); None: no token.
+    hf_token_file: str | None = None
+    hf_token_copy: str = ""
     # Environment variables of the container whose values artifacts redact (serving/config/redact.py).
     secret_env: list[str]
 
@@ -132,7 +145,7 @@ class Plan(StrictModel):
     sidecar_spec: dict[str, Any] | None
     # What clients beyond loopback reach (serving/plan/frontdoor.py plan_front_door); None: loopback only.
     front_door: dict[str, Any] | None = None
-    # The server's API on the host's loopback (or its own address): health checks and the bench client.
+    # The URL clients of vLLM's socket send (api.socket): its host part is only the Host header.
     base_url: str
     api: Api
     # What the deploy does about the model (model_state): generate, generated, staged, absent, refused, unknown.
@@ -272,10 +285,14 @@ def _launch(
     spec: dict[str, Any],
     ranks: list[numa.RankExpectation],
     api_key_file: str | None,
+    hf_token_file: str | None = None,
 ) -> Launch:
-    """The planned container as docker starts it: the API key's mount where there is one, and its digest."""
+    """The planned container as docker starts it: the API key's and the HF token's mounts where there are, and its
+    digest."""
     if api_key_file is not None:
         spec = with_api_key(spec)
+    if hf_token_file is not None:
+        spec = with_hf_token(spec)
     spec, digest = launch_spec(spec)
     return Launch(
         spec=spec,
@@ -294,7 +311,9 @@ def _bench_targets(profile: Profile, launch: Launch, api_key: bool, client_cpus:
         tokenizer=tokenizer_path(launch.spec["command"], launch.model),
         # The serving container's volumes, read-only, less its compile caches (the client compiles nothing).
         volumes=[
-            v if v.endswith(":ro") else f"{v}:ro" for v in launch.spec["volumes"] if v.partition(":")[2] != CACHE_MOUNT
+            v if v.endswith(":ro") else f"{v}:ro"
+            for v in launch.spec["volumes"]
+            if v.split(":")[1] not in (CACHE_MOUNT, HF_TOKEN_MOUNT)  # nor the HF token: the client downloads nothing
         ],
         api_key=api_key,
         image=launch.images.runtime_tag,
@@ -312,17 +331,16 @@ def _tokenizer_failures(tokenizer: str, volumes: Sequence[str]) -> list[str]:
     ]
 
 
-def _api(profile: Profile, api_key_file: str | None, launch: Launch | None) -> Api:
+def _api(profile: Profile, api_key_file: str | None, launch: Launch | None, hf_token_file: str | None = None) -> Api:
     """Where the API answers and its key; the secrets to redact are those of the environment the container
     is started with (the launch's, a stand-in's included), the profile's where nothing is launched."""
-    private = private_network(profile)
     return Api(
-        private_address=private["address"] if private is not None else None,
-        host_ip=profile.ports.host_ip,
-        host_port=profile.ports.host_port,
-        loopback=profile.ports.loopback,
+        socket=api_socket(profile.container.name),
+        socket_dir=api_socket_dir(profile.container.name),
         key_file=api_key_file,
         key_copy=api_key_copy(profile.container.name),
+        hf_token_file=hf_token_file,
+        hf_token_copy=hf_token_copy(profile.container.name),
         secret_env=secret_env_names(dict(launch.env if launch is not None else profile.env)),
     )
 
@@ -338,6 +356,7 @@ def build_plan(
     engine_memlock: str | None = None,
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
+    hf_token_file: str | None = None,
     profiler: str | None = None,
     install_toolkit: bool = False,
     images_present: Sequence[str] | None = None,
@@ -352,7 +371,10 @@ def build_plan(
     on a deploy). `images_present`: the repository:tags the host's engine has (None: not read), for the free space
     a build of the runtime image needs (serving/plan/capacity.py)."""
     readings = dict(readings or {})
-    failures = frontdoor.api_failures(profile, api_key_file, readings.get("api_key_file")) + _unanswered(host, readings)
+    failures = frontdoor.api_failures(
+        profile, api_key_file, readings.get("api_key_file"), readings.get("api_key_shape"), readings.get("tls_key_file")
+    ) + _unanswered(host, readings)
+    failures += hf_token_failures(hf_token_file, readings.get("hf_token_file"))
     served_dirs = profile.served_dirs
     data_file, data_bytes, data_note, model_action, served_failures = _served_state(profile, readings)
     model, model_failures = served_model(profile, readings.get("model_headers"))
@@ -390,7 +412,7 @@ def build_plan(
     argv = list(spec["command"]) if spec is not None else None
     smoke: GpuSmoke | None = None
     if spec is not None:
-        launch = _launch(profile, images, spec, ranks, api_key_file)
+        launch = _launch(profile, images, spec, ranks, api_key_file, hf_token_file)
         spec = launch.spec
         if profile.gpu is not None and gpu is not None and gpu_class is not None:
             smoke = gpu_smoke.plan_smoke(
@@ -426,8 +448,8 @@ def build_plan(
         argv=argv,
         launch=launch,
         sidecar_spec=sidecar,
-        base_url=_base_url(profile),
-        api=_api(profile, api_key_file, launch),
+        base_url=SOCKET_URL,
+        api=_api(profile, api_key_file, launch, hf_token_file),
         model_action=model_action,
         model=model,
         capacity=Capacity(disk=disk, gpu=room),
@@ -441,7 +463,7 @@ def build_plan(
         rank_trace_dir=rank_trace_host_dir(profile.container.name) if profile.probes.rank_trace and spec else None,
         gpu_smoke=smoke,
         compile_cache_dir=_cache_dir(launch),
-        front_door=frontdoor.plan_front_door(profile, images.frontdoor_tag),
+        front_door=frontdoor.plan_front_door(profile, images.frontdoor_tag, readings.get("host_addresses", "")),
         **started,
     )
 
@@ -453,15 +475,6 @@ def _cache_dir(launch: Launch | None) -> str | None:
 
 def _profiler(profile: Profile, kind: str) -> Profiler:
     return Profiler(kind=kind, host_dir=profiler_host_dir(profile.container.name), container_dir=PROFILER_MOUNT)
-
-
-def _base_url(profile: Profile) -> str:
-    private = private_network(profile)
-    if private is not None:
-        return f"http://{private['address']}:{profile.ports.container_port}"
-    ip = profile.ports.host_ip
-    host = "127.0.0.1" if ip in ("0.0.0.0", "::") else (f"[{ip}]" if ":" in ip else ip)
-    return f"http://{host}:{profile.ports.host_port}"
 
 
 def plan_from_profile(
@@ -476,6 +489,7 @@ def plan_from_profile(
     engine_memlock: str | None = None,
     stand_in: Mapping[str, Any] | None = None,
     api_key_file: str | None = None,
+    hf_token_file: str | None = None,
     profiler: str | None = None,
     install_toolkit: bool = False,
     build_files: BuildFiles | None = None,
@@ -494,6 +508,7 @@ def plan_from_profile(
         engine_memlock=engine_memlock,
         stand_in=stand_in,
         api_key_file=api_key_file,
+        hf_token_file=hf_token_file,
         profiler=profiler,
     )
 
@@ -571,33 +586,3 @@ def verify_ranks(plan: Plan, workers: Sequence[Mapping[str, Any]]) -> dict[str, 
         for r in records
     ]
     return {"ok": not problems, "ranks": records, "problems": problems, "lines": lines}
-
-
-def describe(plan: Plan) -> list[str]:
-    """A few lines an operator reads first (make plan, make preflight)."""
-    lines = [f"plan of profile {plan.profile.name} on {plan.host}: " + ("OK" if plan.ok else "CANNOT DEPLOY")]
-    lines += [f"  cannot deploy: {f}" for f in plan.failures]
-    lines += [f"  note: {n}" for n in (plan.gpu.notes if plan.gpu is not None else [])]
-    if plan.launch is not None:
-        lines.append(f"  container {plan.launch.spec['name']} from {plan.launch.images.runtime_tag}")
-        lines.append(f"  argv: {' '.join(plan.launch.spec['command'])}")
-        for r in plan.launch.ranks:
-            where = r.cpus or "vLLM's choice within the cpuset"
-            lines.append(
-                f"  rank {r.rank}" + (f" GPU {r.gpu} node {r.node}" if r.gpu is not None else "") + f": CPUs {where}"
-            )
-        if plan.launch.stand_in:
-            lines.append(f"  STAND-IN (test seam): {plan.launch.stand_in['what']}")
-    api, port = plan.api, plan.profile.ports.container_port
-    if api.private_address:
-        where = f"{api.private_address}:{port} (its private network, nothing published"
-    else:
-        where = f"{api.host_ip}:{api.host_port} (" + ("loopback only" if api.loopback else "beyond loopback")
-    lines.append(f"  API on {where}" + (f", API key from {api.key_file})" if api.key_file else ", no API key)"))
-    if plan.front_door is not None:
-        front = plan.front_door
-        lines.append(f"  front door {front['name']} on {front['url']} (TLS, the API key on every route)")
-    lines.append(f"  probes read: {plan.probes.data_file or '-'} ({plan.probes.data_file_note})")
-    peer = (plan.gpu.peer if plan.gpu is not None else None) or {}
-    lines += [f"  warning: {w}" for w in peer.get("warnings", [])] + [f"  note: {n}" for n in peer.get("notes", [])]
-    return lines + capacity.describe(plan.model, plan.capacity)

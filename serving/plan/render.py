@@ -8,13 +8,12 @@ container spec uses the option names of community.docker.docker_container.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import re
 from typing import Any
 
 from serving.config.profile import Profile
-from serving.config.redact import API_KEY_MOUNT
+from serving.config.redact import API_KEY_MOUNT, HF_TOKEN_MOUNT, HF_TOKEN_PATH
 
 # Order in which known vLLM arguments appear on the command line (stable argv).
 _ARG_ORDER = (
@@ -57,10 +56,9 @@ def render_vllm_argv(profile: Profile) -> list[str]:
         "vllm",
         "serve",
         profile.model.served_path,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(profile.ports.container_port),
+        # A unix socket, not a TCP port: API_SOCKET_DIR says why.
+        "--uds",
+        API_SOCKET,
         "--served-model-name",
         profile.model.served_name,
     ]
@@ -91,23 +89,20 @@ def spec_digest(spec: dict[str, Any]) -> str:
 
 
 def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
-    """Parameters for community.docker.docker_container that run the profile."""
+    """Parameters for community.docker.docker_container that run the profile. It publishes nothing, whatever
+    preflight said: vLLM has its socket only (API_SOCKET_DIR)."""
     c = profile.container
     spec: dict[str, Any] = {
         "name": c.name,
         "image": image,
+        "entrypoint": ["/bin/sh", "-c", entrypoint_script(api_key=False), ENTRYPOINT_NAME],
         "command": render_vllm_argv(profile),
         # The caches' places first, so that a profile that names its own keeps it.
-        "env": dict(sorted({**CACHE_ENV, **profile.env}.items())),
-        # Behind a front door, nothing: vLLM is on its private network only (private_network).
-        "published_ports": (
-            []
-            if profile.front_door is not None
-            else [f"{profile.ports.host_ip}:{profile.ports.host_port}:{profile.ports.container_port}"]
-        ),
+        "env": dict(sorted({**CACHE_ENV, **SOCKET_ENV, **profile.env}.items())),
         "volumes": [
             f"{profile.model.host_path}:{profile.model.container_path}:ro",
             f"{compile_cache_dir(profile, image)}:{CACHE_MOUNT}",
+            f"{api_socket_dir(c.name)}:{API_SOCKET_MOUNT}",
         ],
         "shm_size": c.shm_size,
         "ulimits": [f"{name}:{u.soft}:{u.hard}" for name, u in sorted(c.ulimits.items())],
@@ -121,7 +116,9 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
                 "-fsS",
                 "-o",
                 "/dev/null",
-                f"http://127.0.0.1:{profile.ports.container_port}/health",
+                "--unix-socket",
+                API_SOCKET,
+                f"{SOCKET_URL}/health",
             ],
             "interval": "5s",
             "timeout": "5s",
@@ -147,14 +144,11 @@ def render_container_spec(profile: Profile, image: str) -> dict[str, Any]:
 
 # The serving container's bounds beyond its resources. Capabilities: none. The engine runs as the image's user
 # (RUNTIME_UID, not root), so Docker's default capabilities were only in its bounding set, never effective (a
-# running CPU engine here: CapEff 0 in every process); binding to its port (over 1024), numactl/--cpuset and its
-# own caches need none. The one a GPU plan adds back is SYS_NICE where vLLM binds workers with numactl
-# (serving/plan/gpu_plan.py): Docker's seccomp profile allows set_mempolicy and mbind only to a container granted
-# it. no-new-privileges: nothing in the image may gain one through a setuid or file-capability binary.
-# Its own network (serving_network), a bridge without inter-container traffic (the serve role makes it): clients
-# reach the engine through the port published on the profile's loopback host_ip (the bench client and
-# `make status` from the host's namespace), and the probes that talk to it join its network namespace. Behind a
-# front door nothing is published (private_network).
+# running CPU engine here: CapEff 0 in every process); its socket, numactl/--cpuset and its own caches need none.
+# The one a GPU plan adds back is SYS_NICE where vLLM binds workers with numactl (serving/plan/gpu_plan.py):
+# Docker's seccomp profile allows set_mempolicy and mbind only to a container granted it. no-new-privileges:
+# nothing in the image may gain one through a setuid or file-capability binary. No network at all (network_mode
+# none: a loopback interface only), and vLLM on a unix socket (API_SOCKET_DIR).
 SERVING_CAP_DROP = ["ALL"]
 SERVING_SECURITY_OPTS = ["no-new-privileges"]
 # pids.max counts threads. A running cpu-tiny engine here held 72 (the API server 10, the engine core 15, the
@@ -163,60 +157,70 @@ SERVING_SECURITY_OPTS = ["no-new-privileges"]
 # fork loop long before the host's pid space (4194304) is spent.
 PIDS_LIMIT_MIN = 4096
 PIDS_PER_RANK = 1024
-# Docker's bridge driver option that turns inter-container traffic off on a network.
-NETWORK_ICC_OPTION = "com.docker.network.bridge.enable_icc"
+
+# vLLM listens on a unix socket (vLLM's --uds), in a container with no network (issue 46). Its API (the /v1 routes
+# its key guards, and /pause, /abort_requests, /tokenize, /invocations, /start_profile and /metrics, which it does
+# not) is then reachable by no address: not from a neighbour that routes to a container subnet through the host
+# (Docker Engines before 28 forward such traffic to a published port's container whatever its host IP: moby issue
+# 48724), not from another local user or a host-network container on the host's loopback, and not from another
+# container. The socket's directory is the access list: API_SOCKET_DIR/<container>, owned by the runtime user (vLLM
+# makes and, on a restart, replaces the socket in it) and the group API_GID, mode 2750 (setgid: the socket takes
+# the directory's group); vLLM makes the socket 0770 (the entrypoint's umask 0007). So the engine's user, members
+# of API_GID (the front door's nginx, serving/plan/frontdoor.py, and nothing else) and root reach it: the
+# operator's own tools (`make status`, the bench client as the runtime user, the probes, `curl --unix-socket`
+# as root) and the front door, and nobody else. The serve role makes the group (refdeploy-api) with this gid, so
+# the host has no other group of that number.
+API_GID = 10002
+API_GROUP = "refdeploy-api"
+API_SOCKET_DIR = "/var/lib/refdeploy/api"
+API_SOCKET_MOUNT = "/run/refdeploy/api"
+API_SOCKET = f"{API_SOCKET_MOUNT}/vllm.sock"
+# The URL a client of the socket sends (the host part is only the Host header).
+SOCKET_URL = "http://localhost"
+# With no network, vLLM's guess of the host's address (a UDP connect to a public address) fails and it warns and
+# takes 0.0.0.0 for its ranks' rendezvous: the loopback address is what they share. NCCL's bootstrap sockets (a
+# GPU host's ranks) go on the loopback interface too, the container's only one: named, rather than left to NCCL's
+# automatic choice, which passes over lo while any other interface exists and was never run here without one.
+SOCKET_ENV = {"NCCL_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1"}
+ENTRYPOINT_NAME = "refdeploy-entrypoint"
 
 
-def serving_network(profile: Profile) -> str:
-    """The serving container's own network: NAME-net, or NAME-private behind a front door (another name, so a
-    deploy that adds or removes the front door never has to change a network its running predecessor is on)."""
-    return f"{profile.container.name}-{'private' if profile.front_door is not None else 'net'}"
+def api_socket_dir(container_name: str) -> str:
+    """The host directory of the container's socket (API_SOCKET_DIR says who may enter it)."""
+    return f"{API_SOCKET_DIR}/{container_name}"
 
 
-def private_network(profile: Profile) -> dict[str, str] | None:
-    """Behind a front door, vLLM's network and its fixed address on it: the profile's private_subnet, the host's
-    bridge on its first address (Docker's gateway), vLLM on the second. No port is published: Docker's published
-    ports bypass the host's firewall, and on Docker Engines before 28 a neighbour on the same L2 segment can reach
-    a port published on 127.0.0.1. The container's address is reachable from the host's namespace (the bridge is
-    a host interface) and from nowhere else: Docker forwards into a bridge only what a published port allows, and
-    inter-container traffic is off. A fixed address: the front door's upstream and the plan's base_url are known
-    before the container starts, and stay what they were across a restart."""
-    fd = profile.front_door
-    if fd is None:
-        return None
-    net = ipaddress.ip_network(fd.private_subnet)
-    return {
-        "name": serving_network(profile),
-        "subnet": str(net),
-        "gateway": str(net[1]),
-        "address": str(net[2]),
-    }
+def api_socket(container_name: str) -> str:
+    """The host path of the container's socket: what the host's own tools connect to."""
+    return f"{api_socket_dir(container_name)}/{API_SOCKET.rsplit('/', 1)[1]}"
 
 
 def least_privilege(profile: Profile) -> dict[str, Any]:
     """The spec's capability, privilege, pids and network settings (docker_container's names)."""
     ranks = (profile.vllm.tensor_parallel_size or 1) * (profile.vllm.pipeline_parallel_size or 1)
-    out: dict[str, Any] = {
+    return {
         "cap_drop": list(SERVING_CAP_DROP),
         "security_opts": list(SERVING_SECURITY_OPTS),
         "pids_limit": max(PIDS_LIMIT_MIN, PIDS_PER_RANK * ranks),
-        "network_mode": serving_network(profile),
+        "network_mode": "none",
     }
-    private = private_network(profile)
-    if private is not None:
-        out["networks"] = [{"name": private["name"], "ipv4_address": private["address"]}]
-    return out
 
 
-# The serving container's entrypoint when an API key is configured: it reads the key from the root-only file
-# mounted at API_KEY_MOUNT into VLLM_API_KEY and execs the vLLM argv it is given. The key is in no spec, no
+# The serving container's entrypoint, a constant (no profile value is ever put into it): the umask that makes the
+# socket 0770 (API_SOCKET_DIR), and the removal of a socket its previous start left (vLLM binds the path and
+# fails where it exists: a restart under restart_policy would not come up). With an API key, it also reads the key
+# from the root-only file mounted at API_KEY_MOUNT into VLLM_API_KEY, so that the key is in no spec, no
 # `docker inspect`, no argv and no process title; a missing or empty file stops the container (exit 78) rather
-# than start an API without its key. The script is a constant: no profile value is ever put into it.
-API_KEY_ENTRYPOINT_SCRIPT = (
-    f'k=$(cat {API_KEY_MOUNT}) && [ -n "$k" ] || '
-    f'{{ echo "refdeploy: no API key in {API_KEY_MOUNT}" >&2; exit 78; }}; '
-    'VLLM_API_KEY=$k exec "$@"'
-)
+# than start an API without its key. Then it execs the vLLM argv it is given.
+def entrypoint_script(api_key: bool) -> str:
+    start = f"umask 0007 && rm -f {API_SOCKET} || exit 78; "
+    if not api_key:
+        return start + 'exec "$@"'
+    return start + (
+        f'k=$(cat {API_KEY_MOUNT}) && [ -n "$k" ] || '
+        f'{{ echo "refdeploy: no API key in {API_KEY_MOUNT}" >&2; exit 78; }}; '
+        'VLLM_API_KEY=$k exec "$@"'
+    )
 
 
 # The runtime image's user (images/vllm/Dockerfile USER; a unit test keeps the two equal). The engine and the
@@ -224,6 +228,15 @@ API_KEY_ENTRYPOINT_SCRIPT = (
 # root:RUNTIME_GID, 0440, in a directory only root can enter (SECRETS_DIR, 0700).
 RUNTIME_UID = 10001
 RUNTIME_GID = 10001
+# The probe image's user (images/probes/Dockerfile; a unit test keeps the two equal): what the probe containers whose
+# tools need no capability run as (fio's reads of `make probe-io`, the samplers sidecar), so that a flaw in a parser
+# of theirs is not root's on the host's directories they write. A number of its own, neither the engine's (10001:
+# it would read the engine's 0660 files and its socket) nor refdeploy-api's (10002: it would reach the socket), and
+# fixed, as the roles make its host directories owned by it. The image sets no USER: the capture starts from it
+# as root, the one user Docker 20.10 gives added capabilities to (it has no ambient capabilities for another).
+PROBE_UID = 10003
+PROBE_GID = 10003
+PROBE_USER = f"{PROBE_UID}:{PROBE_GID}"
 SECRETS_DIR = "/var/lib/refdeploy/secrets"
 # Where the serve role writes the spec it starts from, as <container name>.json (its serve_rendered_dir default,
 # which tests/unit/ansible/test_library_host_state.py holds to this): the plan's read of the host reports that file.
@@ -337,7 +350,7 @@ def with_api_key(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec with the key's copy mounted read-only and the entrypoint that hands it to vLLM."""
     return {
         **spec,
-        "entrypoint": ["/bin/sh", "-c", API_KEY_ENTRYPOINT_SCRIPT, "refdeploy-api-key"],
+        "entrypoint": ["/bin/sh", "-c", entrypoint_script(api_key=True), ENTRYPOINT_NAME],
         "volumes": [*spec["volumes"], f"{api_key_copy(spec['name'])}:{API_KEY_MOUNT}:ro"],
     }
 
@@ -367,8 +380,10 @@ def render_sidecar_spec(
     """The samplers sidecar beside the serving container, or None when the profile runs none.
 
     It joins the serving container's PID namespace (pidstat sees vLLM's processes and threads), has no
-    network and no capabilities (vmstat, iostat and pidstat read world-readable /proc files), a read-only
-    root, and one writable directory whose logs rotate at `sidecar_max_bytes`. The serve role records the
+    network and no capabilities (vmstat, iostat and pidstat read world-readable /proc files), runs as the probe
+    image's user (PROBE_USER, not root), a read-only root, and one writable directory whose logs rotate at
+    `sidecar_max_bytes`: `host_dir`, which the serve role makes the probe user's, of `host_dir_access`'s group (the
+    runtime's: the bench client reads the logs as the runtime user), 0750. The serve role records the
     serving container's ID beside it and recreates the sidecar when that container is replaced. On a GPU
     profile it gets the GPUs through the nvidia runtime with the `utility` capability only, so the host
     driver's nvidia-smi runs inside (`gpu_access`, serving/plan/plan.py).
@@ -386,13 +401,18 @@ def render_sidecar_spec(
         "network_mode": "none",
         "read_only": True,
         "tmpfs": ["/tmp:size=16m"],
+        "user": PROBE_USER,
         "cap_drop": ["ALL"],
         "security_opts": ["no-new-privileges"],
         "memory": "256m",
+        "pids_limit": 128,
         "volumes": [f"{sidecar_host_dir(profile)}:/out"],
         "env": {"LC_ALL": "C"},
         "restart_policy": "unless-stopped",
         "host_dir": sidecar_host_dir(profile),
+        # The logs' readers besides the sidecar: the bench client, as the runtime user with no other group
+        # (images/vllm/bench_client.py drop_to), and root's tools. Nobody else.
+        "host_dir_access": {"owner": PROBE_UID, "group": RUNTIME_GID},
     }  # fmt: skip
     if gpu_access:
         if gpu_access.get("device_requests"):
@@ -402,3 +422,20 @@ def render_sidecar_spec(
                        GPU_ACCESS_ENV: gpu_access_description(gpu_access)}  # fmt: skip
     spec["labels"] = {SIDECAR_OF_LABEL: name, SPEC_LABEL: spec_digest(spec)}
     return spec
+
+
+def hf_token_copy(container_name: str) -> str:
+    """Where the serve role puts the directory holding the copy of the Hugging Face token the container reads."""
+    return f"{SECRETS_DIR}/{container_name}.hf-token"
+
+
+def with_hf_token(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the Hugging Face token's copy mounted read-only and named to huggingface_hub by HF_TOKEN_PATH
+    (it reads that file at each request), never the token itself in the environment: an environment value is in
+    `docker inspect`. The copy's directory is mounted, not the file, so that a new token, which the serve role writes
+    by a rename, reaches the running container."""
+    return {
+        **spec,
+        "env": dict(sorted({**spec["env"], "HF_TOKEN_PATH": HF_TOKEN_PATH}.items())),
+        "volumes": [*spec["volumes"], f"{hf_token_copy(spec['name'])}:{HF_TOKEN_MOUNT}:ro"],
+    }

@@ -96,7 +96,7 @@ def _run(argv: Sequence[str], timeout_s: float = 30) -> subprocess.CompletedProc
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
-def _state(name: str, port: int) -> tuple[str, int, str, str]:
+def _state(name: str, socket: str) -> tuple[str, int, str, str]:
     """(state, restart count, /health HTTP code, StartedAt); ("gone", 0, "000", "") without the container."""
     got = _run(["docker", "inspect", "--format", "{{.State.Status}} {{.RestartCount}} {{.State.StartedAt}}", name])
     if got.returncode != 0 or len(got.stdout.split()) != 3:
@@ -104,8 +104,8 @@ def _state(name: str, port: int) -> tuple[str, int, str, str]:
     status, restarts, started = got.stdout.split()
     if status != "running":
         return status, int(restarts), "000", started
-    url = f"http://127.0.0.1:{port}/health"
-    code = _run(["docker", "exec", name, "curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url])
+    code = _run(["docker", "exec", name, "curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
+                 "--unix-socket", socket, "http://localhost/health"])  # fmt: skip
     return status, int(restarts), (code.stdout.strip() or "000") if code.returncode == 0 else "000", started
 
 
@@ -129,13 +129,13 @@ class Stopped(Exception):
     """SIGTERM: refdeploy_watch's bound (timeout(1)) or an interrupted deploy."""
 
 
-def wait(name: str, port: int, restarts: int, interval_s: float) -> dict[str, object]:
+def wait(name: str, socket: str, restarts: int, interval_s: float) -> dict[str, object]:
     t0 = time.monotonic()
     phases, follower, said, said_at = Phases(), None, "", 0.0
     status, now_restarts, code, end = "unknown", 0, "000", "stopped"
     try:
         while True:
-            status, now_restarts, code, started = _state(name, port)
+            status, now_restarts, code, started = _state(name, socket)
             if follower is None and started:
                 follower = _follow(name, started, phases, t0)
             elapsed = time.monotonic() - t0
@@ -167,11 +167,11 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) not in (3, 4) or not argv[1].isdigit() or not argv[2].isdigit():
-        print("usage: engine_wait.py CONTAINER PORT RESTARTS [INTERVAL_S]", file=sys.stderr)
+    if len(argv) not in (3, 4) or not argv[1].startswith("/") or not argv[2].isdigit():
+        print("usage: engine_wait.py CONTAINER SOCKET RESTARTS [INTERVAL_S]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop)
-    result = wait(argv[0], int(argv[1]), int(argv[2]), float(argv[3]) if len(argv) == 4 else 1.0)
+    result = wait(argv[0], argv[1], int(argv[2]), float(argv[3]) if len(argv) == 4 else 1.0)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 124 if result["end"] == "bound" else 0
 

@@ -5,20 +5,21 @@ make of it (test_bench.py, test_diagnose_faults.py)."""
 from __future__ import annotations
 
 import contextlib
-import http.client
 import http.server
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from probes.base.unix_http import UnixHTTPConnection
 
-def _handler(upstream: tuple[str, int]) -> type[http.server.BaseHTTPRequestHandler]:
+
+def _handler(upstream: str) -> type[http.server.BaseHTTPRequestHandler]:
     class BufferingProxy(http.server.BaseHTTPRequestHandler):
         """Holds each response until the server has finished it, then sends all of it at once."""
 
         def _relay(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            conn = http.client.HTTPConnection(*upstream, timeout=300)
+            conn = UnixHTTPConnection(upstream, timeout=300)
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
             conn.request(self.command, self.path, body=body or None, headers=headers)
             resp = conn.getresponse()
@@ -41,8 +42,9 @@ def _handler(upstream: tuple[str, int]) -> type[http.server.BaseHTTPRequestHandl
 
 
 @contextlib.contextmanager
-def buffering_proxy(upstream: tuple[str, int]) -> Iterator[int]:
-    """A buffering proxy to `upstream` on a free loopback port, for the block's length: yields the port."""
+def buffering_proxy(upstream: str) -> Iterator[int]:
+    """A buffering proxy to vLLM's unix socket `upstream` on a free loopback port, for the block's length: yields the
+    port."""
     proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream))
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:

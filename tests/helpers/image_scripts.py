@@ -11,10 +11,12 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_DIR = REPO / "images" / "vllm"
 # What the bench role copies beside bench_client.py on the host (ansible/roles/bench/tasks/main.yml), which the
-# client's modules import as top-level modules: serving's standard-library-only knee search.
+# client's modules import as top-level modules: serving's standard-library-only knee search, and the probes' HTTP
+# over vLLM's unix socket.
 BESIDE_THE_CLIENT = {
     "knee": REPO / "serving" / "standalone" / "knee.py",
     "knee_runs": REPO / "serving" / "standalone" / "knee_runs.py",
+    "unix_http": REPO / "probes" / "base" / "unix_http.py",
 }
 
 

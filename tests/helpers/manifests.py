@@ -28,6 +28,10 @@ def raw_readings(d: Path) -> dict[str, Any]:
     # Its HostConfig is that of a container of today's spec (recorded 2026-12-06, the README says how), as the
     # host's limits at every cgroup level are.
     container["HostConfig"] = json.loads((d / "container-hostconfig-2026-12-06.json").read_text())
+    # What the spec starts since vLLM listens on its unix socket (issue 46), as a container of it showed it (recorded
+    # 2026-12-06, the README says how): its argv, entrypoint, environment and health check.
+    config = json.loads((d / "container-config-2026-12-06-socket.json").read_text())
+    container["Config"].update({k: config[k] for k in ("Cmd", "Entrypoint", "Env", "Healthcheck")})
     image = {
         "Id": container["Image"],
         "Config": {"Labels": {PATCH_LABEL_PREFIX + n: f"sha256:{h}" for n, h in applied.items()}},

@@ -17,7 +17,7 @@ client = image_script("bench_client")
 
 def spec(**extra: Any) -> dict[str, Any]:
     """A conversations spec as serving/bench/protocol.py conversation_spec writes it."""
-    return {"base_url": "http://127.0.0.1:8000", "endpoint": "/v1/chat/completions", "model": "tiny-llama",
+    return {"base_url": "http://localhost", "endpoint": "/v1/chat/completions", "model": "tiny-llama",
             "tokenizer": "/models/tiny-llama", "seed": 8, "turns": 3, "num_conversations": 4, "input_len": 8,
             "output_len": 4, "think_time_s": 0.0, "max_concurrency": 2, "ignore_eos": True, "temperature": 0.0,
             "cache_salt": "salt-c2-m1", "timeout_s": 60.0, **extra}  # fmt: skip

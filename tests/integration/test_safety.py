@@ -13,6 +13,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import time
@@ -26,7 +27,9 @@ from serving.bridge import hostlock
 from tests.integration.conftest import CONTAINER, REPO, RUNS, complete, docker, host_state, inspect, make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
-ENGINE_STARTS = 3  # the keyed deploy and the default put back after it moved to test_secrets_leak.py
+# The keyed deploy and the default put back after it moved to test_secrets_leak.py; the killed deploy's new engine
+# and the set-aside one put back after it.
+ENGINE_STARTS = 5
 
 STATE = Path("/var/lib/refdeploy")
 
@@ -76,7 +79,7 @@ def test_the_generator_refuses_a_directory_holding_a_real_model(tmp_path: Path) 
     ("field", "value", "says"),
     [
         (("model", "container_path"), "/models/$(touch /tmp/refdeploy-injected)", "model.container_path: "),
-        (("ports", "host_ip"), "localhost", "ports.host_ip: "),
+        (("model", "host_path"), "/var/lib/../etc", "model.host_path: "),
         (("container", "memory"), "0g", "container.memory: "),
     ],
 )
@@ -108,6 +111,11 @@ def test_a_profile_value_that_cannot_be_used_is_one_line(tmp_path: Path, field: 
         (("probe-io", """ANSIBLE_ARGS=-e '{"probe_io_thresholds": {"1": {"max_ms": -2}}}'"""),
          "probe_io_thresholds.1.max_ms: expected a number of 0 or more, got -2"),
         (("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=long"), 'probe_io_runtime_s="long" is not a whole number'),
+        # Refused from the host's stat of it, before the probe image and the run directory: the fio container once
+        # refused it, and left a run directory holding only serving-container.json (issue 46).
+        (("probe-io", "ANSIBLE_ARGS=-e probe_io_target=/var/lib/refdeploy/models/tiny-llama/nonesuch.bin"),
+         "probe_io_target /var/lib/refdeploy/models/tiny-llama/nonesuch.bin does not exist on localhost (or is a "
+         "link to nothing): set probe_io_target to a model weight or data file the serving stack reads"),
     ],
 )  # fmt: skip
 def test_a_setting_that_cannot_be_used_is_one_line(args: tuple[str, ...], says: str) -> None:
@@ -117,6 +125,25 @@ def test_a_setting_that_cannot_be_used_is_one_line(args: tuple[str, ...], says: 
     assert "Traceback" not in out and "Validation of arguments failed" not in out
     # A refused run leaves no run directory behind (issue 31: 17 empty ones after an afternoon).
     assert (sorted(RUNS.iterdir()) if RUNS.is_dir() else []) == runs
+
+
+def test_a_capture_its_container_refuses_leaves_a_result_saying_what_was_refused() -> None:
+    """The capture container refuses a data file that is not there (exit 2) after the run directory was made: the
+    directory holds bundle.json and summary.txt saying so (issue 46), where it once held only serving-container.json.
+    The host-state part alone, two seconds: about 5 s."""
+    missing = "/var/lib/refdeploy/models/tiny-llama/nonesuch.bin"
+    r = make("probe", "PROBE=hoststate", "SECONDS=2", f'ANSIBLE_ARGS=-e \'{{"capture_data_files": ["{missing}"]}}\'')
+    assert r.rc != 0, r.output[-3000:]
+    said = " ".join(r.output.split())
+    assert f"ERROR: capture: --data-file {missing}: not a regular file" in said, r.output[-3000:]
+    found = re.search(r"bundle: (\S+)/hoststate/", r.output)  # this run's, not the newest on disk
+    assert found, r.output[-3000:]
+    bundle = Path(found.group(1)) / "hoststate"
+    idx = json.loads((bundle / "bundle.json").read_text())
+    assert (idx["complete"], idx["cut_short"]["exit_code"]) == (False, 2)
+    assert idx["cut_short"]["why"].startswith(f"the capture refused its input: capture: --data-file {missing}: ")
+    assert (bundle / "summary.txt").read_text().startswith("CAPTURE CUT SHORT (probe container exit 2): ")
+    assert (bundle / "serving-container.json").is_file()
 
 
 def test_a_depth_given_on_the_command_line_is_that_depth() -> None:
@@ -180,6 +207,24 @@ def test_a_key_file_others_can_read_is_refused_before_any_change() -> None:
         key_file.unlink()
 
 
+def test_a_key_over_plain_http_is_refused_in_one_line_that_never_quotes_the_key() -> None:
+    """VIA=host:port with a key in play would send every request's key over plain HTTP: refused by the bench's plan,
+    before any change and before a run directory, naming VIA and what to give instead, and not quoting the key."""
+    key = secrets.token_hex(24)
+    key_file = STATE / "test-api-key-via"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    runs = sorted(RUNS.iterdir()) if RUNS.is_dir() else []
+    try:
+        out = _refused(host_state(), "bench", "WORKLOAD=smoke", "VIA=127.0.0.1:9",
+                       f"ANSIBLE_ARGS=-e refdeploy_api_key_file={key_file}")  # fmt: skip
+    finally:
+        key_file.unlink()
+    assert "bench_via=127.0.0.1:9: this deploy has an API key, which would go to 127.0.0.1:9 over plain HTTP" in out
+    assert "use VIA=front" in out and key not in out and "Traceback" not in out
+    assert (sorted(RUNS.iterdir()) if RUNS.is_dir() else []) == runs
+
+
 def test_a_second_operation_while_one_runs_is_refused_naming_the_holder() -> None:
     """The holder is a bench (about a minute of the smoke workload): it holds the host as a deploy does
     (refdeploy_lock), without an engine start, which is most of a replacing deploy's time here."""
@@ -210,22 +255,53 @@ def test_a_second_operation_while_one_runs_is_refused_naming_the_holder() -> Non
 
 
 def test_a_lock_left_by_a_dead_run_of_this_controller_is_taken_over_and_another_is_refused() -> None:
+    """A replacing deploy killed with SIGKILL (nothing runs after it: no `always:`, no cleanup of the wrapper) while
+    its new engine starts, beside a container of its run (what a GPU smoke test or a bench would leave): the next
+    deploy takes the lock over, removes both, puts the container it had set aside back, and the host is as before."""
     lock = STATE / "lock"
-    lock.mkdir(mode=0o700)
+    before = docker("inspect", "-f", "{{.Id}}", CONTAINER).strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    argv = ["make", "--no-print-directory", "-C", str(REPO), "deploy", "ANSIBLE_ARGS=-e serve_force_replace=true"]
+    dying = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True
+    )
     try:
-        dead = {"operation": "capture", "machine_id": hostlock.machine_id(), "run_id": "0123456789abcdef",
-                "controller": socket.gethostname(), "pid": 2**22 + 17, "pid_start": "1",
-                "started_utc": "2026-12-01T00:00:00Z"}  # fmt: skip
-        (lock / "holder.json").write_text(json.dumps(dead))
-        r = make("status")  # status takes no lock: it reads only
-        assert r.rc == 0
-        r = make("deploy")
-        assert r.rc == 0, r.output[-3000:]
-        assert f"taken over from a run of this controller that is gone: pid {dead['pid']}" in r.output
-        assert not lock.exists()
+        deadline = time.monotonic() + 240
+        while not (inspect(f"{CONTAINER}-previous") and (inspect(CONTAINER) or {}).get("Id", before) != before):
+            assert dying.poll() is None and time.monotonic() < deadline, "the deploy never started its new container"
+            time.sleep(0.2)
+        dead = json.loads((lock / "holder.json").read_text())
+        image = str((inspect(CONTAINER) or {})["Config"]["Image"])
+        docker("run", "-d", "--name", f"{CONTAINER}-deadrun", "--label", f"{hostlock.RUN_LABEL}={dead['run_id']}",
+               "--pids-limit", "16", "--entrypoint", "sleep", image, "600")  # fmt: skip
+    finally:
+        os.killpg(dying.pid, signal.SIGKILL)
+        dying.wait(timeout=30)
+    deadline = time.monotonic() + 30  # SIGKILL is delivered to each process of the group in its own time
+    while hostlock.run_alive(int(dead["pid"]), str(dead["pid_start"])):
+        assert time.monotonic() < deadline, f"the killed deploy's pid {dead['pid']} still runs"
+        time.sleep(0.1)
+    left = docker("ps", "-a", "--format", "{{.Names}} {{.Status}}").splitlines()
+    r = make("deploy")
+    assert r.rc == 0, r.output[-3000:]
+    said = " ".join(r.output.split())
+    # For the note (pytest -rP): what the dead run left, what the next deploy said, and the host after.
+    print("left:", left, "\nsaid:", re.findall(r"\[WARNING\]: took .*", r.output), f"\nin {r.seconds:.0f} s")
+    print("after:", docker("ps", "-a", "--format", "{{.Names}} {{.Status}}").splitlines())
+    assert (
+        f"taken over from a run of this controller that is gone: pid {dead['pid']}); removed what run "
+        f"{dead['run_id']} left: {CONTAINER}-deadrun, {CONTAINER}; put back {CONTAINER}, which it had set aside"
+    ) in said, said[-3000:]
+    # A clean host: the container it had set aside serves again, and nothing of the dead run is left.
+    assert docker("inspect", "-f", "{{.Id}}", CONTAINER).strip() == before
+    assert inspect(f"{CONTAINER}-previous") is None and inspect(f"{CONTAINER}-deadrun") is None
+    assert docker("ps", "-aq", "--filter", f"label={hostlock.RUN_LABEL}={dead['run_id']}").split() == []
+    assert complete("Hello", 4)["choices"]
+    assert not lock.exists()
+    try:
         lock.mkdir(mode=0o700)
         (lock / "holder.json").write_text(json.dumps({**dead, "machine_id": "another", "controller": "elsewhere"}))
         out = _refused(host_state(), "deploy")
-        assert "held by make capture (run 0123456789abcdef) from elsewhere" in out and f"rm -r {lock}" in out
+        assert f"held by make deploy (run {dead['run_id'][:24]}) from elsewhere" in out and f"rm -r {lock}" in out
     finally:
         subprocess.run(["rm", "-rf", str(lock)], check=True)

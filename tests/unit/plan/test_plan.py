@@ -14,8 +14,9 @@ import pytest
 from serving.bridge import playbooks
 from serving.config.profile import load_profile, parse_profile
 from serving.plan import servability
-from serving.plan.plan import Plan, PlanError, describe, parse_plan, plan_from_profile, running_state
-from serving.plan.render import SPEC_LABEL, render_vllm_argv
+from serving.plan.describe import describe
+from serving.plan.plan import Plan, PlanError, parse_plan, plan_from_profile, running_state
+from serving.plan.render import RUNTIME_GID, SPEC_LABEL, render_vllm_argv
 from serving.plan.standin import StandInError
 from tests.helpers.gpu_hosts import class_data as _class
 from tests.helpers.gpu_hosts import gpu_serving_plan as _gpu
@@ -62,9 +63,13 @@ def test_a_cpu_plan_launches_its_container_and_targets_the_largest_served_file()
     assert plan.launch.images == plan.images and plan.launch.stand_in is None
     assert plan.probes.data_file == "/var/lib/refdeploy/models/tiny-llama/model.safetensors"
     assert plan.probes.data_file_bytes == 17825792 and plan.probes.gpu_access is None
-    assert plan.bench.tokenizer == "/models/tiny-llama" and plan.base_url == "http://127.0.0.1:8000"
+    assert plan.bench.tokenizer == "/models/tiny-llama" and plan.base_url == "http://localhost"
     # The client mounts the model, not the engine's compile caches, which the serve role provides.
-    assert plan.bench.volumes == ["/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro"]
+    # The model (the tokenizer) and vLLM's socket: the client mounts the server's volumes but its compile caches.
+    assert plan.bench.volumes == [
+        "/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro",
+        "/var/lib/refdeploy/api/refdeploy-vllm:/run/refdeploy/api:ro",
+    ]
     assert (
         plan.compile_cache_dir
         == "/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny/"
@@ -133,8 +138,13 @@ def test_the_pp2_profiles_run_two_stages_with_the_rank_trace_and_differ_only_in_
     argv = playbooks.capture_argv(a.model_dump(mode="json"), {"out": "/x", "seconds": 5, "probe": "capture"})["argv"]
     assert "/var/lib/refdeploy/rank-trace/refdeploy-vllm:/run/refdeploy/rank-trace:ro" in argv
     assert argv[argv.index("--rank-trace-dir") + 1] == "/run/refdeploy/rank-trace"
+    # The engine writes its files 0660 (umask 0007) and the capture's root has no DAC capability: it reads them as a
+    # member of the runtime's group (CI's run on a clean host found the capture reading none).
+    groups = [argv[i + 1] for i, a in enumerate(argv) if a == "--group-add"]
+    assert str(RUNTIME_GID) in groups and not {"DAC_READ_SEARCH", "DAC_OVERRIDE"} & set(argv)
     plain_argv = playbooks.capture_argv(plain.model_dump(mode="json"), {"out": "/x", "seconds": 5})["argv"]
     assert "--rank-trace-dir" not in plain_argv
+    assert str(RUNTIME_GID) not in [plain_argv[i + 1] for i, a in enumerate(plain_argv) if a == "--group-add"]
 
 
 def test_the_v2_experiments_profiles_are_the_pp2_ones_with_the_v2_runner_and_triton_interpreted() -> None:

@@ -17,10 +17,8 @@ def test_cpu_tiny_argv_is_exact() -> None:
         "vllm",
         "serve",
         "/models/tiny-llama",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "8000",
+        "--uds",
+        "/run/refdeploy/api/vllm.sock",
         "--served-model-name",
         "tiny-llama",
         "--dtype",
@@ -59,25 +57,45 @@ def test_compilation_config_is_compact_json_and_extra_args_come_last() -> None:
     assert argv[-2:] == ["--long-prefill-token-threshold", "512"]
 
 
-def test_container_spec_carries_limits_ports_and_model_mount() -> None:
+def test_the_socket_is_where_the_probes_look_for_it() -> None:
+    from probes.base.unix_http import VLLM_SOCKET
+    from serving.plan.render import API_SOCKET, API_SOCKET_MOUNT
+
+    assert API_SOCKET == VLLM_SOCKET and API_SOCKET.startswith(API_SOCKET_MOUNT + "/")
+
+
+def test_container_spec_carries_limits_the_socket_and_model_mount() -> None:
     spec = render_container_spec(load_profile("cpu-tiny"), "refdeploy/vllm:x")
     assert spec["image"] == "refdeploy/vllm:x"
     assert spec["cpuset_cpus"] == "0-1"
     assert spec["memory"] == spec["memory_swap"] == "8g"
     assert spec["ulimits"] == ["nofile:16384:16384"]
-    assert spec["published_ports"] == ["127.0.0.1:8000:8000"]
+    # No port, no network: vLLM's socket in its directory on the host (issue 46).
+    assert "published_ports" not in spec and spec["network_mode"] == "none"
     assert spec["volumes"] == [
         "/var/lib/refdeploy/models/tiny-llama:/models/tiny-llama:ro",
         "/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny/vllm_x:/var/cache/refdeploy",
+        "/var/lib/refdeploy/api/refdeploy-vllm:/run/refdeploy/api",
     ]
+    # The entrypoint makes the socket group-writable and removes one a previous start left, then execs vLLM.
+    assert spec["entrypoint"] == [
+        "/bin/sh", "-c", 'umask 0007 && rm -f /run/refdeploy/api/vllm.sock || exit 78; exec "$@"',
+        "refdeploy-entrypoint",
+    ]  # fmt: skip
     assert spec["env"] == {
         "TORCHINDUCTOR_CACHE_DIR": "/var/cache/refdeploy/torchinductor",
+        "NCCL_SOCKET_IFNAME": "lo",
         "TRITON_CACHE_DIR": "/var/cache/refdeploy/triton",
         "VLLM_CACHE_ROOT": "/var/cache/refdeploy/vllm",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "auto",
+        "VLLM_HOST_IP": "127.0.0.1",
     }
-    assert spec["healthcheck"]["test"][-1] == "http://127.0.0.1:8000/health"
+    assert spec["healthcheck"]["test"][-3:] == [
+        "--unix-socket",
+        "/run/refdeploy/api/vllm.sock",
+        "http://localhost/health",
+    ]
     assert spec["labels"][SPEC_LABEL] == spec_digest(spec)
 
 
@@ -112,7 +130,7 @@ def test_digest_is_stable_and_ignores_labels() -> None:
     assert render_container_spec(load_profile("cpu-tiny"), "img2")["labels"][SPEC_LABEL] != a["labels"][SPEC_LABEL]
 
 
-def test_sidecar_joins_the_serving_pid_namespace_without_capabilities_or_network() -> None:
+def test_sidecar_joins_the_serving_pid_namespace_as_the_probe_user_without_capabilities_or_network() -> None:
     from serving.plan.render import render_sidecar_spec
 
     spec = render_sidecar_spec(load_profile("cpu-tiny"), "refdeploy/probes:abc")
@@ -120,7 +138,10 @@ def test_sidecar_joins_the_serving_pid_namespace_without_capabilities_or_network
     assert spec["name"] == "refdeploy-vllm-samplers"
     assert spec["pid_mode"] == "container:refdeploy-vllm"
     assert spec["network_mode"] == "none"
-    assert spec["cap_drop"] == ["ALL"] and "cap_add" not in spec
+    assert spec["cap_drop"] == ["ALL"] and "capabilities" not in spec and "privileged" not in spec
+    # The probe image's user, not root; its log directory that user's, of the runtime's group (the bench client).
+    assert spec["user"] == "10003:10003"
+    assert spec["host_dir_access"] == {"owner": 10003, "group": 10001}
     assert spec["read_only"] is True
     assert spec["command"][spec["command"].index("--only") + 1] == "vmstat,iostat,pidstat,nvidia-smi"
     assert spec["volumes"] == ["/var/lib/refdeploy/samplers/refdeploy-vllm:/out"]

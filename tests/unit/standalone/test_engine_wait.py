@@ -86,7 +86,7 @@ def test_the_deploys_line_for_each_end() -> None:
 
 
 def test_the_script_refuses_bad_arguments_with_its_usage_and_marks_progress_as_the_product_does() -> None:
-    got = subprocess.run([sys.executable, engine_wait.__file__, "refdeploy-vllm", "port"], capture_output=True,
+    got = subprocess.run([sys.executable, engine_wait.__file__, "refdeploy-vllm", "sock"], capture_output=True,
                          text=True, check=False)  # fmt: skip
-    assert got.returncode == 2 and got.stderr.strip() == "usage: engine_wait.py CONTAINER PORT RESTARTS [INTERVAL_S]"
+    assert got.returncode == 2 and got.stderr.strip() == "usage: engine_wait.py CONTAINER SOCKET RESTARTS [INTERVAL_S]"
     assert engine_wait.MARK == progress.MARK
