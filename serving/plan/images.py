@@ -63,6 +63,12 @@ class ImagePlanError(InputError):
     pass
 
 
+def hashes_file(constraints: Path) -> Path:
+    """What the image installs from (images/vllm/Dockerfile, --require-hashes): the constraints' resolution by
+    `make lock`, every pin with its files' sha256."""
+    return constraints.with_name(constraints.name.removesuffix(".txt") + ".hashes.txt")
+
+
 @dataclass(frozen=True)
 class BuildFiles:
     """What the images role copies into a build context from the managed host, as content hashes: the wheelhouse's
@@ -123,6 +129,8 @@ class ImagePlan:
     distribution: str
     version: str
     constraints_file: str
+    # The constraints' hashed resolution, which the build installs with --require-hashes (hashes_file).
+    lock_file: str
     patches: list[Patch]
     # The CUDA runtime the pinned set installs ("13.0"; None for the CPU build): the host's driver floor.
     cuda_runtime: str | None
@@ -241,6 +249,9 @@ def plan_images(
             f"{constraints}: no pinned dependency set for {distribution}=={version} "
             "(make one from a good build's /opt/vllm/refdeploy-freeze.txt)"
         )
+    hashes = hashes_file(constraints)
+    if not hashes.is_file():
+        raise ImagePlanError(f"{hashes}: no hashes for {constraints.name}'s pins (run make lock)")
 
     base_inputs = [base_dir / "build.sh", base_dir / "packages.txt"]
     base_sha = _hash_files(base_inputs, [BASE_SUITE, BASE_MIRROR])
@@ -253,6 +264,7 @@ def plan_images(
         vllm_dir / "Dockerfile",
         vllm_dir / "apply-patches.sh",
         constraints,
+        hashes,
         tinymodel,
         vllm_dir / "gpu_smoke.py",
         vllm_dir / "smoke_collectives.py",
@@ -307,6 +319,7 @@ def plan_images(
         distribution=distribution,
         version=version,
         constraints_file=str(constraints),
+        lock_file=str(hashes),
         patches=patches,
         cuda_runtime=cuda_runtime,
         build_args=build_args,

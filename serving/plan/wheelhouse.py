@@ -111,7 +111,7 @@ def download_argv(base_tag: str, requirement: str, index_url: str, context: str)
         ' --dest /wheelhouse "$2"'
     )
     return [
-        "docker", "run", "--rm", "--user", "0:0", "--entrypoint", "/bin/sh",
+        "docker", "run", "--rm", "--user", "0:0", "--entrypoint", "/bin/sh", "--pids-limit", "512",
         "--volume", f"{context}/wheelhouse:/wheelhouse",
         "--volume", f"{context}/extra-ca.pem:/extra-ca.pem:ro",
         "--env", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt",

