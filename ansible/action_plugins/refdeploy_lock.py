@@ -6,8 +6,9 @@
       state: acquired          # or released; or cleaned (with run: and note:), ansible/interrupted.yml
 
 Acquired: `mkdir` of the lock directory on the host, then its holder.json; a lock held by another run fails the
-task with the one line that names the holder (a dead run of this controller is taken over, and the result says
-so; so does a note an interrupted run's cleanup left). Released: removes the lock only if this run holds it and
+task with the one line that names the holder (a dead run of this controller is taken over: what it left running,
+its containers and a replacement it left half done, is removed or put back first, and the result says so; so
+does a note an interrupted run's cleanup left). Released: removes the lock only if this run holds it and
 no make target holds it across its plays (REFDEPLOY_RUN_HOLD: make profile, make validate). In check mode
 nothing is written; a held lock still fails the task. Cleaned (ansible/interrupted.yml, for a run that ended
 early): the run's containers removed, its lock released, a note left. The host side is a shell round trip per
@@ -66,14 +67,15 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             clean = hostlock.cleanup_command(path, str(self._task.args["run"]), dict(self._task.args.get("note") or {}))
             # The play's environment (DOCKER_HOST, a test host's replay seam) before it, as a module would have it.
             _word, text = self._host(f"{self._compute_environment_string()} {clean}".strip())
-            lock, _, names = text.partition(" ")
-            removed = names.split()
+            # The note with what was cleaned: ansible/interrupted.yml writes it into the run's run directories.
+            note = hostlock.parse_cleanup(text, dict(self._task.args.get("note") or {}))
+            removed, lock = note["removed"].split(), note["lock"]
             said = (
                 f"{host}: removed {', '.join(removed) if removed else 'no container'} of run {self._task.args['run']}; "
                 f"the lock: {lock}"
             )
             changed = bool(removed) or lock == "released"
-            return {**result, "changed": changed, "msg": said, "removed": removed, "lock": lock}
+            return {**result, "changed": changed, "msg": said, "removed": removed, "lock": lock, "note": note}
 
         if state == "released":
             if self._task.check_mode:  # a check-mode run took nothing
@@ -110,6 +112,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         warnings: list[str] = []
         if took_over:
             msg += f" (taken over from a run of this controller that is gone: pid {took_over.get('pid')})"
+            # Before anything else runs on the host: what the dead run left running (its containers, a half-done
+            # replacement), in the play's environment (DOCKER_HOST) as the cleanup above.
+            dead = str(took_over.get("run_id", ""))
+            env = self._compute_environment_string()
+            removed, restored = hostlock.parse_cleaned(self._host(f"{env} {hostlock.takeover_command(dead)}")[1])
+            msg += f"; removed what run {dead} left: {', '.join(removed) if removed else 'no container'}" + (
+                f"; put back {', '.join(restored)}, which it had set aside to replace" if restored else ""
+            )
             warnings.append(msg)
         note = hostlock.parse_holder(text) if text else None
         if note:  # shown once, at every verbosity: what the last interrupted run left, and what was cleaned

@@ -24,7 +24,8 @@ a capture is asked for, and the input checked first: probes/capture/config.py). 
 
 `make probe PROBE=<part>` runs the same with one part (`--only`).
 
-  python -m probes.capture.bundle --out DIR --seconds N [--only stacks,metrics] [--metrics-url URL]
+  python -m probes.capture.bundle --out DIR --seconds N [--only stacks,metrics]
+      [--metrics-url URL] [--metrics-socket PATH]
                            [--data-file F ...] [--cgroup-root DIR] [--stack-dumps 3] [--record-seconds 0]
 """
 
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.base import progress
+from probes.base.unix_http import VLLM_SOCKET
 from probes.capture import summary
 from probes.capture.config import CaptureConfig, CaptureInputError, check_input
 from probes.capture.parts import DEFAULT_PARTS, PARTS
@@ -115,7 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--only", default=",".join(DEFAULT_PARTS), help=f"comma-separated parts of {','.join(PARTS)}")
-    ap.add_argument("--metrics-url", default="http://127.0.0.1:8000/metrics")
+    ap.add_argument("--metrics-url", default="http://localhost/metrics")
+    # vLLM's unix socket inside this container ("" for metrics_url over TCP).
+    ap.add_argument("--metrics-socket", default=VLLM_SOCKET)
     ap.add_argument("--data-file", type=Path, action="append", default=[])
     ap.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
     ap.add_argument("--stack-dumps", type=int, default=3)
@@ -144,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds=args.seconds,
         parts=parts,
         metrics_url=args.metrics_url,
+        metrics_socket=args.metrics_socket or None,
         data_files=tuple(args.data_file),
         cgroup_root=args.cgroup_root,
         stack_dumps=args.stack_dumps,

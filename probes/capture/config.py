@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from probes.base.unix_http import VLLM_SOCKET
 from probes.capture.parts import DEFAULT_PARTS, PARTS
 from probes.readers import procs
 from probes.senders import load
@@ -31,7 +32,9 @@ class CaptureConfig:
     out: Path
     seconds: float
     parts: tuple[str, ...] = DEFAULT_PARTS
-    metrics_url: str = "http://127.0.0.1:8000/metrics"
+    metrics_url: str = "http://localhost/metrics"
+    # vLLM's unix socket (it has no address); None: metrics_url over TCP (a test's own server).
+    metrics_socket: str | None = VLLM_SOCKET
     data_files: tuple[Path, ...] = ()
     cgroup_root: Path = Path("/sys/fs/cgroup")
     proc_root: Path = Path("/proc")

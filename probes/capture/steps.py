@@ -10,14 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probes.base import progress
+from probes.base import progress, unix_http
 from probes.capture import cutshort, summary
 from probes.capture.config import CaptureConfig, PartStatus, Status
 from probes.capture.parts import PARTS
@@ -46,9 +44,10 @@ MAX_SCRAPES = 1200
 PERF_END_MARGIN_S = 0.25
 
 
-def scrape(url: str) -> tuple[str, float, float]:
-    """GET /metrics: (text, monotonic_s, unix_s) read when the response arrived."""
-    with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_S) as resp:
+def scrape(url: str, socket: str | None = None) -> tuple[str, float, float]:
+    """GET /metrics (over vLLM's unix socket where `socket` is given): (text, monotonic_s, unix_s) read when the
+    response arrived."""
+    with unix_http.opener(socket).open(url, timeout=METRICS_TIMEOUT_S) as resp:
         text = str(resp.read().decode())
     return text, time.monotonic(), time.time()
 
@@ -56,9 +55,9 @@ def scrape(url: str) -> tuple[str, float, float]:
 class Poller(threading.Thread):
     """Scrape /metrics every `period_s` until stopped; keep parsed snapshots and the raw texts on disk."""
 
-    def __init__(self, url: str, out_dir: Path, period_s: float = 1.0) -> None:
+    def __init__(self, url: str, out_dir: Path, period_s: float = 1.0, socket: str | None = None) -> None:
         super().__init__(name="metrics-poller", daemon=True)
-        self.url, self.out_dir, self.period_s = url, out_dir, period_s
+        self.url, self.out_dir, self.period_s, self.socket = url, out_dir, period_s, socket
         self.stop_event = threading.Event()
         self.snapshots: list[metrics.Snapshot] = []
         self.errors: list[str] = []
@@ -68,7 +67,7 @@ class Poller(threading.Thread):
         while not self.stop_event.is_set() and len(self.snapshots) < MAX_SCRAPES:
             t0 = time.monotonic()
             try:
-                text, mono, unix = scrape(self.url)
+                text, mono, unix = scrape(self.url, self.socket)
                 (self.out_dir / f"{len(self.snapshots):04d}.prom").write_text(text)
                 self.snapshots.append(metrics.snapshot_from_text(text, mono, unix))
             except (OSError, ValueError) as e:
@@ -144,7 +143,7 @@ class Capture:
         if "metrics" in cfg.parts:
             self.mdir.mkdir(parents=True)
             try:
-                text, mono, unix = scrape(cfg.metrics_url)
+                text, mono, unix = scrape(cfg.metrics_url, cfg.metrics_socket)
                 (self.mdir / "before.prom").write_text(text)
                 self.before_snap = metrics.snapshot_from_text(text, mono, unix)
             except (OSError, ValueError) as e:
@@ -171,7 +170,7 @@ class Capture:
             self.sset = samplers.SamplerSet(specs, self.sdir, samplers.DEFAULT_MAX_BYTES)
             self.sset.start()
         if self.before_snap is not None:
-            self.poller = Poller(cfg.metrics_url, self.mdir / "scrapes")
+            self.poller = Poller(cfg.metrics_url, self.mdir / "scrapes", socket=cfg.metrics_socket)
             self.poller.start()
         if cfg.load is not None:
             # Its own process, so its own interpreter lock (probes/senders/load.py main says why).
@@ -311,7 +310,7 @@ class Capture:
             return
         mdir, url = self.mdir, self.cfg.metrics_url
         try:
-            text, mono, unix = scrape(url)
+            text, mono, unix = scrape(url, self.cfg.metrics_socket)
             (mdir / "after.prom").write_text(text)
             after_snap = metrics.snapshot_from_text(text, mono, unix)
             d = metrics.delta(self.before_snap, after_snap)
@@ -409,6 +408,8 @@ class Capture:
             self.rank_trace = rank_steps.copy_window(src, self.cfg.out, self.t0, time.monotonic())
         except OSError as e:
             self.rank_trace = {"dir": str(src), "ranks": {}, "unreadable": [f"{src}: {e.strerror or e}"]}
+        for what in self.rank_trace["unreadable"]:
+            self.notes.append(f"rank trace: unreadable: {what} ({src})")
         if not self.rank_trace["ranks"]:
             self.notes.append(f"rank trace: no step of any rank in the window ({src})")
 

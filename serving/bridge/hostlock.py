@@ -8,7 +8,8 @@ release it in an `always:`; a make target of several plays (profile, validate) h
 its last (REFDEPLOY_RUN_HOLD: the plays inside it keep it). What Ansible cannot run (Ctrl-C, a dropped
 connection) the run's wrapper cleans up after it (serving/bridge/play.py, ansible/interrupted.yml); what nothing
 runs after (a SIGKILL, a lost controller) leaves it behind: a lock whose run was on this controller and is no
-longer alive is taken over, saying so, and any other is refused with its holder and what to do.
+longer alive is taken over, saying so, and what that run left running is removed first (takeover_command); any
+other is refused with its holder and what to do.
 """
 
 from __future__ import annotations
@@ -98,9 +99,18 @@ def parse_holder(text: str) -> dict[str, Any] | None:
 
 
 def run_alive(pid: int, start: str) -> bool:
-    """The process is there and is the one that started then (a pid reused since is not it)."""
+    """The process is there, is the one that started then (a pid reused since is not it), and has not ended: a run
+    killed a moment ago stays a zombie until it is reaped (its parent, make, was killed with it), not alive."""
     now = process_start(pid)
-    return bool(now) and (not start or now == start)
+    return bool(now) and (not start or now == start) and _state(pid) not in ("Z", "X", "")
+
+
+def _state(pid: int) -> str:
+    """proc(5) stat field 3: R, S, D, ..., Z (ended, not yet reaped), X (dead); "" when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def is_stale(held: dict[str, Any] | None, run: Run, alive: Any = run_alive) -> bool:
@@ -210,7 +220,31 @@ if [ -n "$removed" ] || [ "$lock" = released ]; then
   printf '%s, "removed": "%s", "lock": "%s", "host_dirs": "%s"}\n' "${note%\}}" "${removed# }" "$lock" \
     "${left# }" >"$(dirname -- "$p")/interrupted.json"
 fi
-echo "refdeploy-lock: cleaned $lock$removed"
+echo "refdeploy-lock: cleaned $lock$removed;${left# }"
+"""
+
+
+# After a takeover, with the lock now this run's: what the dead run ($1, its run id) left running. A SIGKILL or a
+# lost controller ran no cleanup (serving/bridge/play.py), so it is the one above but for the lock and the note:
+# the run's containers (RUN_LABEL) go; and a replacement it left half done (the serving container set aside as
+# NAME-previous, ansible/roles/serve/tasks/replace.yml; only a deploy makes one, under the lock) is rolled back as
+# launch.yml tells an operator to: the unverified NAME removed, NAME-previous renamed NAME and started. Reply:
+# `cleaned <removed names>;<restored names>`.
+_TAKEOVER = r"""
+run=$1; removed=""; restored=""
+for c in $([ -n "$run" ] && timeout 30 docker ps -aq --filter "label=refdeploy.run=$run" 2>/dev/null); do
+  n=$(timeout 30 docker inspect -f '{{.Name}}' "$c" 2>/dev/null)
+  timeout 60 docker rm -f "$c" >/dev/null 2>&1 && removed="$removed ${n#/}"
+done
+for n in $(timeout 30 docker ps -a --filter label=org.refdeploy.profile --format '{{.Names}}' 2>/dev/null); do
+  case $n in *-previous) s=${n%-previous} ;; *) continue ;; esac
+  if timeout 30 docker inspect "$s" >/dev/null 2>&1; then
+    timeout 60 docker rm -f "$s" >/dev/null 2>&1 || continue
+    removed="$removed $s"
+  fi
+  timeout 30 docker rename "$n" "$s" && timeout 60 docker start "$s" >/dev/null && restored="$restored $s"
+done
+echo "refdeploy-lock: cleaned ${removed# };${restored# }"
 """
 
 
@@ -235,14 +269,35 @@ def remove_command(path: str, holder_text: str) -> str:
 
 
 def cleanup_command(path: str, run_id: str, note: dict[str, Any]) -> str:
-    """Remove what run_id left on the host (its containers; the lock if still its): `cleaned <lock> <names...>`,
-    lock one of released (it held it), free, kept (another run holds it now). The note goes beside the lock
-    when anything was cleaned, for the next take to say."""
+    """Remove what run_id left on the host (its containers; the lock if still its): `cleaned <lock> <names...>;<host
+    dirs...>`, lock one of released (it held it), free, kept (another run holds it now), the host dirs its scratch
+    directories kept (parse_cleanup reads it). The note goes beside the lock when anything was cleaned, for the
+    next take to say."""
     # The ids of the run directories the run created (its note's run_ids; an older note's run_dirs), which name its
     # scratch directories on the host, whether or not the controller kept the directory.
     ids = str(note.get("run_ids") or note.get("run_dirs") or "")
     names = " ".join(d.rstrip("/").rsplit("/", 1)[-1] for d in ids.split())
     return _sh(_CLEANUP, path, run_id, json.dumps(note), names)
+
+
+def parse_cleanup(text: str, note: dict[str, Any]) -> dict[str, Any]:
+    """The note of cleanup_command's reply: `note` with what was cleaned (removed, lock, host_dirs), as the host's
+    interrupted.json holds it (whether or not it wrote one), for the run directories the run left (ansible/
+    interrupted.yml writes it into each: an interrupted run's result)."""
+    head, _, left = text.partition(";")
+    lock, _, names = head.partition(" ")
+    return {**note, "removed": " ".join(names.split()), "lock": lock, "host_dirs": " ".join(left.split())}
+
+
+def takeover_command(dead_run_id: str) -> str:
+    """Remove what a dead run left running, its lock already taken over: `cleaned <removed>;<restored>`."""
+    return _sh(_TAKEOVER, dead_run_id)
+
+
+def parse_cleaned(text: str) -> tuple[list[str], list[str]]:
+    """(containers removed, serving containers put back) of takeover_command's reply."""
+    removed, _, restored = text.partition(";")
+    return removed.split(), restored.split()
 
 
 def parse_reply(stdout: str) -> tuple[str, str]:

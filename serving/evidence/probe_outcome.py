@@ -45,6 +45,32 @@ def _outcome(kind: Kind, line: str) -> dict[str, Any]:
     return {"kind": kind, "ok": kind == "pass", "line": prefix + line if line else ""}
 
 
+# fio reads 4 KiB blocks: a smaller file has not one (probes/io/probe.py BLOCK_SIZE_BYTES, in the probe image).
+IO_BLOCK_BYTES = 4096
+
+
+def io_target_problem(host: str, target: str, rc: int, stdout: str, stderr: str) -> str | None:
+    """Why fio could not read `target` on `host`, in one line naming it and what to do, or None: judged from the
+    host's `stat -L -c '%F|%s'` of it (rc, stdout, stderr), before the run makes anything (its probe image, its run
+    directory), so that a refusal leaves no run directory behind. The container's own check (probes/io/probe.py
+    check_target) refuses the same files, and more (a target that resolves out of the data directories)."""
+    what = "set probe_io_target to a model weight or data file the serving stack reads"
+    if rc != 0:
+        said = _last(stderr.splitlines(), f"stat exited {rc}")
+        if "No such file" in said:
+            return f"probe_io_target {target} does not exist on {host} (or is a link to nothing): {what}"
+        return f"probe_io_target {target} cannot be read on {host} ({said}): {what}"
+    kind, _, size = _last(stdout.splitlines()).rpartition("|")
+    if kind not in ("regular file", "regular empty file"):
+        return f"probe_io_target {target} on {host} is {kind or 'unknown'}, not a regular file: {what}"
+    if not size.isdigit() or int(size) < IO_BLOCK_BYTES:
+        return (
+            f"probe_io_target {target} on {host} is {size or '?'} bytes, smaller than one 4 KiB read: give a "
+            "larger file the serving stack reads"
+        )
+    return None
+
+
 def io_outcome(run: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
     """`make probe-io` (and the I/O gate of a GPU deploy): the fio container's run -> pass, finding or error.
 
@@ -100,14 +126,16 @@ def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings:
             f"{change['line']}. What the capture had is kept in {bundle}; capture again once it is healthy "
             f"(make status HOST={host})",
         )
-        out.update(why=str(change["line"]), cut_short=rc not in (0, EXIT_FINDING, EXIT_BAD_INPUT))
+        out.update(why=str(change["line"]), cut_short=rc not in (0, EXIT_FINDING))
         return out
     if rc == 0:
         out = _outcome("pass", "")
     elif rc == EXIT_FINDING:
         out = _outcome("finding", f"a part of the capture FAILED on {host} (bundle.json says which; the rest is kept)")
     elif rc == EXIT_BAD_INPUT:
-        out = _outcome("error", str(run.get("stderr") or "").strip() or f"the capture refused its input on {host}")
+        refused = str(run.get("stderr") or "").strip() or f"the capture refused its input on {host}"
+        out = _outcome("error", refused)
+        out["why"] = f"the capture refused its input: {refused}"
     elif rc == EXIT_PROBE_BROKE:
         out = _outcome("error", _last(stderr, f"the capture broke on {host}"))
     elif rc == EXIT_TIMED_OUT:
@@ -124,6 +152,8 @@ def capture_outcome(run: Mapping[str, Any], change: Mapping[str, Any], settings:
             f"{kept}",
         )
     out.setdefault("why", f"the probe container exited {rc}")
-    # A capture that did not finish wrote no index of its own: it is indexed from what it had.
-    out["cut_short"] = rc not in (0, EXIT_FINDING, EXIT_BAD_INPUT)
+    # A capture that did not finish wrote no index of its own: it is indexed from what it had. So is one whose
+    # container refused its input after the run directory was made (issue 46): its bundle.json says what was
+    # refused and why, where the directory held only serving-container.json before.
+    out["cut_short"] = rc not in (0, EXIT_FINDING)
     return out

@@ -19,7 +19,17 @@ from typing import Any
 from probes.capture.parts import DEFAULT_PARTS, PARTS
 from serving.config.redact import API_KEY_MOUNT
 from serving.errors import InputError
-from serving.plan.render import GPU_ACCESS_ENV, RANK_TRACE_MOUNT, gpu_access_description
+from serving.plan.render import (
+    API_GID,
+    API_SOCKET,
+    API_SOCKET_MOUNT,
+    GPU_ACCESS_ENV,
+    PROBE_USER,
+    RANK_TRACE_MOUNT,
+    RUNTIME_GID,
+    SOCKET_URL,
+    gpu_access_description,
+)
 
 
 class ProbePlanError(InputError):
@@ -37,6 +47,19 @@ def _depth_flags(flag: str, values: dict[int, float | None]) -> list[str]:
     return [f"{flag}={depth}:{value:g}" for depth, value in sorted(values.items()) if value is not None]
 
 
+def io_target_outside(target: str, data_dirs: list[str]) -> str | None:
+    """Why fio may not read `target` at all, in one line, or None: the probe reads only what the serving stack reads
+    (its data directories). Judged before the host is asked anything of the target."""
+    if not data_dirs:
+        return "probe_io_data_dirs is empty: name the directories the serving stack reads"
+    if not any(PurePosixPath(target).is_relative_to(d) for d in data_dirs):
+        return (
+            f"target {target} is outside the data directories ({', '.join(data_dirs)}): the probe reads only "
+            "what the serving stack reads; set probe_io_data_dirs or choose another probe_io_target"
+        )
+    return None
+
+
 def render_probe_io_argv(
     probes_image: str,
     target: str,
@@ -49,26 +72,25 @@ def render_probe_io_argv(
     cpus: str = "",
 ) -> list[str]:
     if not data_dirs:
-        raise ProbePlanError("probe_io_data_dirs is empty: name the directories the serving stack reads")
+        raise ProbePlanError(str(io_target_outside(target, data_dirs)))
     for path in (target, *data_dirs, host_out_dir):
         if not PurePosixPath(path).is_absolute():
             raise ProbePlanError(f"{path}: probe paths must be absolute host paths")
-    if not any(PurePosixPath(target).is_relative_to(d) for d in data_dirs):
-        raise ProbePlanError(
-            f"target {target} is outside the data directories ({', '.join(data_dirs)}): the probe reads only "
-            "what the serving stack reads; set probe_io_data_dirs or choose another probe_io_target"
-        )
+    problem = io_target_outside(target, data_dirs)
+    if problem:
+        raise ProbePlanError(problem)
     if not depths or any(d < 1 for d in depths):
         raise ProbePlanError(f"probe_io_depths must be positive queue depths, got {depths}")
     unknown = sorted(set(thresholds) - set(depths))
     if unknown:
         raise ProbePlanError(f"probe_io_thresholds names depths {unknown} that are not probed ({depths})")
-    # No capability: fio's O_DIRECT reads of a regular file, libaio, the target's stat and a few ranges' sha256 are
-    # all unprivileged, and /out is root's (the container's user) from the role. Without DAC_OVERRIDE the target
-    # must be readable by its mode bits, as the engine (not root) must read it too.
-    argv = ["docker", "run", "--rm", "--name", container_name, "--network", "none", "--read-only",
-            "--tmpfs", "/tmp", "--volume", f"{host_out_dir}:/out",
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]  # fmt: skip
+    # Not root, and no capability: fio's O_DIRECT reads of a regular file, libaio, the target's stat and a few
+    # ranges' sha256 are all unprivileged, so it runs as the probe image's user (PROBE_USER), whose /out the role
+    # makes (0700). The target must be readable by that user by its mode bits, as it had to be for the root with no
+    # DAC capability that ran fio before: any user's reading of the served files, nothing of the engine's own (0660).
+    argv = ["docker", "run", "--rm", "--name", container_name, "--user", PROBE_USER, "--network", "none",
+            "--read-only", "--tmpfs", "/tmp", "--volume", f"{host_out_dir}:/out",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "512"]  # fmt: skip
     if cpus:
         argv += ["--cpuset-cpus", cpus]
     for d in data_dirs:
@@ -108,6 +130,14 @@ def parse_thresholds(data: object) -> dict[int, IoThresholds]:
                 values[k] = math.nan
             if isinstance(v, bool) or not math.isfinite(values[k]) or values[k] < 0:
                 raise ProbePlanError(f"probe_io_thresholds.{depth}.{k}: expected a number of 0 or more, got {v!r}")
+            # No read completes in 0 ms: a latency bound of 0 would call every drive failing (issue 46's finding).
+            if k.startswith("max_") and values[k] == 0:
+                raise ProbePlanError(
+                    f"probe_io_thresholds.{depth}.{k}: a latency bound of 0 ms fails every drive: give the slowest "
+                    "read you accept in ms (above 0), or leave it out"
+                )
+        if d < 1:
+            raise ProbePlanError(f"probe_io_thresholds: {depth!r} is not a queue depth (1 or more)")
         out[d] = IoThresholds(**values)
     return out
 
@@ -147,7 +177,7 @@ def gpu_run_flags(gpu_access: Mapping[str, Any] | None) -> list[str]:
 def render_capture_argv(
     probes_image: str,
     serving_container: str,
-    container_port: int,
+    socket_dir: str,
     host_out_dir: str,
     seconds: float,
     parts: list[str],
@@ -170,8 +200,9 @@ def render_capture_argv(
 ) -> list[str]:
     """`docker run` of probes.capture.bundle beside the serving container.
 
-    It joins the serving container's PID namespace (py-spy, pidstat, wchan see vLLM's processes) and network
-    namespace (`/metrics` on 127.0.0.1 without publishing anything), sees the host's cgroup tree with `--cgroupns
+    It joins the serving container's PID namespace (py-spy, pidstat, wchan see vLLM's processes), has no network,
+    and reads `/metrics` through vLLM's socket (`socket_dir`, the host directory of it, mounted read-only; the
+    container is of the socket's group), sees the host's cgroup tree with `--cgroupns
     host` read-only, the data directories read-only, and writes only its output directory. Capabilities: none but
     SYS_PTRACE (py-spy, smaps_rollup, wchan), FOWNER where it reads the served files' page-cache residency (below),
     plus the perf capability when perf is one of the parts: PERFMON, or SYS_ADMIN on Docker releases that do not
@@ -201,8 +232,14 @@ def render_capture_argv(
     for f in data_files:
         if not any(PurePosixPath(f).is_relative_to(d) for d in data_dirs):
             raise ProbePlanError(f"data file {f} is outside the data directories ({', '.join(data_dirs)})")
+    # Root, unlike probe-io and the sidecar (PROBE_USER): py-spy, perf, wchan and fincore need the capabilities added
+    # below, and Docker 20.10 (Debian's docker.io) gives added capabilities to uid 0 only; a non-root --user would
+    # start with none (no ambient capabilities; measured: CapEff 0 for --user 10003 --cap-add SYS_PTRACE), and file
+    # capabilities would not help, as no-new-privileges stops execve from granting them. What keeps it small is the
+    # drop of ALL, no-new-privileges and the few capabilities added back.
     argv = ["docker", "run", "--rm", "--name", container_name,
-            "--pid", f"container:{serving_container}", "--network", f"container:{serving_container}",
+            "--pid", f"container:{serving_container}", "--network", "none",
+            "--group-add", str(API_GID), "--volume", f"{socket_dir}:{API_SOCKET_MOUNT}:ro",
             "--cgroupns", "host", "--read-only", "--tmpfs", "/tmp:size=256m",
             "--cap-drop", "ALL", "--cap-add", "SYS_PTRACE", "--security-opt", "no-new-privileges",
             "--memory", "1g", "--pids-limit", "512", "--cpu-shares", str(PROBE_CPU_SHARES), "--env", "LC_ALL=C",
@@ -223,11 +260,13 @@ def render_capture_argv(
     if workload and api_key_copy:
         argv += ["--volume", f"{api_key_copy}:{API_KEY_MOUNT}:ro"]
     if rank_trace_dir:
-        argv += ["--volume", f"{rank_trace_dir}:{RANK_TRACE_MOUNT}:ro"]
+        # The engine writes its rank files 0660 (its entrypoint's umask 0007, for the socket), and this container's
+        # root has no DAC capability: it reads them as a member of the runtime's group.
+        argv += ["--group-add", str(RUNTIME_GID), "--volume", f"{rank_trace_dir}:{RANK_TRACE_MOUNT}:ro"]
     argv += [probes_image, "python3", "-m", "probes.capture.bundle",
              "--out", "/out/bundle", "--archive", "/out/bundle.tar.gz",
              "--seconds", f"{seconds:g}",
-             "--only", ",".join(parts), "--metrics-url", f"http://127.0.0.1:{container_port}/metrics",
+             "--only", ",".join(parts), "--metrics-url", f"{SOCKET_URL}/metrics", "--metrics-socket", API_SOCKET,
              "--cgroup-root", CGROUP_MOUNT, "--host", host, "--container", serving_container]  # fmt: skip
     if record_seconds > 0:
         argv += ["--record-seconds", str(record_seconds)]

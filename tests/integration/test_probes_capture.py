@@ -72,7 +72,11 @@ def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed:
     assert hc["CapDrop"] == ["ALL"] and not hc["CapAdd"]
     assert hc["ReadonlyRootfs"] is True
     assert c["Config"]["Labels"]["org.refdeploy.target-id"] == serving["Id"]
+    # The probe image's user, not root; its log directory that user's, of the runtime's group, closed to others.
+    assert c["Config"]["User"] == "10003:10003"
     log_dir = Path("/var/lib/refdeploy/samplers/refdeploy-vllm")
+    st = log_dir.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (10003, 10001, 0o750)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (log_dir / "pidstat.log").exists():
         time.sleep(1)
@@ -85,6 +89,8 @@ def test_the_deploy_starts_the_samplers_sidecar_in_vllms_pid_namespace(deployed:
     assert {r.command for r in rows if r.tid is None} == {"vllm", "VLLM::EngineCor", "VLLM::Worker"}
     vm = sampler_logs.parse_vmstat(sampler_logs.read_log(log_dir / "vmstat.log"))
     assert len(vm["us"]) >= 2
+    # Written by the sidecar's user: every log and samplers.json, a root sidecar's earlier files made over too.
+    assert {(f.name, f.stat().st_uid) for f in log_dir.iterdir()} == {(f.name, 10003) for f in log_dir.iterdir()}
 
 
 @dataclass

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.integration.conftest import (
     inspect,
     make,
     probe_runs,
+    server_open,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
@@ -37,7 +37,7 @@ def _healthy(timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{BASE_URL}/health", timeout=5) as resp:
+            with server_open(f"{BASE_URL}/health", timeout=5) as resp:
                 if resp.status == 200:
                     return True
         except OSError:

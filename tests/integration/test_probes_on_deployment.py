@@ -8,8 +8,8 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from probes.readers.metrics import (
     find_histograms,
     snapshot_from_text,
 )
-from tests.integration.conftest import BASE_URL, REPO, complete, make, probe_runs
+from tests.integration.conftest import BASE_URL, REPO, complete, make, probe_runs, server_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deployed")]
 ENGINE_STARTS = 0
@@ -33,7 +33,7 @@ WEIGHTS = MODEL_DIR / "tiny-llama" / "model.safetensors"
 
 
 def _snapshot():  # type: ignore[no-untyped-def]
-    with urllib.request.urlopen(f"{BASE_URL}/metrics", timeout=30) as resp:
+    with server_open(f"{BASE_URL}/metrics", timeout=30) as resp:
         text = resp.read().decode()
     return snapshot_from_text(text, time.monotonic(), time.time())
 
@@ -62,6 +62,17 @@ def test_metrics_delta_counts_exactly_the_requests_sent() -> None:
     assert itl.count == 5 * 11  # 12 tokens: 11 intervals each
 
 
+def _watch_user(name: str, users: list[str], done: threading.Event) -> None:
+    """`docker inspect`'s user and added capabilities of container `name`, each time it is seen, until `done`."""
+    while not done.wait(0.5):
+        out = subprocess.run(
+            ["docker", "container", "inspect", "--format", "{{.Config.User}} {{.HostConfig.CapAdd}}", name],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        if out.returncode == 0:
+            users.append(out.stdout.strip())
+
+
 def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> None:
     digest = hashlib.sha256(WEIGHTS.read_bytes()).hexdigest()
     # Cold, but for what vLLM has mapped: the probe must neither fill the cache (a whole-file hash did, twice a
@@ -71,8 +82,18 @@ def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> N
     os.close(fd)
     cached = _cached_pages(WEIGHTS)
     kept = probe_runs()
-    r = make("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=3")
+    # Who fio runs as, read from Docker while its container runs (it is removed after): the probe image's user.
+    users: list[str] = []
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_user, args=("refdeploy-vllm-probe-io", users, done))
+    watcher.start()
+    try:
+        r = make("probe-io", "ANSIBLE_ARGS=-e probe_io_runtime_s=3")
+    finally:
+        done.set()
+        watcher.join()
     assert r.rc == 0, r.output[-4000:]
+    assert set(users) == {"10003:10003 []"}, users
     assert _cached_pages(WEIGHTS) == cached < WEIGHTS.stat().st_size // 4096
     assert hashlib.sha256(WEIGHTS.read_bytes()).hexdigest() == digest
     assert "PASS" in r.output
@@ -85,6 +106,8 @@ def test_make_probe_io_reads_the_served_weights_and_leaves_them_unchanged() -> N
     assert {run["iodepth"] for run in result["runs"]} == {1, 64}
     assert all(run["fio"]["read_iops"] > 0 for run in result["runs"])
     assert (run_dir / "qd64" / "stdout.json").is_file()
+    outcome = json.loads((run_dir.parent / "probe-io-outcome.json").read_text())
+    assert (outcome["kind"], outcome["ok"], outcome["exit"]) == ("pass", True, 0), outcome
     assert probe_runs() == kept  # its scratch directory on the host is removed once fetched
 
 
@@ -94,6 +117,12 @@ def test_probe_io_thresholds_that_are_missed_fail_the_check() -> None:
     assert r.rc != 0
     assert "the I/O check FAILED on localhost" in r.output
     assert "FAIL" in r.output and "IOPS" in r.output
+    # The run directory this probe printed keeps its outcome, the line it failed with.
+    (fetched,) = [line for line in r.output.splitlines() if "fetched to: " in line]
+    run_dir = Path(fetched.split("fetched to: ", 1)[1].strip().strip("'\"")).parent
+    outcome = json.loads((run_dir / "probe-io-outcome.json").read_text())
+    assert (outcome["kind"], outcome["ok"], outcome["exit"]) == ("finding", False, 1), outcome
+    assert outcome["line"].startswith("FINDING: the I/O check FAILED on localhost"), outcome
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import socket
 import subprocess
+import time
 from datetime import UTC, datetime
 
 from serving.bridge import hostlock
@@ -85,3 +86,35 @@ def test_the_note_of_an_interrupted_run_says_what_was_cleaned_and_where_its_resu
 def test_an_unreadable_holder_is_not_a_crash() -> None:
     assert hostlock.parse_holder("not json") is None
     assert "its holder.json is not written yet" in hostlock.refusal("h", "bench", "/l", None)
+
+
+def test_a_run_killed_a_moment_ago_is_gone_while_it_is_still_a_zombie() -> None:
+    """A SIGKILL of make's process group leaves the wrapper a zombie until something reaps it: the next operation,
+    started at once, takes the lock over instead of being refused by a run that has ended."""
+    child = subprocess.Popen(["sleep", "30"])
+    start = hostlock.process_start(child.pid)
+    assert hostlock.run_alive(child.pid, start)
+    child.kill()
+    deadline = time.monotonic() + 10
+    while hostlock._state(child.pid) != "Z":  # ended, not yet reaped: its /proc entry is still there
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert hostlock.process_start(child.pid) == start and not hostlock.run_alive(child.pid, start)
+    child.wait()
+    assert not hostlock.run_alive(child.pid, start)
+
+
+def test_the_cleanups_reply_becomes_the_note_of_the_runs_directories() -> None:
+    """cleanup_command's reply, `<lock> <removed...>;<host dirs...>`: the note ansible/interrupted.yml writes into
+    each run directory of the run, with the same keys as the host's interrupted.json."""
+    note = {"run_id": "r1", "operation": "capture", "why": "interrupted by SIGINT"}
+    reply = "released refdeploy-vllm-probe refdeploy-vllm-probe-perfmon-check;/s/probe-runs/T1-capture /s/probe-runs/T1"
+    assert hostlock.parse_cleanup(reply, note) == {
+        **note,
+        "removed": "refdeploy-vllm-probe refdeploy-vllm-probe-perfmon-check",
+        "lock": "released",
+        "host_dirs": "/s/probe-runs/T1-capture /s/probe-runs/T1",
+    }
+    assert hostlock.parse_cleanup("kept;", note) == {**note, "removed": "", "lock": "kept", "host_dirs": ""}
+    line = hostlock.interrupted_line("h", hostlock.parse_cleanup(reply, note))
+    assert "removed refdeploy-vllm-probe, refdeploy-vllm-probe-perfmon-check and released its lock" in line

@@ -115,15 +115,18 @@ def test_the_cleanup_releases_only_its_runs_lock_and_leaves_a_note_the_next_take
     (tmp_path / "state" / "probe-runs" / "20261205T2").mkdir(parents=True)
     env_path = f"DOCKER_HOST=unix://{tmp_path}/no-engine.sock"
     # Another run's cleanup leaves this run's lock, and writes no note.
-    assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "bbbb000011112222", note)) == ("cleaned", "kept")
-    assert lock.exists() and not (tmp_path / "state" / "interrupted.json").exists()
-    assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "aaaa000011112222", note)) == (
-        "cleaned", "released",
+    assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "bbbb000011112222", note)) == (
+        "cleaned", f"kept;{tmp_path}/state/bench-runs/20261205T1-bench",
     )  # fmt: skip
+    assert lock.exists() and not (tmp_path / "state" / "interrupted.json").exists()
+    left = str(tmp_path / "state" / "bench-runs" / "20261205T1-bench")
+    word, reply = sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "aaaa000011112222", note))
+    assert (word, reply) == ("cleaned", f"released;{left}")
     assert not lock.exists()
     written = json.loads((tmp_path / "state" / "interrupted.json").read_text())
-    left = str(tmp_path / "state" / "bench-runs" / "20261205T1-bench")
     assert written == {**note, "removed": "", "lock": "released", "host_dirs": left}
+    # The note the plugin hands the play for the run's directories is the one the host keeps.
+    assert hostlock.parse_cleanup(reply, note) == written
     # The next take says it, once.
     word, said = sh(hostlock.take_command(str(lock), "next"))
     assert word == "took" and json.loads(said) == written
@@ -142,8 +145,82 @@ def test_a_cleanup_finds_the_hosts_scratch_by_run_id_when_the_controller_kept_no
             "run_ids": "20261206T085818Z"}  # fmt: skip
     env_path = f"DOCKER_HOST=unix://{tmp_path}/no-engine.sock"
     assert sh(f"{env_path} " + hostlock.cleanup_command(str(lock), "cccc000011112222", note)) == (
-        "cleaned", "released",
+        "cleaned", f"released;{tmp_path}/state/probe-runs/20261206T085818Z",
     )  # fmt: skip
     written = json.loads((tmp_path / "state" / "interrupted.json").read_text())
     assert written["host_dirs"] == str(tmp_path / "state" / "probe-runs" / "20261206T085818Z")
     assert "what it wrote, incomplete: none written; on h: " in hostlock.interrupted_line("h", written)
+
+
+# A docker client that answers as an engine holding a dead deploy's leftovers would: a bench container of the run
+# (c1), and a replacement left half done (refdeploy-vllm started, refdeploy-vllm-previous set aside). It logs each
+# call; the real engine's removal is tests/integration/test_safety.py.
+FAKE_DOCKER = r"""#!/bin/sh
+echo "$*" >>"$LOG"
+case "$*" in
+  "ps -aq --filter label=refdeploy.run=0123456789abcdef") echo c1 ;;
+  "ps -aq --filter "*) ;;
+  "inspect -f {{.Name}} c1") echo /refdeploy-vllm-bench ;;
+  "ps -a --filter label=org.refdeploy.profile --format {{.Names}}")
+    printf 'refdeploy-vllm\nrefdeploy-vllm-previous\n' ;;
+  "inspect refdeploy-vllm"|"rm -f "*|"rename "*|"start "*) ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def _fake_docker(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(tmp_path / "docker.log")}
+
+
+def test_a_takeover_removes_the_dead_runs_containers_and_puts_a_half_done_replacement_back(tmp_path: Path) -> None:
+    from serving.plan.render import PROFILE_LABEL
+
+    assert PROFILE_LABEL == "org.refdeploy.profile"  # the label the host side finds the serving containers by
+    env = _fake_docker(tmp_path)
+    cp = subprocess.run(["sh", "-c", hostlock.takeover_command("0123456789abcdef")], env=env, capture_output=True,
+                        text=True, timeout=30, check=True)  # fmt: skip
+    word, text = hostlock.parse_reply(cp.stdout)
+    assert word == "cleaned"
+    assert hostlock.parse_cleaned(text) == (["refdeploy-vllm-bench", "refdeploy-vllm"], ["refdeploy-vllm"])
+    calls = (tmp_path / "docker.log").read_text().splitlines()
+    assert [c for c in calls if c.split()[0] in ("rm", "rename", "start")] == [
+        "rm -f c1",
+        "rm -f refdeploy-vllm",
+        "rename refdeploy-vllm-previous refdeploy-vllm",
+        "start refdeploy-vllm",
+    ]
+    # A holder with no run id (an older lock) removes no container by an empty label.
+    (tmp_path / "docker.log").unlink()
+    cp = subprocess.run(["sh", "-c", hostlock.takeover_command("")], env=env, capture_output=True, text=True,
+                        timeout=30, check=True)  # fmt: skip
+    assert not any(c.startswith("ps -aq") for c in (tmp_path / "docker.log").read_text().splitlines())
+
+
+def test_the_plugin_removes_what_the_dead_run_left_when_it_takes_its_lock_over(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - refdeploy_lock: {{path: '{lock}', operation: deploy}}\n"
+        f"    - refdeploy_lock: {{path: '{lock}', operation: deploy, state: released}}\n"
+    )
+    env = {**_fake_docker(tmp_path), "ANSIBLE_ACTION_PLUGINS": str(PLUGINS), "ANSIBLE_NOCOLOR": "1"}
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    lock.mkdir()
+    dead = {"operation": "deploy", "machine_id": hostlock.machine_id(), "run_id": "0123456789abcdef",
+            "controller": "ctl", "pid": gone.pid, "pid_start": "5", "started_utc": "2026-12-02T10:00:00Z"}  # fmt: skip
+    (lock / "holder.json").write_text(json.dumps(dead))
+    run = run_playbook(play, env)
+    assert run.returncode == 0, run.stdout[-2000:]
+    said = " ".join((run.stdout + run.stderr).split())
+    assert (
+        f"taken over from a run of this controller that is gone: pid {gone.pid}); removed what run 0123456789abcdef "
+        "left: refdeploy-vllm-bench, refdeploy-vllm; put back refdeploy-vllm, which it had set aside to replace"
+    ) in said
+    assert not lock.exists()

@@ -115,6 +115,20 @@ def test_a_cut_short_capture_without_its_start_file_names_parts_from_its_directo
     assert idx["cut_short"]["meaning"] == "the capture ran past its bound and was stopped (timeout)"
 
 
+def test_a_capture_its_container_refused_is_indexed_as_refused(tmp_path: Path) -> None:
+    """The capture container refuses its input before it writes anything (exit 2), after the run directory was
+    made: the fetched, empty bundle gets bundle.json and summary.txt saying what was refused (issue 46), where it
+    held nothing before, serving-container.json beside it."""
+    bundle = tmp_path / "capture"
+    why = "the capture refused its input: --data-file /d/x: not a regular file (mount the served files read-only)"
+    idx = cutshort.write(bundle, 2, why, None)
+    assert idx["complete"] is False and idx["requested_parts"] == []
+    assert idx["cut_short"] == {"exit_code": 2, "why": why,
+                                "meaning": "the probe container exited 2 before writing its bundle"}  # fmt: skip
+    assert json.loads((bundle / "bundle.json").read_text()) == idx
+    assert (bundle / "summary.txt").read_text().splitlines()[0] == f"CAPTURE CUT SHORT (probe container exit 2): {why}"
+
+
 def test_probe_containers_are_bounded_by_their_own_work_and_a_margin() -> None:
     assert capture_timeout_s(20) == 320 and capture_timeout_s(20, 30) == 350
     # probes.io.probe bounds each fio run at runtime + 60 s: the container outlasts every depth's own bound.

@@ -105,5 +105,8 @@ def test_a_capture_cut_short_is_an_error_and_says_why_for_its_index() -> None:
     killed = capture_outcome(_run(137), died, CAP)
     assert killed["kind"] == "error" and killed["why"] == died["line"] and killed["cut_short"] is True
     assert killed["line"].startswith("ERROR: refdeploy-vllm died or was replaced in the window (restarts 0 -> 1). ")
-    assert capture_outcome(_run(2, stderr="unknown probe x\n"), SAME, CAP)["cut_short"] is False
+    # A refusal by the capture container comes after its run directory was made: it is indexed too, saying why.
+    refused = capture_outcome(_run(2, stderr="--data-file /d/x: not a regular file\n"), SAME, CAP)
+    assert refused["line"] == "ERROR: --data-file /d/x: not a regular file" and refused["cut_short"] is True
+    assert refused["why"] == "the capture refused its input: --data-file /d/x: not a regular file"
     assert capture_outcome(_run(99), SAME, CAP)["why"] == "the probe container exited 99"

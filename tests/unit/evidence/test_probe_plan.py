@@ -18,12 +18,13 @@ def test_probe_io_argv_mounts_data_read_only_at_host_paths() -> None:
         [1, 64],
         {64: IoThresholds(min_iops=20000, max_ms=200)},
     )
-    assert argv[:16] == [
-        "docker", "run", "--rm", "--name", "refdeploy-probe-io", "--network", "none", "--read-only",
-        "--tmpfs", "/tmp", "--volume", "/var/lib/refdeploy/probe-runs/x:/out",
+    # fio runs as the probe image's user (10003:10003), not root, with no capability at all.
+    assert argv[:18] == [
+        "docker", "run", "--rm", "--name", "refdeploy-probe-io", "--user", "10003:10003", "--network", "none",
+        "--read-only", "--tmpfs", "/tmp", "--volume", "/var/lib/refdeploy/probe-runs/x:/out",
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
     ]  # fmt: skip
-    assert "--cap-add" not in argv
+    assert argv.count("--user") == 1 and "--cap-add" not in argv and "--privileged" not in argv
     assert "/var/lib/refdeploy/models:/var/lib/refdeploy/models:ro" in argv
     i = argv.index("refdeploy/probes:abc")
     assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.io.probe"]
@@ -64,13 +65,28 @@ def test_thresholds_from_inventory_yaml() -> None:
         parse_thresholds({64: {"min_iop": 1}})
 
 
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({64: {"max_ms": 0}}, "probe_io_thresholds.64.max_ms: a latency bound of 0 ms fails every drive"),
+        ({1: {"max_p999_ms": "0"}}, "probe_io_thresholds.1.max_p999_ms: a latency bound of 0 ms fails every drive"),
+        ({0: {"min_iops": 10}}, "probe_io_thresholds: 0 is not a queue depth (1 or more)"),
+    ],
+)
+def test_a_threshold_no_drive_can_meet_is_refused_in_one_line(data: dict[int, object], says: str) -> None:
+    with pytest.raises(ProbePlanError) as e:
+        parse_thresholds(data)
+    assert str(e.value).startswith(says) and "\n" not in str(e.value)
+    assert parse_thresholds({1: {"min_iops": 0}}) == {1: IoThresholds(min_iops=0.0)}  # no floor: allowed
+
+
 def _capture(**kw: object) -> list[str]:
     from serving.evidence.probe_plan import render_capture_argv
 
     args: dict[str, object] = dict(
         probes_image="refdeploy/probes:abc",
         serving_container="refdeploy-vllm",
-        container_port=8000,
+        socket_dir="/var/lib/refdeploy/api/refdeploy-vllm",
         host_out_dir="/var/lib/refdeploy/probe-runs/x",
         seconds=20,
         parts=["samplers", "metrics", "stacks"],
@@ -91,7 +107,9 @@ def test_capture_carries_the_serving_containers_engine_labels_as_one_json_argume
 def test_capture_joins_the_serving_namespaces_with_least_capabilities() -> None:
     argv = _capture()
     joined = " ".join(argv)
-    assert "--pid container:refdeploy-vllm --network container:refdeploy-vllm" in joined
+    # vLLM's processes, and its socket (no network: vLLM has no address), as a member of the socket's group.
+    assert "--pid container:refdeploy-vllm --network none --group-add 10002" in joined
+    assert "/var/lib/refdeploy/api/refdeploy-vllm:/run/refdeploy/api:ro" in argv
     assert "--cap-drop ALL --cap-add SYS_PTRACE" in joined
     assert "PERFMON" not in joined and "SYS_ADMIN" not in joined  # no perf, no perf capability
     assert "FOWNER" not in joined  # no page-cache reading
@@ -103,7 +121,8 @@ def test_capture_joins_the_serving_namespaces_with_least_capabilities() -> None:
     i = argv.index("refdeploy/probes:abc")
     assert argv[i + 1 : i + 4] == ["python3", "-m", "probes.capture.bundle"]
     assert argv[argv.index("--only") + 1] == "samplers,metrics,stacks"
-    assert argv[argv.index("--metrics-url") + 1] == "http://127.0.0.1:8000/metrics"
+    assert argv[argv.index("--metrics-url") + 1] == "http://localhost/metrics"
+    assert argv[argv.index("--metrics-socket") + 1] == "/run/refdeploy/api/vllm.sock"
 
 
 def test_perf_gets_the_chosen_capability() -> None:

@@ -111,7 +111,9 @@ def test_the_profile_requests_run_beside_the_profiled_engine_only() -> None:
     got = playbooks.profiler_argv(_plan("torch"), settings)
     argv = got["argv"]
     assert argv[:6] == ["docker", "run", "--rm", "--name", "refdeploy-vllm-profile", "--network"]
-    assert argv[argv.index("--network") + 1] == "container:refdeploy-vllm"
+    # No network: vLLM's socket, its directory mounted, as a member of the socket's group.
+    assert argv[argv.index("--network") + 1] == "none" and argv[argv.index("--group-add") + 1] == "10002"
+    assert "/var/lib/refdeploy/api/refdeploy-vllm:/run/refdeploy/api:ro" in argv
     spec = json.loads(argv[argv.index("--spec-json") + 1])
     assert (spec["workload"], spec["output_len"], spec["api_key_file"]) == ("smoke", 32, "")
     assert argv[argv.index("--requests") + 1] == "3"

@@ -18,7 +18,7 @@ def test_a_container_with_dockers_defaults_fails_each_privilege_check(vllm_cpu_f
         "capabilities dropped (docker): expected ['ALL'], found []",
         "security options (docker): expected ['no-new-privileges'], found []",
         "pids limit (docker): expected 4096, found None",
-        "network (docker): expected 'refdeploy-vllm-net', found 'default'",
+        "network (docker): expected 'none', found 'default'",
         # The limits' own check reads the same HostConfig (serving/host/cgroup_limits.py: null is none, 0).
         "limits at every cgroup level and in Docker are the plan's: expected [], found ['docker PidsLimit: 0 (the "
         "plan: 4096)']",

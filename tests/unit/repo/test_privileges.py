@@ -22,7 +22,16 @@ from serving.config.profile import load_profile
 from serving.evidence.probe_plan import IoThresholds, render_capture_argv, render_probe_io_argv
 from serving.plan import frontdoor, gpu_smoke, wheelhouse
 from serving.plan.plan import plan_from_profile
-from serving.plan.render import render_container_spec, render_sidecar_spec
+from serving.plan.render import (
+    API_GID,
+    PROBE_GID,
+    PROBE_UID,
+    PROBE_USER,
+    RUNTIME_GID,
+    RUNTIME_UID,
+    render_container_spec,
+    render_sidecar_spec,
+)
 from tests.helpers.gpu_hosts import gpu_serving_plan
 from tests.helpers.role_tasks import ROLES, role_tasks
 
@@ -63,17 +72,25 @@ def _cpu_plan(profile: str = "cpu-tiny") -> dict[str, Any]:
     return plan.model_dump(mode="json")
 
 
-def _argv_caps(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """(--cap-drop, --cap-add, --security-opt) values of a `docker run` argv, up to its image."""
-    got: dict[str, list[str]] = {"--cap-drop": [], "--cap-add": [], "--security-opt": []}
+# (cap drop, cap add, security options, pids limit: "" where none)
+Caps = tuple[list[str], list[str], list[str], str]
+
+
+def _argv_caps(argv: list[str]) -> Caps:
+    """(--cap-drop, --cap-add, --security-opt, --pids-limit) values of a `docker run` argv, up to its image."""
+    got: dict[str, list[str]] = {"--cap-drop": [], "--cap-add": [], "--security-opt": [], "--pids-limit": []}
     for flag, value in itertools.pairwise(argv):
         if flag in got:
             got[flag].append(value)
-    return got["--cap-drop"], got["--cap-add"], got["--security-opt"]
+    for arg in argv:  # --pids-limit=N, one word
+        if arg.startswith("--pids-limit="):
+            got["--pids-limit"].append(arg.partition("=")[2])
+    return got["--cap-drop"], got["--cap-add"], got["--security-opt"], " ".join(got["--pids-limit"])
 
 
-def _spec_caps(spec: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    return list(spec.get("cap_drop") or []), list(spec.get("capabilities") or []), list(spec.get("security_opts") or [])
+def _spec_caps(spec: dict[str, Any]) -> Caps:
+    caps = list(spec.get("cap_drop") or []), list(spec.get("capabilities") or []), list(spec.get("security_opts") or [])
+    return (*caps, str(spec.get("pids_limit") or ""))
 
 
 def _perfmon_check_argv() -> list[str]:
@@ -88,7 +105,7 @@ def _generator_argv() -> list[str]:
     return [str(a) for a in task.body["ansible.builtin.command"]["argv"]]
 
 
-def _front_door_runs() -> dict[str, tuple[str, Callable[[], tuple[list[str], list[str], list[str]]]]]:
+def _front_door_runs() -> dict[str, tuple[str, Callable[[], Caps]]]:
     """The serve role's three `docker run`s of the front door's image: the self-signed pair, the fingerprint, the
     check through it."""
     where = "ansible/roles/serve/tasks/frontdoor.yml"
@@ -108,7 +125,7 @@ def _front_door_runs() -> dict[str, tuple[str, Callable[[], tuple[list[str], lis
     }
 
 
-def _containers() -> dict[str, tuple[str, Callable[[], tuple[list[str], list[str], list[str]]]]]:
+def _containers() -> dict[str, tuple[str, Callable[[], Caps]]]:
     """name -> (where it is built, its (cap drop, cap add, security options))."""
     cpu = _cpu_plan()
     gpu = gpu_serving_plan("rtxpro6000-tp8").model_dump(mode="json")
@@ -150,7 +167,7 @@ def _bench_client_argv() -> list[str]:
 def test_every_container_drops_all_capabilities_and_adds_back_only_what_is_allowed() -> None:
     rows = []
     for name, (where, caps) in _containers().items():
-        drop, add, opts = caps()
+        drop, add, opts, _pids = caps()
         rows.append(f"{name:28} {where:42} drop={','.join(drop) or '-':4} add={','.join(add) or '-':26} {opts}")
         if name in DEFAULT_CAPABILITIES:
             assert drop == [], f"{name} drops capabilities now: take it off DEFAULT_CAPABILITIES"
@@ -161,6 +178,19 @@ def test_every_container_drops_all_capabilities_and_adds_back_only_what_is_allow
         assert not unexplained, f"{name} adds {sorted(unexplained)} with no reason in ALLOWED"
     print("\ncontainer                    built in                                   capabilities")
     print("\n".join(rows))
+
+
+def test_every_container_has_a_pids_limit() -> None:
+    """A fork bomb, or a leak of threads, in any container stops at its own limit, not at the host's: every container
+    the product starts, the one-off ones included, sets one (a positive number; -1 or 0 is none)."""
+    rows, missing = [], []
+    for name, (where, caps) in _containers().items():
+        pids = caps()[3]
+        rows.append(f"{name:40} {where:42} pids-limit={pids or '-'}")
+        if not (pids.isdigit() and int(pids) > 0):
+            missing.append(f"{name} ({where})")
+    print("\n".join(rows))
+    assert not missing, f"no pids limit: {', '.join(missing)}"
 
 
 # Where containers are started, and how many: a `docker run` argv in Python, a started docker_container task (its
@@ -215,9 +245,60 @@ def test_the_listing_holds_every_place_a_container_is_started() -> None:
 )  # fmt: skip
 def test_the_role_passes_every_setting_of_the_spec_to_docker(task: str, spec: Callable[[], Any]) -> None:
     body = next(t for t in role_tasks() if t.name == task).body["community.docker.docker_container"]
-    keys = set(spec()) - {"host_dir"}  # the sidecar's log directory on the host, made by the role
+    keys = set(spec()) - {"host_dir", "host_dir_access"}  # the sidecar's log directory on the host, made by the role
     missing = sorted(k for k in keys if k not in body)
     assert not missing, f"{task} does not pass {missing} of its spec"
+
+
+def test_the_probe_user_is_the_probe_images_own_and_no_one_elses() -> None:
+    """The image makes the user the non-root probe containers name, and sets no USER: the capture starts as root, the
+    one user Docker 20.10 gives added capabilities to. Its number is neither root's, the engine's nor the API
+    group's: as any of them it would read the engine's files or reach its socket."""
+    dockerfile = (REPO / "images" / "probes" / "Dockerfile").read_text()
+    assert f"groupadd --gid {PROBE_GID} refdeploy-probes" in dockerfile
+    assert f"useradd --uid {PROBE_UID} --gid {PROBE_GID} " in dockerfile
+    assert not re.search(r"^USER\b", dockerfile, re.M), "the capture needs root: it names no --user"
+    assert f"{PROBE_UID}:{PROBE_GID}" == PROBE_USER
+    assert PROBE_UID not in (0, RUNTIME_UID, API_GID) and PROBE_GID not in (0, RUNTIME_GID, API_GID)
+
+
+def test_fio_and_the_samplers_run_as_the_probe_user_with_no_capability() -> None:
+    """probe-io's fio, the samplers sidecar and the bench's cgroup reader need no privilege (unprivileged O_DIRECT
+    reads; world-readable /proc and cgroup files): not root, and no capability added, where the census above only
+    limits what is added."""
+    io = render_probe_io_argv("p:1", "/d/f", ["/d"], "/o", 5, [1], {1: IoThresholds()})
+    side = render_sidecar_spec(load_profile("cpu-tiny"), "p:1") or {}
+    cgroup = protocol.cgroup_argv("p:1", "c")
+    assert io[io.index("--user") + 1] == PROBE_USER and _argv_caps(io)[:2] == (["ALL"], [])
+    assert cgroup[cgroup.index("--user") + 1] == PROBE_USER and _argv_caps(cgroup)[:2] == (["ALL"], [])
+    assert side["user"] == PROBE_USER and _spec_caps(side)[:2] == (["ALL"], [])
+    task = next(t for t in role_tasks() if t.name == "Serve | Start the samplers sidecar beside the serving container")
+    assert task.body["community.docker.docker_container"]["user"] == "{{ _serve_sidecar_spec.user }}"
+
+
+def test_the_roles_make_the_probe_users_directories_its_own_and_closed_to_others() -> None:
+    """The directories fio and the samplers write on the host are the probe user's (or the container could not
+    write them), 0700 and 0750 (the sidecar's logs are read by the bench client, as the runtime's group), and the
+    owner the role gives each is the user its container runs as."""
+    tasks = {t.name: t.body["ansible.builtin.file"] for t in role_tasks() if "ansible.builtin.file" in t.body}
+    io_dir = tasks["Probe I/O | Create the probe output directory, the fio container's user's"]
+    assert (io_dir["owner"], io_dir["group"], io_dir["mode"]) == (
+        "{{ _probe_io_plan.out_owner.owner }}",
+        "{{ _probe_io_plan.out_owner.group }}",
+        "0700",
+    )
+    planned = playbooks.probe_io_argv(_cpu_plan(), {"out": "/o"})
+    assert f"{planned['out_owner']['owner']}:{planned['out_owner']['group']}" == PROBE_USER
+    assert planned["argv"][planned["argv"].index("--user") + 1] == PROBE_USER
+    side_dir = tasks["Serve | Create the sidecar's log directory, the probe user's"]
+    assert (side_dir["owner"], side_dir["group"], side_dir["mode"], side_dir["recurse"]) == (
+        "{{ _serve_sidecar_spec.host_dir_access.owner }}",
+        "{{ _serve_sidecar_spec.host_dir_access.group }}",
+        "u=rwX,g=rX,o=",
+        True,
+    )
+    access = (render_sidecar_spec(load_profile("cpu-tiny"), "p:1") or {})["host_dir_access"]
+    assert (access["owner"], access["group"]) == (PROBE_UID, RUNTIME_GID)
 
 
 _WORLD_WRITABLE_SYMBOLIC = re.compile(r"(^|,)[ugo]*[ao][ugo]*[+=][rwxXst]*w|(^|,)[+=][rwxXst]*w")
