@@ -7,8 +7,8 @@
   refdeploy hypothesis --statement TEXT --predict PREDICTION
 
 bench-report writes summary.json, report.txt and report.html into a fetched bench directory and prints report.txt
-(exit 1 when the bench failed: the report of what was kept is still written); compare prints the effects, or refuses
-(exit 2, the differing fields on stderr).
+(exit 1 when the bench failed, or measured nothing valid: the report of what was kept is still written);
+compare prints the effects, or refuses (exit 2, the differing fields on stderr).
 """
 
 from __future__ import annotations
@@ -24,13 +24,15 @@ from serving.errors import InputError
 
 def cmd_bench_report(a: argparse.Namespace) -> int:
     from serving.bench.report import REPORT_HTML, REPORT_TXT, write_report
+    from serving.bench.summary import INVALID
 
     d = Path(a.bench_dir)
     summary = write_report(d)
     sys.stdout.write((d / REPORT_TXT).read_text())
     print(f"report: {d / REPORT_TXT}\npage:   {d / REPORT_HTML}")
     if summary["status"] != "ok":
-        print(f"bench FAILED: {summary['reason']} (partial data kept in {d})", file=sys.stderr)
+        said = "measured NOTHING VALID" if summary["status"] == INVALID else "FAILED"
+        print(f"bench {said}: {summary['reason']} (partial data kept in {d})", file=sys.stderr)
         return 1
     return 0
 

@@ -30,7 +30,7 @@ from serving.bench.workload_data import context_problem, data_file, workload_dat
 from serving.config.redact import redact
 from serving.config.workload import Workload, intends_prefix_hits, sized_for
 from serving.errors import InputError
-from serving.plan.render import PROFILER_LABEL
+from serving.plan.render import PROBE_USER, PROFILER_LABEL
 
 if TYPE_CHECKING:
     from serving.plan.launch import Launch
@@ -257,6 +257,7 @@ def _client_docker_argv(
         "--user", "0:0",
         "--cap-drop", "ALL", "--cap-add", "FOWNER", "--cap-add", "SETUID", "--cap-add", "SETGID",
         "--security-opt", "no-new-privileges",
+        "--pids-limit", "4096",
         "--cpuset-cpus", placement.client_cpus,
         "--label", "refdeploy.role=bench-client",
         # vLLM's timed_trace seeds each trace block's tokens with hash(): fixed, so a trace sends the same prompts
@@ -322,7 +323,8 @@ def _bench_manifest(
         # The served model as the plan read it from its files (serving/plan/model_facts.py): the diagnosis's scaling
         # rule takes the layer count and the weight bytes a decode step reads from it.
         "model": plan.model.model_dump(mode="json") if plan.model is not None else None,
-        "api": {"key": bool(targets.api_key), "loopback": plan.api.loopback},
+        # How the client reached the server: its unix socket (vLLM has no TCP address), or through what `via` names.
+        "api": {"key": bool(targets.api_key), "socket": plan.api.socket},
         # make profile: the engine ran with a profiler configured; its figures are not results (seed 000 §6).
         "profiler": (launch.spec.get("labels") or {}).get(PROFILER_LABEL),
     }
@@ -348,12 +350,12 @@ def plan_bench(
     checks first); `host_out` the host directory the client container writes into (mounted at /bench);
     `server_cpuset` what the running serving container is pinned to (docker inspect), "" for unpinned;
     `client_cpus` pins the client (bench_client_cpus), else the CPUs the NUMA plan keeps for it, else the host's
-    outside the server's set. `via` ("host:port", bench_via) sends the client's requests through what listens
-    there (a proxy, a load balancer in front of the server) instead of to the server itself, and "front" through
-    the deploy's front door (TLS, the key): a condition, and the client/server agreement checks say what it did to
-    the stream. The client's /health, /metrics and cache resets go to the server itself either way. `engine_pid`
-    is the serving container's init on the host (docker inspect State.Pid): the client reads its processes' read
-    volume.
+    outside the server's set. `via` ("host:port", or "https://host:port" where the deploy has a key; bench_via)
+    sends the client's requests through what listens there (a proxy, a load balancer in front of the server)
+    instead of to the server itself, and "front" through the deploy's front door (TLS, the key): a condition, and
+    the client/server agreement checks say what it did to the stream. The client's /health, /metrics and cache
+    resets go to the server itself either way. `engine_pid` is the serving container's init on the host (docker
+    inspect State.Pid): the client reads its processes' read volume.
     """
     if plan.launch is None or plan.bench is None:
         raise InputError(f"the plan has no serving container on {plan.host}: " + "; ".join(plan.failures))
@@ -389,6 +391,10 @@ def plan_bench(
         # own address, which the client's /health, /metrics and cache reset always read.
         "base_url": base_url,
         "server_url": plan.base_url,
+        # The server's socket, where the client sees it (among the serving container's volumes it mounts): /health,
+        # /metrics and cache resets always, the requests too unless they go through the front door or a proxy.
+        "server_socket": plan.api.container_socket,
+        "requests_socket": None if via else plan.api.container_socket,
         # The front door's certificate, which its TLS is checked against (SSL_CERT_FILE); None: no TLS.
         "ca_file": FRONT_CERT if front else None,
         "out": f"{CLIENT_DIR}/out",
@@ -446,11 +452,19 @@ def _via(via: str, plan: Plan) -> tuple[str, dict[str, Any] | None]:
                 "front_door, or give host:port of what the client should send through"
             )
         return str(plan.front_door["url"]), plan.front_door
-    if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via):
+    tls = via.startswith("https://")
+    if via and not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", via.removeprefix("https://")):
         raise InputError(
-            f"bench_via={via!r}: give host:port of what the client should send through, or front (the front door)"
+            f"bench_via={via!r}: give host:port of what the client should send through (https://host:port for a "
+            "TLS proxy), or front (the front door)"
         )
-    return (f"http://{via}" if via else plan.base_url), None
+    # Every request carries the key: over plain HTTP to a proxy it crosses the network readable.
+    if via and not tls and plan.api.key_file is not None:
+        raise InputError(
+            f"bench_via={via}: this deploy has an API key, which would go to {via} over plain HTTP: use VIA=front "
+            f"(the front door, TLS) or VIA=https://{via} (a proxy that terminates TLS)"
+        )
+    return (via if tls else f"http://{via}" if via else plan.base_url), None
 
 
 # A searched run sends at least this many times the engine's max_num_seqs (serving/standalone/knee_runs.py sizes it by
@@ -542,9 +556,12 @@ def cgroup_argv(probes_image: str, container: str) -> list[str]:
     """The probe container that reads the serving container's cgroup and every ancestor's (probes/readers/cgroups.py),
     as JSON on stdout: run before and after the bench, so the report shows throttling, memory events and pressure
     at every level that sets a limit over the bench. vLLM's PID namespace (its PID 1 is the API server), the
-    host's cgroup tree read-only, nothing else: no network, no capability, a read-only root."""
-    return ["docker", "run", "--rm", "--name", f"{container}-bench-cgroup", "--pid", f"container:{container}",
+    host's cgroup tree read-only, nothing else: no network, no capability, a read-only root, and the probe image's
+    user, not root (/proc/<pid>/cgroup and the cgroup files it reads are world-readable: the same JSON as root's,
+    measured on cgroup v1)."""
+    return ["docker", "run", "--rm", "--name", f"{container}-bench-cgroup", "--user", PROBE_USER,
+            "--pid", f"container:{container}",
             "--cgroupns", "host", "--network", "none", "--read-only", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges", "--memory", "128m",
+            "--security-opt", "no-new-privileges", "--memory", "128m", "--pids-limit", "64",
             "--volume", f"/sys/fs/cgroup:{CGROUP_MOUNT}:ro", probes_image,
             "python3", "-m", "probes.readers.cgroups", "--pid", "1", "--cgroup-root", CGROUP_MOUNT]  # fmt: skip

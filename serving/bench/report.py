@@ -20,7 +20,7 @@ from typing import Any
 
 from serving.bench import trace_events as bench_trace
 from serving.bench.page import render_html
-from serving.bench.summary import KNEE_SVG, build_summary, write_cgroup_readings
+from serving.bench.summary import INVALID, KNEE_SVG, build_summary, write_cgroup_readings
 from serving.bench.summary_schema import BenchSummary
 from serving.bench.text import render_text
 from serving.record import memory_phases
@@ -96,7 +96,8 @@ def report_bench(
     reason = summary.get("reason") if summary["status"] != "ok" else None
     line = (
         (f"{change['line']}; " if change.get("changed") else "")
-        + f"the bench on {settings['host']} FAILED"
+        + f"the bench on {settings['host']} "
+        + ("measured NOTHING VALID" if summary["status"] == INVALID else "FAILED")
         + (f" ({why})" if why else "")
         + (f": {reason}" if reason else "")
         + f"; partial data kept in {bench_dir}/"

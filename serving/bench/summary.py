@@ -28,6 +28,20 @@ from serving.config.workload import intends_prefix_hits
 from serving.errors import InputError
 from serving.record import memory_phases
 
+# A bench whose every run completed but none of whose measured runs was valid (each left out of its point's pool
+# by the validity rules: serving/bench/runs.py summarize_run) measured nothing: not "ok", and not "failed" either
+# (every run ran), so that the report, the page and the exit say which.
+INVALID = "invalid"
+
+
+def nothing_valid(points: Sequence[Mapping[str, Any]]) -> str:
+    """Why the bench measured nothing valid, naming each measured run left out and its first flag; "" where a point
+    pooled at least one valid run (or no point had a measured run: a knee search's own figures are judged apart)."""
+    if not any(p["runs"] for p in points) or any(p["runs_valid"] for p in points):
+        return ""
+    left_out = [x for p in points for x in p["left_out"]]
+    return f"every measured run was left out ({len(left_out)}), so no figure stands: " + "; ".join(left_out)
+
 
 def load_json(path: Path) -> Any:
     try:
@@ -84,6 +98,8 @@ def build_summary(bench_dir: Path) -> dict[str, Any]:
     if status == "failed":
         reason = (client or {}).get("reason") or (failed[0]["flags"][0] if failed and failed[0]["flags"] else "")
         reason = reason or "the client left no client.json (it was stopped, or never started)"
+    elif nothing := nothing_valid(points):
+        status, reason = INVALID, nothing
     resets = {
         (load_json(bench_dir / "runs" / r["id"] / "status.json") or {}).get("prefix_cache_reset", {}).get("status")
         for r in planned

@@ -17,11 +17,23 @@ from typing import Any
 import pytest
 import yaml
 
+from probes.base import unix_http
+from serving.plan.render import SOCKET_URL, api_socket
 from tests import schedule
 
 REPO = Path(__file__).resolve().parents[2]
-BASE_URL = "http://127.0.0.1:8000"
 CONTAINER = "refdeploy-vllm"
+# vLLM has no address (serving/plan/render.py API_SOCKET_DIR): the tests, root on the host, reach it through its
+# unix socket, as `make status` does. BASE_URL is what goes in the Host header.
+SOCKET = api_socket(CONTAINER)
+BASE_URL = SOCKET_URL
+
+
+def server_open(req: urllib.request.Request | str, timeout: float = 30) -> Any:
+    """urllib's urlopen, to the deployed server's socket."""
+    return unix_http.opener(SOCKET).open(req, timeout=timeout)
+
+
 RUNS = REPO / "runs" / "localhost"
 # Where a capture or probe writes on the host while it runs (its scratch copy, fetched and removed after).
 PROBE_RUNS = Path("/var/lib/refdeploy/probe-runs")
@@ -186,7 +198,7 @@ def complete(prompt: str, max_tokens: int, timeout: int = 120) -> dict[str, Any]
     req = urllib.request.Request(
         f"{BASE_URL}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    with server_open(req, timeout=timeout) as resp:
         result: dict[str, Any] = json.loads(resp.read())
     return result
 
@@ -244,6 +256,20 @@ def manifest_of(result: MakeResult) -> tuple[Path, dict[str, Any]]:
     assert m, f"the deploy printed no manifest path: {result.output[-3000:]}"
     path = Path(m.group(1))
     return path.parent, json.loads(path.read_text())
+
+
+def ran_bench(result: MakeResult) -> Path:
+    """The bench directory of a `make bench` whose runs all ran, for a test that judges each run's flags itself:
+    exit 0 with status ok, or, where every measured run was flagged and left out (a stream two shared cores
+    delivered in one burst, a stepped clock), the exit that says it measured nothing valid (issue 46) with status
+    invalid. The exit agrees with the summary either way; a bench that failed fails here."""
+    d = bench_dir(result)
+    s = json.loads((d / "summary.json").read_text())
+    if s["status"] == "invalid":
+        assert result.rc != 0 and "measured NOTHING VALID" in result.output, result.output[-4000:]
+    else:
+        assert (result.rc, s["status"]) == (0, "ok"), result.output[-4000:]
+    return d
 
 
 def bench_dir(result: MakeResult) -> Path:

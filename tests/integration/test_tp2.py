@@ -22,11 +22,11 @@ from tests.integration.conftest import (
     CONTAINER,
     WINDOW_OPEN,
     BackgroundMake,
-    bench_dir,
     complete,
     inspect,
     make,
     manifest_of,
+    ran_bench,
 )
 
 pytestmark = pytest.mark.integration
@@ -152,9 +152,8 @@ def test_pidstat_covers_every_thread_of_both_ranks(capture: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tp2_bench(tp2_manifest: dict[str, Any]) -> Path:
-    r = make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=2")
-    assert r.rc == 0, r.output[-4000:]
-    return bench_dir(r)
+    # Its runs' flags are judged below: two shared cores may deliver every stream in a burst (nothing valid).
+    return ran_bench(make("bench", f"PROFILE={PROFILE}", "WORKLOAD=smoke", "RUNS=2"))
 
 
 def test_a_bench_of_the_tp2_engine_counts_the_servers_tokens(tp2_bench: Path) -> None:
@@ -162,8 +161,9 @@ def test_a_bench_of_the_tp2_engine_counts_the_servers_tokens(tp2_bench: Path) ->
     was dropped (issue 27): it exercised the same compare as the default engine's benches in test_bench.py, and
     its rendering of left-out runs and points not compared is tests/unit/bench/test_compare.py's."""
     s = json.loads((tp2_bench / "summary.json").read_text())
-    assert s["status"] == "ok" and s["manifest"]["profile"]["name"] == PROFILE
     measured = [r for r in s["runs"] if r["phase"] == "measured"]
+    assert s["status"] == ("ok" if any(r["valid"] for r in measured) else "invalid")
+    assert s["manifest"]["profile"]["name"] == PROFILE
     # Valid, but for a stream that reached the client in one burst (2 shared cores), which compare leaves out.
     assert measured and all(r["valid"] or all(f.startswith("buffered stream:") for f in r["flags"])
                             for r in measured), [r["flags"] for r in measured]  # fmt: skip
@@ -187,9 +187,9 @@ def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compa
     assert c is not None and c["Config"]["Labels"]["org.refdeploy.profiler"] == "torch"
     assert "--profiler-config" in c["Config"]["Cmd"]
     # A bench of it records the profiler; compare refuses it beside an unprofiled bench, naming the field.
+    # Its run ran (ran_bench: a burst stream on two shared cores is flagged, and a bench of none valid says so).
     b = make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900)
-    assert b.rc == 0, b.output[-4000:]
-    profiled = bench_dir(b)
+    profiled = ran_bench(b)
     assert json.loads((profiled / "manifest.json").read_text())["profiler"] == "torch"
     r = make("compare", f"A={unprofiled}", f"B={profiled}", "VARIABLE=profiler")
     assert r.rc != 0

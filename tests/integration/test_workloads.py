@@ -22,7 +22,7 @@ import pytest
 import yaml
 from llmd_benchmark_report.schema_v0_2 import BenchmarkReportV02
 
-from tests.integration.conftest import REPO, bench_dir, make
+from tests.integration.conftest import REPO, make, ran_bench
 
 pytestmark = pytest.mark.integration
 ENGINE_STARTS = 0
@@ -65,9 +65,8 @@ def benches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
     out: dict[str, Path] = {}
     for name, path in plans.items():
-        b = make("bench", f"WORKLOAD={path}", timeout=900)
-        assert b.rc == 0, b.output[-4000:]
-        out[name] = bench_dir(b)
+        # Each test judges its runs' flags itself; a one-run bench whose run was flagged measured nothing valid.
+        out[name] = ran_bench(make("bench", f"WORKLOAD={path}", timeout=900))
     return out
 
 

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, docker, inspect
+from tests.integration.conftest import REPO, docker, inspect, ran_bench
 from tests.integration.conftest import make as make_here
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     FIXTURES,
-    HOSTS,
     STAND_IN,
     _container,
     _flat,
@@ -195,7 +194,8 @@ def _check_host_writes(host: str, gpu: dict[str, Any], mems: str) -> None:
 def _check_golden_spec(plan: dict[str, Any], share: Path, fixture: str, name: str, host: str) -> None:
     # The class's container spec is the reviewed golden one, but for what the test host changes: the model's
     # path, the compile caches' root (both in the directory it shares with this machine's engine), the
-    # container's name and port, and the image tag (the golden uses a placeholder; the caches' path carries it).
+    # container's name (and with it its socket's directory), and the image tag (the golden uses a placeholder; the
+    # caches' path carries it).
     planned = plan["container_spec"]
     golden = json.loads((FIXTURES / fixture / "container-spec.golden.json").read_text())
     planned_key, golden_key = (i.rsplit("/", 1)[-1].replace(":", "_") for i in (planned["image"], golden["image"]))
@@ -204,13 +204,12 @@ def _check_golden_spec(plan: dict[str, Any], share: Path, fixture: str, name: st
         v.replace(f"{share}/models/", "/srv/models/")
         .replace(f"{share}/cache/{name}/", f"/var/lib/refdeploy/cache/{golden['name']}/")
         .replace(f"/{planned_key}:", f"/{golden_key}:")
+        .replace(f"/var/lib/refdeploy/api/{name}:", f"/var/lib/refdeploy/api/{golden['name']}:")
         for v in planned["volumes"]
     ]
-    port = str(HOSTS[host][3])
-    assert planned["name"] == name and planned["published_ports"] == [f"127.0.0.1:{port}:8000"]
-    assert planned["network_mode"] == f"{name}-net"  # the container's own network is named after it
-    planned["name"], planned["published_ports"] = golden["name"], golden["published_ports"]
-    planned["network_mode"] = golden["network_mode"]
+    # No port and no network, as on every host (vLLM on its unix socket).
+    assert planned["name"] == name and "published_ports" not in planned and planned["network_mode"] == "none"
+    planned["name"] = golden["name"]
     # Docker's healthcheck grace is the plan's start-up bound, from the model's size on this host (the test host
     # serves the tiny model); the golden is the class's spec before the bound is set (serving/plan/gpu_plan.py).
     assert planned["healthcheck"]["start_period"] == f"{plan['health_timeout_s']}s"
@@ -233,13 +232,14 @@ def _check_status(inv: Path, host: str, name: str) -> None:
 def _check_bench(inv: Path, host: str, model: str, running: dict[str, Any]) -> None:
     # bench: runs against the class's plan (refused before: the running argv carries --numa-bind*).
     bench = make("bench", f"INVENTORY={inv}", f"HOST={host}", "WORKLOAD=smoke", "RUNS=1", timeout=900)
-    assert bench.rc == 0, bench.output[-5000:]
-    bench_dir = _newest(host, "*/bench/summary.json").parent
+    # The directory this bench printed; its exit agrees with its summary (ran_bench): where every measured run was a
+    # buffered stream, it measured nothing valid and says so (issue 46), as this full run's 3090 host once did.
+    bench_dir = ran_bench(bench)
     summary = json.loads((bench_dir / "summary.json").read_text())
     # Valid by the bench's own rules, except a stream that reached the client in bursts (a CPU client on 2 cores,
     # seen in about 1 run in 8; the bench flags it, issue 14 is its cause): that is the bench working.
     measured = [r for r in summary["runs"] if r["phase"] == "measured"]
-    assert summary["status"] == "ok" and measured, summary["runs"]
+    assert measured, summary["runs"]
     assert all(r["valid"] or all(f.startswith("buffered stream:") for f in r["flags"]) for r in measured), [
         r["flags"] for r in summary["runs"]
     ]

@@ -23,9 +23,10 @@ from serving.bench import reference as bench_reference
 from serving.bench import runs as bench_runs
 from serving.bench import stats
 from serving.config import workload
-from serving.config.profile import FrontDoor
+from serving.config.profile import FrontDoor, load_profile
 from serving.errors import InputError
 from serving.plan.plan import plan_from_profile
+from serving.plan.render import API_SOCKET
 from tests.helpers.bench_dirs import RUN, SMOKE, fixture, serving_plan
 
 # --- workloads ----------------------------------------------------------------------------------------------
@@ -360,9 +361,29 @@ def test_a_bench_through_a_proxy_sends_there_and_the_proxy_is_a_condition() -> N
     assert [k for k in ca if ca[k] != cb.get(k)] == ["via"]
     with pytest.raises(InputError, match="bench_via='http://x': give host:port"):
         bench.plan_bench(SMOKE, serving_plan(), "/o", "0-1", "0-1", via="http://x")
-    # The client's own reads of the server (/health, /metrics, the cache reset) go to the server, not the proxy.
-    assert proxied["client_plan"]["server_url"] == direct["client_plan"]["base_url"] == "http://127.0.0.1:8000"
+    # The client's own reads of the server (/health, /metrics, the cache reset) go to the server's socket, not the
+    # proxy; the requests too where nothing is in between.
+    assert proxied["client_plan"]["server_url"] == direct["client_plan"]["base_url"] == "http://localhost"
+    assert proxied["client_plan"]["server_socket"] == direct["client_plan"]["server_socket"] == API_SOCKET
+    assert (direct["client_plan"]["requests_socket"], proxied["client_plan"]["requests_socket"]) == (API_SOCKET, None)
     assert proxied["client_plan"]["ca_file"] is None and proxied["front_cert"] == ""
+
+
+def test_a_keyed_deploy_sends_through_a_proxy_only_over_tls() -> None:
+    keyed = plan_from_profile(load_profile("cpu-tiny"), "localhost", {"hostname": "localhost", "served_files": ""},
+                              api_key_file="/etc/refdeploy/api-key")  # fmt: skip
+    with pytest.raises(InputError) as e:
+        bench.plan_bench(SMOKE, keyed, "/o", "0-1", "0-1", via="proxy.example:3128")
+    assert str(e.value) == (
+        "bench_via=proxy.example:3128: this deploy has an API key, which would go to proxy.example:3128 over plain "
+        "HTTP: use VIA=front (the front door, TLS) or VIA=https://proxy.example:3128 (a proxy that terminates TLS)"
+    )
+    tls = bench.plan_bench(SMOKE, keyed, "/o", "0-1", "0-1", via="https://proxy.example:3128")
+    assert tls["client_plan"]["base_url"] == "https://proxy.example:3128" and tls["manifest"]["via"] == (
+        "https://proxy.example:3128"
+    )
+    with pytest.raises(InputError, match="give host:port"):
+        bench.plan_bench(SMOKE, keyed, "/o", "0-1", "0-1", via="https://")
 
 
 def test_a_bench_through_the_front_door_checks_its_tls_and_the_door_is_a_condition() -> None:
@@ -373,8 +394,10 @@ def test_a_bench_through_the_front_door_checks_its_tls_and_the_door_is_a_conditi
     front = bench.plan_bench(SMOKE, plan, "/o", "0-1", "0-1", via="front")
     argv = front["client_plan"]["runs"][0]["argv"]
     assert argv[argv.index("--base-url") + 1] == "https://127.0.0.1:8443" == front["client_plan"]["base_url"]
-    # The server itself on its private address; the door's certificate, copied by the bench role, checked.
-    assert front["client_plan"]["server_url"] == direct["client_plan"]["base_url"] == "http://172.31.254.2:8000"
+    # The server itself on its socket; the requests through the door, whose certificate (copied by the bench role)
+    # is checked.
+    assert front["client_plan"]["server_url"] == direct["client_plan"]["base_url"] == "http://localhost"
+    assert front["client_plan"]["server_socket"] == API_SOCKET and front["client_plan"]["requests_socket"] is None
     assert front["client_plan"]["ca_file"] == "/bench/front-door-cert.pem"
     assert front["front_cert"] == "/var/lib/refdeploy/secrets/refdeploy-vllm-front/cert.pem"
     ca, cb = bench_conditions.conditions(direct["manifest"]), bench_conditions.conditions(front["manifest"])

@@ -141,7 +141,7 @@ def test_each_run_carries_a_conversations_spec_with_its_own_seed_and_salt() -> N
         assert "argv" not in r
         spec = r["conversations"]
         assert spec == {
-            "base_url": "http://127.0.0.1:8000", "endpoint": "/v1/chat/completions", "model": "tiny-llama",
+            "base_url": "http://localhost", "endpoint": "/v1/chat/completions", "model": "tiny-llama",
             "tokenizer": "/models/tiny-llama", "seed": r["seed"], "turns": 4, "num_conversations": 4,
             "input_len": 64, "output_len": 32, "think_time_s": 0.0, "max_concurrency": r["max_concurrency"],
             "ignore_eos": True, "temperature": 0.0, "cache_salt": f"salt-{r['id']}", "timeout_s": 300.0,
