@@ -42,6 +42,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "data_disk",
             "engine_memlock",
             "api_key_file",
+            "hf_token_file",
             "profiler",
             "install_toolkit",
             "wheelhouse_dir",
@@ -53,9 +54,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.config.profile import load_profile
         from serving.host import gpu_facts, host_tuning
         from serving.plan import standin
+        from serving.plan.describe import describe
         from serving.plan.images import BuildFiles, plan_images
-        from serving.plan.plan import build_plan, describe
-        from serving.plan.render import EFFECTIVE_DIR, PROFILERS, RENDERED_DIR, api_key_copy, sidecar_host_dir
+        from serving.plan.plan import build_plan
+        from serving.plan.render import (
+            EFFECTIVE_DIR,
+            PROFILERS,
+            RENDERED_DIR,
+            api_key_copy,
+            hf_token_copy,
+            sidecar_host_dir,
+        )
+        from serving.plan.secret_files import hf_token_path
 
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = self._task.args
@@ -69,6 +79,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             key_file = str(args.get("api_key_file") or "") or None
             if key_file is not None:
                 key_file = _api_key_path(key_file)
+            hf_token_file = hf_token_path(str(args.get("hf_token_file") or ""))
             name = profile.container.name
             base_image = str(args.get("base_image") or "") or None
             # Planned twice: first for the repositories the read lists, then with what the read found of the
@@ -85,15 +96,20 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "host": host,
                     "served_dirs": list(profile.served_dirs),
                     "api_key_file": key_file or "",
+                    "hf_token_file": hf_token_file or "",
+                    # The front door's operator key: its owner and mode are judged as the API key file's are.
+                    "tls_key_file": profile.front_door.tls_key_file if profile.front_door is not None else "",
                     "query_gpu_fields": list(gpu_facts.QUERY_GPU_FIELDS),
                     "settings_fields": list(host_tuning.SETTINGS_FIELDS),
-                    "docker_port": profile.ports.host_port,
+                    "read_docker": True,
+                    # The one port a deploy binds: the front door's (vLLM has none).
+                    "docker_port": profile.front_door.port if profile.front_door is not None else 0,
                     # By repository: a GPU test host's stand-in runs the CPU images (serving/plan/standin.py).
                     "images": sorted(
                         {t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag, images.frontdoor_tag)}
                     ),
                     # The front door's operator certificate and key too: preflight stops before any change without them.
-                    "paths": [api_key_copy(name), sidecar_host_dir(profile), *_tls_files(profile)],
+                    "paths": [api_key_copy(name), hf_token_copy(name), sidecar_host_dir(profile), *_tls_files(profile)],
                     # The serving container, one an interrupted replacement set aside, its samplers sidecar and
                     # its front door.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front")],
@@ -137,6 +153,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 engine_memlock=str(args.get("engine_memlock") or "") or None,
                 stand_in=standin.load_config(),
                 api_key_file=key_file,
+                hf_token_file=hf_token_file,
                 profiler=profiler,
                 install_toolkit=boolean(args.get("install_toolkit", False)),
                 images_present=list((read.get("host_state") or {}).get("images_present") or []),

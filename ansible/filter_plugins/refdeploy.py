@@ -7,6 +7,7 @@
   log       | refdeploy_memory_phases                        the workers' memory by phase (patch 0003), per rank
   workers   | refdeploy_ranks(plan)                          each worker rank's CPUs and memory nodes
   plan      | refdeploy_capture_argv(settings)               the probe container of make capture / make probe
+  plan      | refdeploy_probe_io_target(settings)            fio's target, and why the host's stat of it refuses it
   plan      | refdeploy_probe_io_argv(settings)              the fio container of make probe-io
   plan      | refdeploy_profiler_argv(settings)               the requests container of make profile
   plan      | refdeploy_correctness_argv(settings)           the fixed requests of make validate
@@ -42,6 +43,7 @@ NAMES = (
     "memory_phases",
     "ranks",
     "capture_argv",
+    "probe_io_target",
     "probe_io_argv",
     "profiler_argv",
     "correctness_argv",

@@ -5,7 +5,7 @@ at start-up, on the managed host.
   - name: Wait for the engine, then read its start-up lines and metrics
     refdeploy_engine_readings:
       container: refdeploy-vllm
-      port: 8000                      # the container's own port, read from inside it
+      socket: /run/refdeploy/api/vllm.sock  # vLLM's unix socket inside the container, read from there
       kept_dir: /var/lib/refdeploy/effective
       timeout_s: 60                   # each docker call
       health_timeout_s: 300           # how long the engine has to answer /health
@@ -93,7 +93,7 @@ def _startup_lines(name: str, started: str, timeout_s: int) -> list[str]:
     return sorted(found.values(), key=lambda ln: 0 if "Initializing" in ln else 1) + memory
 
 
-def _health(name: str, port: int, timeout_s: int) -> tuple[str, int, str, list[str]]:
+def _health(name: str, socket: str, timeout_s: int) -> tuple[str, int, str, list[str]]:
     """(state, restart count, /health HTTP code, [ID, StartedAt]) of the container now; state "gone" when Docker
     has no such container, code "000" when the engine did not answer."""
     fmt = "{{.State.Status}} {{.RestartCount}} {{.Id}} {{.State.StartedAt}}"
@@ -101,18 +101,17 @@ def _health(name: str, port: int, timeout_s: int) -> tuple[str, int, str, list[s
     if state.returncode != 0:
         return "gone", 0, "000", []
     status, restarts, *started = state.stdout.split()
-    url = f"http://127.0.0.1:{port}/health"
-    code = _run(["docker", "exec", name, "curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", url],
-                timeout_s)  # fmt: skip
+    code = _run(["docker", "exec", name, "curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
+                 "--unix-socket", socket, "http://localhost/health"], timeout_s)  # fmt: skip
     return status, int(restarts), (code.stdout.strip() or "000") if code.returncode == 0 else "000", started
 
 
-def wait_healthy(name: str, port: int, restarts: int, health_timeout_s: int, interval_s: float,
+def wait_healthy(name: str, socket: str, restarts: int, health_timeout_s: int, interval_s: float,
                  timeout_s: int) -> tuple[dict[str, object], list[str]]:  # fmt: skip
     """Poll until /health answers 200, the container stops or restarts, or health_timeout_s passes."""
     deadline = time.monotonic() + health_timeout_s
     while True:
-        status, now_restarts, code, started = _health(name, port, timeout_s)
+        status, now_restarts, code, started = _health(name, socket, timeout_s)
         done = status != "running" or now_restarts > restarts or code == "200"
         if done or time.monotonic() >= deadline:
             break
@@ -170,7 +169,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "container": {"type": "str", "required": True},
-            "port": {"type": "int", "required": True},
+            "socket": {"type": "str", "required": True},
             "kept_dir": {"type": "path", "required": True},
             "timeout_s": {"type": "int", "default": 60},
             "health_timeout_s": {"type": "int", "default": 300},
@@ -182,9 +181,9 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    name, port, timeout_s = module.params["container"], module.params["port"], module.params["timeout_s"]
+    name, socket, timeout_s = module.params["container"], module.params["socket"], module.params["timeout_s"]
     try:
-        health, seen = wait_healthy(name, port, module.params["restarts"], module.params["health_timeout_s"],
+        health, seen = wait_healthy(name, socket, module.params["restarts"], module.params["health_timeout_s"],
                                     module.params["interval_s"], timeout_s)  # fmt: skip
         if not (health["healthy"] and module.params["read"]):
             module.exit_json(changed=False, **health)
@@ -192,7 +191,9 @@ def main() -> None:
         lines = _startup_lines(name, started, timeout_s)
         kept_file = Path(module.params["kept_dir"]) / f"{cid}.startup"
         kept = kept_file.read_text() if kept_file.is_file() else ""
-        metrics = _docker(["exec", name, "curl", "-fsS", "-m", "10", f"http://127.0.0.1:{port}/metrics"], timeout_s)
+        metrics = _docker(
+            ["exec", name, "curl", "-fsS", "-m", "10", "--unix-socket", socket, "http://localhost/metrics"], timeout_s
+        )
         script = module.params["inside_script"]
         more = {}
         if script:

@@ -6,11 +6,14 @@
       mode: gpu                               # cpu: the served files (and the API key file); gpu: everything
       host: gpu3090-a
       served_dirs: [/srv/models/llama]
-      api_key_file: /etc/refdeploy/api-key    # its owner, mode, size and type; never its contents
+      api_key_file: /etc/refdeploy/api-key    # its owner, mode, size, type, length, charset; never its contents
+      hf_token_file: /etc/refdeploy/hf-token  # its owner, mode, size and type; never its contents
+      tls_key_file: /etc/ssl/refdeploy/key.pem  # the front door's operator key: its owner, mode, size and type
       cache_dir: /var/lib/refdeploy/cache     # the compile caches' root: its free space (df)
       query_gpu_fields: [index, name, ...]    # serving.host.gpu_facts.QUERY_GPU_FIELDS
       settings_fields: [index, ...]           # serving.host.host_tuning.SETTINGS_FIELDS (GPU mode: the GPUs' settings)
-      docker_port: 8000                       # Docker Engine's state (0: not read), see `host_state`
+      read_docker: true                       # Docker Engine's state, see `host_state`
+      docker_port: 8443                       # the containers that publish this port (0: none asked)
       images: [refdeploy/vllm, refdeploy/probes]   # references (a repository: all its tags)
       paths: [/var/lib/refdeploy/secrets/refdeploy-vllm.api-key]
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
@@ -27,8 +30,9 @@ Readings (each the tool's own output, in its own format): hostname, served_files
 '%s\\t%p\\n'`), model_headers (JSON: each served config.json's text and each GGUF file's header as the format lays
 it out, metadata and tensor table, never the weights), df (`df -B1 --output=target,avail,size` of the served
 directories, Docker's data root and `cache_dir`, after a "<role>\\t<path>" line for each), api_key_file (`stat -c
-'%u %a %s %F'`, or "missing"); for a GPU host also nvidia_smi_L, query_gpu, topo, the GPUs' peer readings p2p_read,
-pci_paths, acs and iommu (module_utils/refdeploy_pcie_peer.py), sysfs (node and PCI NUMA files as
+'%u %a %s %F'`, or "missing"), api_key_shape (the key's length and whether it keeps to its charset, see key_shape),
+hf_token_file and tls_key_file (as api_key_file); for a GPU host also nvidia_smi_L, query_gpu, topo, the GPUs' peer
+readings p2p_read, pci_paths, acs and iommu (module_utils/refdeploy_pcie_peer.py), sysfs (node and PCI NUMA files as
 "/sys/<path>\\t<value>"), meminfo, nvidia_version (/proc/driver/nvidia/version), cgroup_fs, docker_runtimes,
 dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the tools the host lacks,
 `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead NFS mount, a dockerd that does
@@ -39,7 +43,8 @@ facts, whose hardware subset also scans mounts, devices and DMI.
 
 `host_state` is what is on the host now, for the roles to act on (not for the plan, which must not vary with
 it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker version`, and `port_owners`, the
-containers that publish docker_port), `images_present` (the repository:tag the engine has of `images`),
+containers that publish docker_port, the front door's),
+`images_present` (the repository:tag the engine has of `images`),
 `containers` (`docker container inspect` of those of `containers` that exist, cut to what a deploy decides on:
 Id, Name, RestartCount, State, Config.Image, Config.Labels and HostConfig's limits, and `Limits`, the kernel's
 limits at every cgroup level over a running one's PID 1, and its threads' affinity (module_utils/refdeploy_cgroups.py),
@@ -73,6 +78,7 @@ PATH, which serve the same directory; this module runs tools by PATH like any ot
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -262,8 +268,51 @@ def model_headers(served_files: str) -> str:
     return json.dumps({"configs": configs, "gguf": ggufs}, sort_keys=True)
 
 
+# What an API key may hold (serving/plan/frontdoor.py KEY_CHARSET): the host judges it, the controller never sees it.
+KEY_CHARS = re.compile(rb"[A-Za-z0-9._~+/=-]*")
+
+
+def key_shape(path: str) -> str:
+    """ "<length> <ok|other>": the API key's length and whether it keeps to KEY_CHARS, as the serve role reads it
+    (trailing newlines dropped, as the shell's $(cat) does); "unreadable" where it cannot be read. Never the key."""
+    try:
+        with Path(path).open("rb") as f:
+            key = f.read(4096).rstrip(b"\n")
+    except OSError:
+        return "unreadable\n"
+    return f"{len(key)} {'ok' if KEY_CHARS.fullmatch(key) else 'other'}\n"
+
+
+def host_addresses(proc_net: str = "/proc/net") -> str:
+    """The host's own addresses, one a line: IPv4 from the kernel's local routes (/proc/net/fib_trie, "/32 host
+    LOCAL"), IPv6 from /proc/net/if_inet6 but link-local ones. The front door lets them read /health and /metrics."""
+    proc = Path(proc_net)
+    found: list[str] = []
+    last = ""
+    text = _read(str(proc / "fib_trie")) or ""
+    for line in text.splitlines():
+        if "|-- " in line:
+            last = line.split("|-- ", 1)[1].strip()
+        elif line.strip() == "/32 host LOCAL" and last not in found:
+            found.append(last)
+    for line in (_read(str(proc / "if_inet6")) or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and len(fields[0]) == 32 and fields[3] != "20":  # 20: link scope
+            six = ":".join(fields[0][i : i + 4] for i in range(0, 32, 4))
+            found.append(str(ipaddress.ip_address(six)))
+    return "".join(f"{a}\n" for a in found)
+
+
 def readings(
-    mode: str, host: str, dirs: list[str], key_file: str, fields: list[str], r: Reader, cache_dir: str = ""
+    mode: str,
+    host: str,
+    dirs: list[str],
+    key_file: str,
+    fields: list[str],
+    r: Reader,
+    cache_dir: str = "",
+    hf_token_file: str = "",
+    tls_key_file: str = "",
 ) -> dict[str, str]:
     out: dict[str, str] = {"hostname": host + "\n"}
     out["served_files"] = r.run(["find", *dirs, "-type", "f", "-printf", "%s\\t%p\\n"]) if dirs else ""
@@ -277,6 +326,12 @@ def readings(
     out["df"] = "".join(f"{role}\t{path}\n" for role, path in found.items()) + "\n" + table
     if key_file:
         out["api_key_file"] = r.run(["stat", "-c", "%u %a %s %F", "--", key_file]) or "missing\n"
+        out["api_key_shape"] = key_shape(key_file)
+    out["host_addresses"] = host_addresses()
+    if tls_key_file:
+        out["tls_key_file"] = r.run(["stat", "-c", "%u %a %s %F", "--", tls_key_file]) or "missing\n"
+    if hf_token_file:
+        out["hf_token_file"] = r.run(["stat", "-c", "%u %a %s %F", "--", hf_token_file]) or "missing\n"
     if mode != "gpu":
         return out
     if r.which("nvidia-smi"):
@@ -409,21 +464,22 @@ def _file(path: str) -> dict[str, object] | None:
     return {"sha256": digest, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid}
 
 
-def host_state(port: int, images: list[str], containers: list[str], paths: list[str], files: list[str],
-               timeout_s: int, kept_dir: str = "") -> dict[str, object]:  # fmt: skip
+def host_state(read_docker: bool, port: int, images: list[str], containers: list[str], paths: list[str],
+               files: list[str], timeout_s: int, kept_dir: str = "") -> dict[str, object]:  # fmt: skip
     kinds = {p: "directory" if Path(p).is_dir() else "file" if Path(p).exists() else "missing" for p in paths}
     found_files = {p: f for p in files if (f := _file(p)) is not None}
     state: dict[str, object] = {"docker": None, "images_present": [], "containers": [], "paths": kinds,
                                 "files": found_files}  # fmt: skip
-    if not port:
+    if not read_docker:
         return state
     rc, out, err = _docker(["version", "--format", "{{.Server.Version}}"], timeout_s)
     docker: dict[str, object] = {"rc": rc, "version": out.strip(), "error": err, "port_owners": []}
     state["docker"] = docker
     if rc != 0:
         return state
-    _, out, _ = _docker(["ps", "--filter", f"publish={port}", "--format", "{{.Names}}"], timeout_s)
-    docker["port_owners"] = out.split()
+    if port:
+        _, out, _ = _docker(["ps", "--filter", f"publish={port}", "--format", "{{.Names}}"], timeout_s)
+        docker["port_owners"] = out.split()
     if images:
         refs = [a for tag in images for a in ("--filter", f"reference={tag}")]
         _, out, _ = _docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}", *refs], timeout_s)
@@ -504,9 +560,12 @@ def main() -> None:
             "host": {"type": "str", "required": True},
             "served_dirs": {"type": "list", "elements": "str", "default": []},
             "api_key_file": {"type": "str", "default": ""},
+            "hf_token_file": {"type": "str", "default": ""},
+            "tls_key_file": {"type": "str", "default": ""},
             "query_gpu_fields": {"type": "list", "elements": "str", "default": []},
             "settings_fields": {"type": "list", "elements": "str", "default": []},
             "timeout_s": {"type": "int", "default": 30},
+            "read_docker": {"type": "bool", "default": False},
             "docker_port": {"type": "int", "default": 0},
             "images": {"type": "list", "elements": "str", "default": []},
             "paths": {"type": "list", "elements": "str", "default": []},
@@ -522,14 +581,15 @@ def main() -> None:
     )
     p = module.params
     r = Reader(p["timeout_s"])
-    got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r, p["cache_dir"])
+    got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r, p["cache_dir"],
+                   p["hf_token_file"], p["tls_key_file"])  # fmt: skip
     result = {k: _text(v) for k, v in got.items()}
     if r.missing:
         result["missing"] = _text("\n".join(r.missing))
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
-    state = host_state(p["docker_port"], p["images"], p["containers"], p["paths"], p["files"], p["timeout_s"],
-                       p["kept_dir"])  # fmt: skip
+    state = host_state(p["read_docker"], p["docker_port"], p["images"], p["containers"], p["paths"], p["files"],
+                       p["timeout_s"], p["kept_dir"])  # fmt: skip
     tuned = tuning(p["mode"], p["settings_fields"], r)
     files = build_files(p["wheelhouse_dir"], p["extra_ca_file"], p["build_files_cache"], not module.check_mode)
     module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state, tuning=tuned,

@@ -269,7 +269,7 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
     if not spec or not container:
         return out
     if not ours:
-        return _parent_drift(out, spec, container, slice_plan)
+        return _level_drift(out, spec, container, slice_plan)
     planned_hc = planned_docker(spec)
     live_hc = docker_limits(container.get("HostConfig"))
     unsettable: list[str] = []
@@ -302,10 +302,10 @@ def limit_drift(spec: Mapping[str, Any] | None, container: Mapping[str, Any] | N
             reasons.append("a process's CPU affinity changed since launch: only a new start gives vLLM's binding back")
     if reasons:
         out["replace_why"] = "; ".join(reasons)
-    return _parent_drift(out, spec, container, slice_plan, own_level=True)
+    return _level_drift(out, spec, container, slice_plan, own_level=True)
 
 
-def _parent_drift(out: dict[str, Any], spec: Mapping[str, Any], container: Mapping[str, Any],
+def _level_drift(out: dict[str, Any], spec: Mapping[str, Any], container: Mapping[str, Any],
                   slice_plan: Mapping[str, Any] | None, own_level: bool = False) -> dict[str, Any]:  # fmt: skip
     """limit_drift at the cgroup levels: the container's own (where `own_level`) and its parent's."""
     levels = parse_levels(container.get("Limits"))

@@ -254,8 +254,8 @@ def _check_privileges(checks: list[dict[str, Any]], spec: Mapping[str, Any], hos
 
 
 def _check_ports(checks: list[dict[str, Any]], spec: Mapping[str, Any], container: Mapping[str, Any]) -> None:
-    """What Docker publishes (host ip:port:container port, as the spec writes it), and behind a front door vLLM's
-    fixed address on its private network (render.py private_network)."""
+    """What Docker publishes (host ip:port:container port, as the spec writes it: nothing, for vLLM, which listens
+    on a unix socket, render.py API_SOCKET_DIR), and a network address the spec fixes (an earlier deploy's)."""
     bindings = (container.get("HostConfig") or {}).get("PortBindings") or {}
     published = sorted(
         f"{b.get('HostIp', '')}:{b.get('HostPort', '')}:{port.split('/')[0]}"

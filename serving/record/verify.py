@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from serving.config.make_vars import unsafe_yaml
 from serving.errors import InputError
 
 MUST_MATCH = "must-match"
@@ -118,6 +119,7 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("plan.gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("gpu.toolkit_install", INFORMATIONAL, "whether that deploy had to install the container toolkit"),
     ("plan.*images.constraints_file", INFORMATIONAL, "a path in the controller's checkout; its content is hashed"),
+    ("plan.*images.lock_file", INFORMATIONAL, "a path in the controller's checkout; its content is hashed"),
     ("plan.*images.patches.*.path", INFORMATIONAL, "a path in the controller's checkout; its sha256 is compared"),
     ("plan.*images.probes_package_files", INFORMATIONAL, "paths in the checkout; hashed in the tag"),
     ("rendered_spec.path", INFORMATIONAL, "where the spec is written; its sha256 is compared"),
@@ -359,28 +361,32 @@ def _plain(value: Any) -> Any:
 
 def plan_inputs(reference: Mapping[str, Any], profile_file: Path) -> dict[str, str]:
     """The playbook's extra vars that plan as the reference was planned: its profile (written to profile_file),
-    and the plan's inputs beyond the profile that it records (the API key file, the profiler). The inventory's
-    per-host inputs (gpu_class, the data disk, memlock) stay the inventory's: each host is planned as it is."""
+    and the plan's inputs beyond the profile that it records (the API key and HF token files, the profiler). The
+    inventory's per-host inputs (gpu_class, the data disk, memlock) stay the inventory's: each host is planned as it
+    is."""
     plan = reference["plan"]
     write_reference_profile(reference, profile_file)
     return {
         "serving_profile": str(profile_file.resolve()),
         "refdeploy_api_key_file": str((plan.get("api") or {}).get("key_file") or ""),
+        "refdeploy_hf_token_file": str((plan.get("api") or {}).get("hf_token_file") or ""),
         "refdeploy_profiler": str((plan.get("profiler") or {}).get("kind") or ""),
     }
 
 
 def cmd_verify_ref(a: argparse.Namespace) -> int:
     """Check REF before any host is read: print the manifest's path. With --vars-out, write the playbook's extra
-    vars there as JSON (no path passes through a shell string or Ansible's key=value parsing): verify_reference,
-    and with --profile-out (no PROFILE= given) what plans as the reference was planned (plan_inputs)."""
+    vars there (no path passes through a shell string or Ansible's key=value parsing): verify_reference, and with
+    --profile-out (no PROFILE= given) what plans as the reference was planned (plan_inputs). As YAML tagged
+    !unsafe (serving/config/make_vars.py unsafe_yaml), not JSON: Ansible templates a JSON extra var's strings, and these
+    come from a manifest file REF names, which anyone who can write one could fill with a {{ lookup('pipe') }}."""
     path = resolve_reference(a.ref, Path(a.runs_dir))
     reference = load_reference(path)
     extra: dict[str, str] = {"verify_reference": str(path)}
     if a.profile_out:
         extra.update(plan_inputs(reference, Path(a.profile_out)))
     if a.vars_out:
-        Path(a.vars_out).write_text(json.dumps(extra) + "\n")
+        Path(a.vars_out).write_text(unsafe_yaml(extra))
     print(path)
     return 0
 
@@ -390,5 +396,5 @@ def register(sub: Any) -> None:
     p.add_argument("--ref", required=True, help="runs/<host>/<ts>/manifest.json, its directory, or its run id")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--profile-out", help="write the reference's profile here, for verify to plan with")
-    p.add_argument("--vars-out", help="write ansible/verify.yml's extra vars here (JSON)")
+    p.add_argument("--vars-out", help="write ansible/verify.yml's extra vars here (YAML, each value !unsafe)")
     p.set_defaults(func=cmd_verify_ref)

@@ -4,7 +4,7 @@ It runs on the system Python before the project's virtualenv exists, so it uses 
 
   python3.11 serving/standalone/prereqs.py venv   before make creates .venv: `python3.11 -m venv` needs ensurepip, which
                                        Debian and Ubuntu ship apart from Python, in python3.11-venv
-  python3.11 serving/standalone/prereqs.py unit   before `make test-unit`: GNU patch (the patch-series tests)
+  python3.11 serving/standalone/prereqs.py unit   before `make test-unit`: GNU patch (the patch-series tests), openssl
   python3.11 serving/standalone/prereqs.py test   before `make test` runs pytest: the tools the tests run on this
   machine
 
@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 # (command the tests run, Debian package that provides it), in the order the line names them.
-UNIT = [("patch", "patch")]
+# openssl: the front door's cipher list expanded as OpenSSL reads it (tests/unit/plan/test_frontdoor.py), and the
+# RSA pair its integration test tries the door's suites with.
+UNIT = [("patch", "patch"), ("openssl", "openssl")]
 TEST = [
     *UNIT,
     ("debootstrap", "debootstrap"),  # the base image (images/base/build.sh)

@@ -36,8 +36,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from probes.base import unix_http
+
 REPO = Path(__file__).resolve().parents[2]
-URL = "http://127.0.0.1:8000/v1/completions"
+# vLLM's unix socket (it has no address: serving/plan/render.py API_SOCKET_DIR); the host part is the Host header.
+SOCKET = "/var/lib/refdeploy/api/refdeploy-vllm/vllm.sock"
+URL = "http://localhost/v1/completions"
 SERVING = "refdeploy-vllm"
 SIDECAR = "refdeploy-vllm-samplers"
 RECORDER = "refdeploy-bench-pyspy"
@@ -53,7 +57,7 @@ def _docker(*args: str, check: bool = True) -> str:
 def _complete(max_tokens: int, out: list[int]) -> None:
     body = json.dumps({"model": "tiny-llama", "prompt": "def f(x):", "max_tokens": max_tokens, "ignore_eos": True})
     req = urllib.request.Request(URL, data=body.encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as resp:
+    with unix_http.opener(SOCKET).open(req, timeout=300) as resp:
         out.append(int(json.loads(resp.read())["usage"]["completion_tokens"]))
 
 

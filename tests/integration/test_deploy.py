@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -329,16 +330,20 @@ def test_misspelled_profile_key_fails_naming_file_and_field(tmp_path: Path) -> N
     assert f"{path}: vllm.max_num_seq: unknown key (did you mean 'max_num_seqs'?)" in r.output
 
 
-def test_serving_port_taken_fails_before_any_change(tmp_path: Path) -> None:
-    path = _profile_copy(tmp_path, "port", lambda d: d["ports"].update(host_port=18000))
+def test_the_front_doors_port_taken_fails_before_any_change(tmp_path: Path) -> None:
+    """The one port a deploy binds (vLLM has none: its unix socket), held by another process."""
+    path = _profile_copy(tmp_path, "port", lambda d: d.update(front_door={"listen": "0.0.0.0", "port": 18000}))
+    key = tmp_path / "api-key"
+    key.write_text(secrets.token_urlsafe(32))
+    key.chmod(0o600)
     before = host_state()
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 18000))
         holder.listen()
-        r = make("deploy", f"PROFILE={path}")
+        r = make("deploy", f"PROFILE={path}", f"ANSIBLE_ARGS=-e refdeploy_api_key_file={key}")
     _unchanged_after(r.rc, before)
     assert "port 18000 on localhost is already in use by users:((" in r.output
-    assert "set ports.host_port in profile cpu-tiny" in r.output
+    assert "set front_door.port in profile cpu-tiny" in r.output
 
 
 def test_docker_not_running_fails_with_what_to_do() -> None:

@@ -4,7 +4,7 @@ leaves dockerd alone; make's own set-up (python3.11-venv) runs there with real a
 
 The host is a container (images/testhost, stage `bare`: the project's debootstrap base with sshd, no
 docker.io, no python3-venv) on a bridge network, reached over real SSH on a port published on this
-machine's loopback, so its serving port 8000 is its own. Why SSH rather than make run inside it: the
+machine's loopback; vLLM on it listens on its own unix socket. Why SSH rather than make run inside it: the
 controller side is then the operator's (this checkout, its virtualenv, the Makefile), and the host side is
 all real (apt, dockerd, start-stop-daemon, the vLLM container); make inside would first build a second
 virtualenv from PyPI there, minutes of this test's 4. The inventory is inventory/local's group_vars (the
@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serving.plan.render import api_socket
 from tests.integration.conftest import REPO, MakeResult, docker, images_here, local_build_files, make, manifest_of
 
 pytestmark = pytest.mark.integration
@@ -162,8 +163,10 @@ def _dockerd() -> tuple[int, str]:
 
 def _complete(max_tokens: int) -> dict[str, object]:
     body = json.dumps({"model": "tiny-llama", "prompt": "def main(", "max_tokens": max_tokens, "ignore_eos": True})
-    out = _on_host("curl", "-sf", "--max-time", "60", "http://127.0.0.1:8000/v1/completions",
-                   "-H", "Content-Type: application/json", "-d", body).stdout  # fmt: skip
+    # vLLM's unix socket (it has no address), as root on the host reaches it.
+    out = _on_host("curl", "-sf", "--max-time", "60", "--unix-socket", api_socket("refdeploy-vllm"),
+                   "http://localhost/v1/completions", "-H", "Content-Type: application/json",
+                   "-d", body).stdout  # fmt: skip
     result: dict[str, object] = json.loads(out)
     return result
 

@@ -46,7 +46,7 @@ def _run_role(tmp_path: Path, plan: dict[str, Any]) -> subprocess.CompletedProce
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
         "    - refdeploy_engine_readings:\n"
         f"        container: {CONTAINER}\n"
-        '        port: "{{ refdeploy_plan.profile.ports.container_port }}"\n'
+        '        socket: "{{ refdeploy_plan.api.container_socket }}"\n'
         '        kept_dir: "{{ kept_dir }}"\n'
         "        inside_script: \"{{ lookup('ansible.builtin.file', inside) }}\"\n"
         '        inside_args: ["{{ refdeploy_plan.launch.model.container_path }}"]\n'

@@ -70,6 +70,10 @@ def pp2_capture(profile: str) -> Path:
     assert manifest["verified"] is True, [c for c in manifest["verification"] if not c["ok"]]
     titles = [rk["title"] for rk in manifest["placement"]["ranks"]]
     assert titles == ["VLLM::Worker_PP0", "VLLM::Worker_PP1"], titles
+    # A fresh engine writes its rank files 0660 (its entrypoint's umask 0007); files an earlier engine left may be
+    # 0644 and would hide a capture that cannot read the engine's own (CI's clean host had only fresh ones).
+    for f in TRACE_DIR.glob("rank*.steps.jsonl*"):
+        f.chmod(0o660)
     c = make("capture", f"PROFILE={profile}", "SECONDS=10", "WORKLOAD=smoke")
     assert c.rc == 0, c.output[-5000:]
     runner = PROFILES[profile].upper()

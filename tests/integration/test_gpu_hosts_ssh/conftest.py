@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from serving.config.profile import Probes
 from serving.host.numa import format_cpulist
-from serving.plan.render import RANK_TRACE_DIR
+from serving.plan.render import API_SOCKET_DIR, RANK_TRACE_DIR
 from tests.integration.conftest import REPO, docker, images_here, local_build_files
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     FIXTURES,
@@ -52,7 +53,7 @@ def _test_profiles(out: Path, share: Path) -> dict[str, Path]:
     local deployment)."""
     out.mkdir()
     paths = {}
-    for host, (_ip, group, _fixture, port) in HOSTS.items():
+    for host, (_ip, group, _fixture, _port) in HOSTS.items():
         name = {"gpu_rtx3090": "rtx3090-pp3", "gpu_rtxpro6000": "rtxpro6000-tp8"}[group]
         data = yaml.safe_load((REPO / "serving" / "profiles" / f"{name}.yaml").read_text())
         data["model"]["host_path"] = str(share / "models" / Path(data["model"]["host_path"]).name)
@@ -60,7 +61,6 @@ def _test_profiles(out: Path, share: Path) -> dict[str, Path]:
         # The hosts share this machine's engine, which resolves bind mounts here: the compile caches go where
         # the serve role on the test host and the engine see the same directory.
         data["container"]["compile_cache_dir"] = str(share / "cache")
-        data["ports"]["host_port"] = port
         paths[host] = out / f"{name}.yaml"
         paths[host].write_text(yaml.safe_dump(data, sort_keys=False))
     return paths
@@ -111,6 +111,9 @@ def _write_stand_in(stand_in: Path) -> None:
     )
 
 
+SAMPLERS_DIR = Probes.model_fields["sidecar_host_dir"].default  # the profiles' (none of the hosts' sets another)
+
+
 def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
     # TEST SEAM: the hosts build with this machine's engine, whose probe image is this machine's; its tag hashes the
     # extra CA file the build copies (production-example's images_extra_ca_file), so the hosts have this machine's.
@@ -128,6 +131,12 @@ def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
             # The rank trace's host directory (a profile's probes.rank_trace): the serve role on the test host makes
             # it, and this machine's engine resolves the engine's and the capture's bind mounts of it.
             "--volume", f"{RANK_TRACE_DIR}:{RANK_TRACE_DIR}",
+            # vLLM's socket directories (serving/plan/render.py API_SOCKET_DIR), likewise: the serve role makes a
+            # container's, the engine mounts it, and the host's own tools (its make status) connect there.
+            "--volume", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}",
+            # The samplers sidecar's log directories, likewise: the serve role makes a container's the probe user's
+            # (it runs as 10003), and a directory this machine's engine made in its place would be root's.
+            "--volume", f"{SAMPLERS_DIR}:{SAMPLERS_DIR}",
             IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
         )  # fmt: skip
 

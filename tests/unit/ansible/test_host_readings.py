@@ -17,7 +17,7 @@ import pytest
 from serving.config.profile import load_profile
 from serving.host import gpu_facts, host_tuning
 from serving.plan import gpu_plan
-from tests.helpers.ansible_run import run_module
+from tests.helpers.ansible_run import load_library_module, run_module
 from tests.helpers.gpu_hosts import IMAGE
 from tests.helpers.gpu_hosts import class_spec as _class
 from tests.helpers.gpu_hosts import host_readings as _readings
@@ -49,6 +49,8 @@ def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_
     files = sorted(r["served_files"].splitlines())
     assert files == [f"1000\t{served}/model.safetensors", f"2\t{served}/sub/config.json"]
     assert r["api_key_file"] == f"{os.getuid()} 600 10 regular file\n"
+    # Its length and whether it keeps to the key's characters, judged on the host: never the key.
+    assert r["api_key_shape"] == "10 ok\n"
     assert "s3cret-key" not in json.dumps(got)
     assert "sysfs" not in r and "missing" not in r
     gone = read_host({"mode": "cpu", "host": "h1", "served_dirs": [], "api_key_file": str(tmp_path / "none")})
@@ -152,3 +154,60 @@ def test_a_replayed_gpu_hosts_tuning_comes_from_the_replay_and_says_so() -> None
 @pytest.fixture(autouse=True)
 def _no_ansible_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+
+
+def test_the_key_is_judged_on_the_host_by_length_and_characters_and_the_tls_key_by_owner_and_mode(
+    tmp_path: Path,
+) -> None:
+    key, tls = tmp_path / "api-key", tmp_path / "key.pem"
+    tls.write_text("-----BEGIN PRIVATE KEY-----\n")
+    tls.chmod(0o640)
+    for content, shape in (("0123456789abcdef" * 4 + "\n", "64 ok\n"), ("x", "1 ok\n"), ("has space\n", "9 other\n"),
+                           ("k\u00e9y", "4 other\n"), ("two\nlines\n", "9 other\n")):  # fmt: skip
+        key.write_text(content)
+        r = read_host({"mode": "cpu", "host": "h1", "api_key_file": str(key), "tls_key_file": str(tls)})["readings"]
+        assert r["api_key_shape"] == shape, content
+        assert r["tls_key_file"] == f"{os.getuid()} 640 28 regular file\n"
+        assert content.strip() not in json.dumps(r)
+    key.chmod(0)
+    if os.getuid() != 0:  # root reads a 0000 file
+        assert read_host({"mode": "cpu", "host": "h1", "api_key_file": str(key)})["readings"]["api_key_shape"] == (
+            "unreadable\n"
+        )
+    assert "tls_key_file" not in read_host({"mode": "cpu", "host": "h1"})["readings"]
+
+
+FIB_TRIE = """Main:
+  +-- 0.0.0.0/0 3 0 4
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 127.0.0.0/8 2 0 2
+        +-- 127.0.0.0/31 1 0 0
+           |-- 127.0.0.0
+              /8 host LOCAL
+           |-- 127.0.0.1
+              /32 host LOCAL
+     |-- 172.17.0.1
+        /32 host LOCAL
+     |-- 172.17.255.255
+        /32 link BROADCAST
+     |-- 192.0.2.2
+        /32 host LOCAL
+Local:
+     |-- 192.0.2.2
+        /32 host LOCAL
+"""
+IF_INET6 = """fd000000000000000000000000000002 04 40 00 82     eth0
+fe80000000000000004258fffecb6b44 41a 40 20 80 br-757a04103bc1
+00000000000000000000000000000001 01 80 10 80       lo
+"""
+
+
+def test_the_hosts_own_addresses_are_its_local_routes_and_its_ipv6_addresses_but_link_local(tmp_path: Path) -> None:
+    (tmp_path / "fib_trie").write_text(FIB_TRIE)
+    (tmp_path / "if_inet6").write_text(IF_INET6)
+    host_addresses = load_library_module("refdeploy_host_readings").host_addresses
+    assert host_addresses(str(tmp_path)) == "127.0.0.1\n172.17.0.1\n192.0.2.2\nfd00::2\n::1\n"
+    assert host_addresses(str(tmp_path / "absent")) == ""
+    # This machine's, through the module: loopback at least.
+    assert "127.0.0.1\n" in read_host({"mode": "cpu", "host": "h1"})["readings"]["host_addresses"]

@@ -36,11 +36,13 @@ def test_paths_are_reported_as_directory_file_or_missing(tmp_path: Path) -> None
     paths = [str(tmp_path), str(tmp_path / "f"), str(tmp_path / "gone")]
     state = _state({"paths": paths})
     assert state["paths"] == {paths[0]: "directory", paths[1]: "file", paths[2]: "missing"}
-    assert state["docker"] is None  # no docker_port: the engine is not asked
+    assert state["docker"] is None  # no read_docker: the engine is not asked
 
 
 def test_an_engine_that_does_not_answer_is_its_exit_status_and_last_line_and_nothing_else() -> None:
-    state = _state({"docker_port": 8000, "images": ["refdeploy/vllm"], "containers": ["refdeploy-vllm"]})
+    state = _state(
+        {"read_docker": True, "docker_port": 8443, "images": ["refdeploy/vllm"], "containers": ["refdeploy-vllm"]}
+    )
     docker = state["docker"]
     assert docker["rc"] != 0 and docker["version"] == ""
     # The docker CLI's own words (or, where it is not installed, that it is not).
@@ -96,7 +98,12 @@ def test_the_engine_wait_gives_up_at_once_on_a_container_that_is_gone(tmp_path: 
     started = time.monotonic()
     got = run_module(
         "refdeploy_engine_readings",
-        {"container": "refdeploy-none", "port": 8000, "kept_dir": str(tmp_path), "health_timeout_s": 60},
+        {
+            "container": "refdeploy-none",
+            "socket": "/run/refdeploy/api/vllm.sock",
+            "kept_dir": str(tmp_path),
+            "health_timeout_s": 60,
+        },
         env=NO_ENGINE,
     )
     assert time.monotonic() - started < 30  # not the 60 s it was given

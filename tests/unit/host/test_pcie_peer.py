@@ -14,7 +14,7 @@ import pytest
 
 from serving.host import pcie_peer
 from serving.host.gpu_facts import QUERY_GPU_FIELDS, normalise_bus_id, parse_query_gpu
-from serving.plan.plan import describe
+from serving.plan.describe import describe
 from tests.helpers.gpu_hosts import FIX, gpu_serving_plan
 
 REPO = Path(__file__).parents[3]

@@ -80,7 +80,7 @@ def test_glm5_as_nvfp4_is_servable_on_the_pro_6000_class_and_the_plan_says_what_
     headers = _headers("rtxpro6000-tp8", _glm5(quantization_config=NVFP4))
     plan = gpu_serving_plan("rtxpro6000-tp8", model_headers=headers)
     assert plan.failures == [], plan.failures
-    from serving.plan.plan import describe
+    from serving.plan.describe import describe
 
     said = "\n".join(describe(plan))
     assert "  model: GlmMoeDsaForCausalLM (glm_moe_dsa), 78 layers, weights 389.7 GiB" in said

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from serving import cli
 from serving.config.profile import load_profile
@@ -367,26 +368,45 @@ def test_the_cli_checks_ref_before_any_host_and_writes_the_playbooks_vars(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("make verify: REF=") and "give REF=runs/<host>/<timestamp>" in err[0]
     ref = _write(tmp_path / "r" / "manifest.json", build_manifest(_deploy_raw(vllm_cpu_fixtures)))
-    out = tmp_path / "vars.json"
+    out = tmp_path / "vars.yml"
     profile = tmp_path / "profile.json"
     argv = ["verify-ref", "--ref", str(ref), "--vars-out", str(out), "--profile-out", str(profile)]
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.strip() == str(ref.resolve())
-    assert json.loads(out.read_text()) == {
+    assert _extra_vars(out) == {
         "verify_reference": str(ref.resolve()),
         "serving_profile": str(profile),
         "refdeploy_api_key_file": "",
+        "refdeploy_hf_token_file": "",
         "refdeploy_profiler": "",
     }
     assert load_profile(str(profile)).name == "cpu-tiny"
-    # A reference deployed with an API key file and the profiler is planned with them.
+    # A reference deployed with an API key file and the profiler is planned with them; whatever its manifest holds
+    # reaches Ansible as data (!unsafe), never as a template.
     m = json.loads(ref.read_text())
-    m["plan"]["api"]["key_file"] = "/etc/refdeploy/api-key"
+    m["plan"]["api"]["key_file"] = "{{ lookup('pipe', 'id') }}"
+    m["plan"]["api"]["hf_token_file"] = "/etc/refdeploy/hf-token"
     m["plan"]["profiler"] = {"kind": "torch", "host_dir": "/var/lib/refdeploy/profiles/x", "container_dir": "/p"}
     _write(ref, m)
     assert cli.main(argv) == 0
-    got = json.loads(out.read_text())
-    assert (got["refdeploy_api_key_file"], got["refdeploy_profiler"]) == ("/etc/refdeploy/api-key", "torch")
+    got = _extra_vars(out)
+    assert (got["refdeploy_api_key_file"], got["refdeploy_hf_token_file"], got["refdeploy_profiler"]) == (
+        "{{ lookup('pipe', 'id') }}", "/etc/refdeploy/hf-token", "torch")  # fmt: skip
     # PROFILE= given (no --profile-out): only the reference.
     assert cli.main(argv[:-2]) == 0
-    assert json.loads(out.read_text()) == {"verify_reference": str(ref.resolve())}
+    assert _extra_vars(out) == {"verify_reference": str(ref.resolve())}
+
+
+class _UnsafeLoader(yaml.SafeLoader):
+    """PyYAML reading Ansible's !unsafe as the plain string it tags."""
+
+
+_UnsafeLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
+def _extra_vars(path: Path) -> dict[str, str]:
+    """The extra-vars file as Ansible reads it: every value a string tagged !unsafe."""
+    text = path.read_text()
+    doc: dict[str, str] = yaml.load(text, Loader=_UnsafeLoader)
+    assert text.count(": !unsafe ") == len(doc), text
+    return doc

@@ -21,9 +21,18 @@ def test_venv_needs_the_venv_package_only_without_ensurepip() -> None:
 def test_test_names_each_missing_package_once_in_order() -> None:
     present = {"patch", "fio", "vmstat"}
     packages, why = missing("test", which=lambda c: f"/usr/bin/{c}" if c in present else None)
-    assert packages == ["debootstrap", "iproute2", "sysstat", "chromium", "nodejs", "openssh-client", "linux-perf"]
+    assert packages == [
+        "openssl",
+        "debootstrap",
+        "iproute2",
+        "sysstat",
+        "chromium",
+        "nodejs",
+        "openssh-client",
+        "linux-perf",
+    ]
     assert why == "make test"
-    assert missing("unit", which=lambda c: None) == (["patch"], "make test-unit")
+    assert missing("unit", which=lambda c: None) == (["patch", "openssl"], "make test-unit")
 
 
 def test_root_with_apt_installs() -> None:
