@@ -47,6 +47,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "install_toolkit",
             "wheelhouse_dir",
             "extra_ca_file",
+            "read_health",
         )
     )
 
@@ -55,13 +56,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.host import gpu_facts, host_tuning
         from serving.plan import standin
         from serving.plan.describe import describe
+        from serving.plan.frontdoor import front_dir
         from serving.plan.images import BuildFiles, plan_images
         from serving.plan.plan import build_plan
         from serving.plan.render import (
+            API_GROUP,
+            API_SOCKET_DIR,
             EFFECTIVE_DIR,
             PROFILERS,
             RENDERED_DIR,
             api_key_copy,
+            api_socket,
+            api_socket_dir,
             hf_token_copy,
             sidecar_host_dir,
         )
@@ -109,7 +115,24 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                         {t.rsplit(":", 1)[0] for t in (images.runtime_tag, images.probes_tag, images.frontdoor_tag)}
                     ),
                     # The front door's operator certificate and key too: preflight stops before any change without them.
-                    "paths": [api_key_copy(name), hf_token_copy(name), sidecar_host_dir(profile), *_tls_files(profile)],
+                    "paths": [
+                        api_key_copy(name),
+                        hf_token_copy(name),
+                        sidecar_host_dir(profile),
+                        *_tls_files(profile),
+                        front_dir(name),
+                        f"{front_dir(name)}.auth-header",
+                    ],
+                    # What serve would otherwise set again on every deploy (a module run each, 0.3-0.5 s): the
+                    # socket's directories and group, and the compile caches' directories of this container's
+                    # profile (the one for the planned image among them: its name comes with the image tag,
+                    # which depends on this read); a generated model's tree, which serve keeps root's.
+                    "dirs": [API_SOCKET_DIR, api_socket_dir(name)],
+                    "dir_children": [_cache_parent(profile)],
+                    "groups": [API_GROUP],
+                    "trees": [profile.model.host_path] if profile.model.generate != "none" else [],
+                    # make status: the engine's /health on its socket, in this same read.
+                    "health_socket": api_socket(name) if boolean(args.get("read_health", False)) else "",
                     # The serving container, one an interrupted replacement set aside, its samplers sidecar and
                     # its front door.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front")],
@@ -179,6 +202,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 # The host's cache of its wheelhouse's hashes, by size and mtime (refdeploy_host_readings build_files): root's,
 # beside the state the deploy keeps, not in /var/lib/refdeploy/cache, which vLLM's user owns.
 BUILD_FILES_CACHE = "/var/lib/refdeploy/build-files.json"
+
+
+def _cache_parent(profile: Any) -> str:
+    """The directory holding the profile's compile caches, one per image (serving/plan/render.py compile_cache_dir)."""
+    from serving.plan.render import compile_cache_dir
+
+    return compile_cache_dir(profile, "-").rsplit("/", 1)[0]
 
 
 def _tls_files(profile: Any) -> list[str]:

@@ -19,6 +19,11 @@
       containers: [refdeploy-vllm, refdeploy-vllm-previous, refdeploy-vllm-samplers]
       files: [/var/lib/refdeploy/rendered/refdeploy-vllm.json]
       kept_dir: /var/lib/refdeploy/effective  # <container ID>.affinity: its processes' affinity verified at launch
+      dirs: [/var/lib/refdeploy/api]          # each directory's mode, uid and gid
+      dir_children: [/var/lib/refdeploy/cache/refdeploy-vllm/cpu-tiny]   # ... and of each directory in these
+      groups: [refdeploy-api]                 # each group's gid
+      trees: [/var/lib/refdeploy/models/tiny] # the entries that are not root's with u=rwX,go=rX
+      health_socket: /var/lib/refdeploy/api/refdeploy-vllm/vllm.sock   # GET /health there
       wheelhouse_dir: /opt/wheels             # images_wheelhouse_dir, images_extra_ca_file: hashed, see build_files
       extra_ca_file: /etc/ssl/certs/ca-certificates.crt
       build_files_cache: /var/lib/refdeploy/build-files.json
@@ -51,8 +56,12 @@ limits at every cgroup level over a running one's PID 1, and its threads' affini
 and `LaunchAffinity`, its processes' affinity as the deploy that started it verified it (<kept_dir>/<ID>.affinity);
 never their environment), `paths` (each of
 `paths` as directory, file or missing) and `files` (each regular file of `files` as its sha256, mode, uid and
-gid: a role skips writing a file the host has as it would write it). One read for what preflight, images and
-serve would each ask again.
+gid: a role skips writing a file the host has as it would write it), `dirs` (each directory of `dirs`, and of
+those directly in `dir_children`, as its mode, uid and gid, or null), `groups` (each group's gid, or null),
+`trees` (the first five entries of each tree that are not root:root with u=rwX,go=rX; null where it is not a
+directory) and `health` (the HTTP status of GET /health on `health_socket`, or null and why; null where not asked).
+One read for what preflight, images and serve would each ask again (module_utils/refdeploy_host_state.py, read
+beside the readings).
 
 `tuning` is the host's tuning as the manifest records it (serving/host/host_tuning.py parses it), each reading the
 file's text or null where the file does not exist (no cpufreq on many VMs, no NUMA balancing on some kernels):
@@ -83,9 +92,9 @@ import json
 import os
 import re
 import shutil
-import stat
 import struct
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +103,7 @@ from ansible.module_utils.facts.hardware.linux import LinuxHardware
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
 
-from ansible.module_utils.refdeploy_cgroups import HOSTCONFIG_FIELDS, container_cgroup, read_limits
+from ansible.module_utils.refdeploy_host_state import host_state
 from ansible.module_utils.refdeploy_pcie_peer import bus_ids_of, peer_readings
 
 # The NUMA topology: each node's CPUs, and each PCI device's node and local CPUs.
@@ -410,89 +419,9 @@ def tuning(mode: str, settings_fields: list[str], r: Reader) -> dict[str, str | 
     return out
 
 
-def _docker(argv: list[str], timeout_s: int) -> tuple[int, str, str]:
-    """rc, stdout, last stderr line of `docker ARGV`, bounded (127: no docker CLI, 124: no answer in time)."""
-    try:
-        cp = subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        return 127, "", "docker: command not found"
-    except subprocess.TimeoutExpired:
-        return 124, "", f"docker {argv[0]}: no answer within {timeout_s} s"
-    return cp.returncode, cp.stdout, (cp.stderr.strip().splitlines() or [""])[-1]
-
-
-def _launch_affinity(kept_dir: str, cid: object) -> object:
-    """The processes' affinity the deploy that started container `cid` verified (<kept_dir>/<ID>.affinity)."""
-    if not kept_dir or not isinstance(cid, str) or not cid.isalnum():
-        return None
-    try:
-        return json.loads((Path(kept_dir) / f"{cid}.affinity").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _decided_on(c: dict[str, object], kept_dir: str = "") -> dict[str, object]:
-    config = c.get("Config") if isinstance(c.get("Config"), dict) else {}
-    kept = {k: c.get(k) for k in ("Id", "Name", "RestartCount", "State")}
-    # Whether the container's PID 1 is in this host's /proc: not where the "host" shares another's engine (the GPU
-    # test hosts), and then a collection cannot tell a dead engine by its PID (refdeploy_collect does not wait).
-    state = c.get("State") if isinstance(c.get("State"), dict) else {}
-    pid = state.get("Pid") if isinstance(state.get("Pid"), int) else 0
-    cid = c.get("Id") if isinstance(c.get("Id"), str) else ""
-    visible = container_cgroup(pid, cid) is not None
-    host_config = c.get("HostConfig") if isinstance(c.get("HostConfig"), dict) else {}
-    return {
-        **kept,
-        "Config": {"Image": config.get("Image"), "Labels": config.get("Labels") or {}},
-        "PidVisible": visible,
-        # The limits in force, Docker's and the kernel's at every cgroup level (module_utils/refdeploy_cgroups.py):
-        # status and deploy judge drift from them (serving/host/cgroup_limits.py).
-        "HostConfig": {k: host_config.get(k) for k in HOSTCONFIG_FIELDS},
-        "Limits": read_limits(pid, cid) if visible and state.get("Running") else None,
-        "LaunchAffinity": _launch_affinity(kept_dir, c.get("Id")),
-    }
-
-
-def _file(path: str) -> dict[str, object] | None:
-    try:
-        st = Path(path).stat()
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-    return {"sha256": digest, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid}
-
-
-def host_state(read_docker: bool, port: int, images: list[str], containers: list[str], paths: list[str],
-               files: list[str], timeout_s: int, kept_dir: str = "") -> dict[str, object]:  # fmt: skip
-    kinds = {p: "directory" if Path(p).is_dir() else "file" if Path(p).exists() else "missing" for p in paths}
-    found_files = {p: f for p in files if (f := _file(p)) is not None}
-    state: dict[str, object] = {"docker": None, "images_present": [], "containers": [], "paths": kinds,
-                                "files": found_files}  # fmt: skip
-    if not read_docker:
-        return state
-    rc, out, err = _docker(["version", "--format", "{{.Server.Version}}"], timeout_s)
-    docker: dict[str, object] = {"rc": rc, "version": out.strip(), "error": err, "port_owners": []}
-    state["docker"] = docker
-    if rc != 0:
-        return state
-    if port:
-        _, out, _ = _docker(["ps", "--filter", f"publish={port}", "--format", "{{.Names}}"], timeout_s)
-        docker["port_owners"] = out.split()
-    if images:
-        refs = [a for tag in images for a in ("--filter", f"reference={tag}")]
-        _, out, _ = _docker(["image", "ls", "--format", "{{.Repository}}:{{.Tag}}", *refs], timeout_s)
-        state["images_present"] = sorted(set(out.split()))
-    if containers:
-        # Exit status 1 when one of them does not exist: the output still holds those that do.
-        _, out, _ = _docker(["container", "inspect", *containers], timeout_s)
-        try:
-            found = json.loads(out or "[]")
-        except ValueError:
-            found = []
-        state["containers"] = [_decided_on(c, kept_dir) for c in found if isinstance(c, dict)]
-    return state
+def _children(parents: list[str]) -> list[str]:
+    """The directories directly in each of `parents` (none where a parent does not exist)."""
+    return sorted(str(c) for p in parents if Path(p).is_dir() for c in Path(p).iterdir() if c.is_dir())
 
 
 def _sha256_file(path: Path) -> str:
@@ -576,20 +505,32 @@ def main() -> None:
             "build_files_cache": {"type": "str", "default": ""},
             "cache_dir": {"type": "str", "default": ""},
             "kept_dir": {"type": "str", "default": ""},
+            "dirs": {"type": "list", "elements": "str", "default": []},
+            "dir_children": {"type": "list", "elements": "str", "default": []},
+            "groups": {"type": "list", "elements": "str", "default": []},
+            "trees": {"type": "list", "elements": "str", "default": []},
+            "health_socket": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
     r = Reader(p["timeout_s"])
-    got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r, p["cache_dir"],
-                   p["hf_token_file"], p["tls_key_file"])  # fmt: skip
+    # What is on the host now (module_utils/refdeploy_host_state.py) is read beside the plan's readings: mostly
+    # Docker Engine's answers, which wait on the engine, not on this process.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        on_host = pool.submit(
+            host_state, p["read_docker"], p["docker_port"], p["images"], p["containers"], p["paths"], p["files"],
+            p["timeout_s"], p["kept_dir"], p["dirs"] + _children(p["dir_children"]), p["groups"], p["trees"],
+            p["health_socket"],
+        )  # fmt: skip
+        got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r,
+                       p["cache_dir"], p["hf_token_file"], p["tls_key_file"])  # fmt: skip
+        state = on_host.result()
     result = {k: _text(v) for k, v in got.items()}
     if r.missing:
         result["missing"] = _text("\n".join(r.missing))
     if r.timeout:
         result["timeout"] = _text("\n".join(r.timeout))
-    state = host_state(p["read_docker"], p["docker_port"], p["images"], p["containers"], p["paths"], p["files"],
-                       p["timeout_s"], p["kept_dir"])  # fmt: skip
     tuned = tuning(p["mode"], p["settings_fields"], r)
     files = build_files(p["wheelhouse_dir"], p["extra_ca_file"], p["build_files_cache"], not module.check_mode)
     module.exit_json(changed=False, readings=result, host_facts=host_facts(module), host_state=state, tuning=tuned,
