@@ -23,6 +23,7 @@
   run       | refdeploy_torch_fetched(source, saved, bound_s)  its download from PyTorch's index: None or the one line
   run       | refdeploy_engine_start(bound_s)                 the engine's start, phase by phase (engine_wait.py)
   host      | refdeploy_status_lines(plan)                    make status: restarts, the samplers sidecar's state
+  plan      | refdeploy_serve_due(host, settings)              what a deploy must change on the host ([]: converged)
 
 serving.bridge.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -59,6 +60,7 @@ NAMES = (
     "torch_fetched",
     "engine_start",
     "status_lines",
+    "serve_due",
 )
 
 

@@ -40,6 +40,13 @@ def limit_drift(container: Any, spec: Any, plan: Mapping[str, Any], ours: Any = 
     return {**found, "line": describe_drift(found)}
 
 
+def serve_due(plan: Mapping[str, Any], host: Any, settings: Mapping[str, Any]) -> list[str]:
+    """Why serve must run its changes on this host, one line each; [] on a converged host (serving.plan.converge)."""
+    from serving.plan.converge import serve_due as due
+
+    return due(plan, host or {}, settings)
+
+
 def main_affinity(host_limits: Any) -> dict[str, list[str]] | None:
     """Each process's main-thread affinity in a container's readings, kept at launch (serving.host.cgroup_limits)."""
     from serving.host.cgroup_limits import main_affinity as of
