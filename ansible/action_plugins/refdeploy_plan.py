@@ -133,9 +133,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "trees": [profile.model.host_path] if profile.model.generate != "none" else [],
                     # make status: the engine's /health on its socket, in this same read.
                     "health_socket": api_socket(name) if boolean(args.get("read_health", False)) else "",
-                    # The serving container, one an interrupted replacement set aside, its samplers sidecar and
-                    # its front door.
-                    "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front")],
+                    # The serving container, one an interrupted replacement set aside, its samplers sidecar
+                    # and its front door; and a bench client a stopped bench left.
+                    "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front", "-bench")],
                     "files": [f"{RENDERED_DIR}/{name}.json"],
                     # Each process's affinity as the deploy that started the container verified it (<ID>.affinity).
                     "kept_dir": EFFECTIVE_DIR,

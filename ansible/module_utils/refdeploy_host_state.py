@@ -155,6 +155,13 @@ def health(socket_path: str, timeout_s: float = 5.0) -> dict[str, object]:
         conn.close()
 
 
+def _online_cpus() -> str:
+    try:
+        return Path("/sys/devices/system/cpu/online").read_text().strip()
+    except OSError:
+        return ""
+
+
 def host_state(
     read_docker: bool,
     port: int,
@@ -180,6 +187,8 @@ def host_state(
         "groups": {g: group_gid(g) for g in groups},
         "trees": {t: tree_drift(t) for t in trees},
         "health": health(health_socket) if health_socket else None,
+        # The CPUs the kernel has online ("0-1"): the bench plans its client's CPUs from them.
+        "online_cpus": _online_cpus(),
     }
     if not read_docker:
         return state

@@ -34,7 +34,10 @@ def load_library_module(name: str) -> Any:
     return load(f"refdeploy_test_{name}", LIBRARY / f"{name}.py")
 
 
-def run_module(module: str, args: dict[str, Any], *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_module(
+    module: str, args: dict[str, Any], *extra: str, env: dict[str, str] | None = None, fails: bool = False
+) -> dict[str, Any]:
+    """The module's result as Ansible returns it; `fails`: the run must fail (its result is returned, msg and all)."""
     cp = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
          "-M", str(LIBRARY), "-m", module, "-a", json.dumps(args),
@@ -42,8 +45,8 @@ def run_module(module: str, args: dict[str, Any], *extra: str, env: dict[str, st
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_MODULE_UTILS": str(MODULE_UTILS), **(env or {})},
     )  # fmt: skip
-    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
-    # -o: one line, "localhost | SUCCESS => {the module's JSON}"
+    assert (cp.returncode != 0) == fails, cp.stdout[-2000:] + cp.stderr[-2000:]
+    # -o: one line, "localhost | SUCCESS => {the module's JSON}" (FAILED! where it failed)
     result: dict[str, Any] = json.loads(cp.stdout.split(" => ", 1)[1])
     return result
 

@@ -85,7 +85,6 @@ _SHOWING = [(where, t) for where, t in _all_tasks() if shows_an_inspection(t)]
 def test_the_walk_finds_the_tasks_that_read_an_inspection() -> None:
     names = {t.get("name") for _, t in _SHOWING}
     for name in (
-        "Bench | Look at the serving container",
         "Serve | Inspect the serving container and its samplers sidecar after the replacement",
         "Serve | Wait for the engine to answer /health, then read its start-up lines and metrics",
         "Verify | Read the engine's start-up lines and metrics and the container, once it answers /health",

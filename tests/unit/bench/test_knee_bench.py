@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -154,10 +155,14 @@ def test_the_bench_role_gives_the_client_every_module_it_imports(tmp_path: Path)
     """The files the role copies into the client's directory (ansible/roles/bench/tasks/main.yml), alone there:
     the client and the modules it imports beside itself, eagerly and for a search, import and read the plan."""
     tasks = yaml.safe_load((REPO / "ansible" / "roles" / "bench" / "tasks" / "main.yml").read_text())
-    copy = next(t for t in tasks if t["name"].startswith("Bench | Give the client its driver"))
-    for f in copy["vars"]["_bench_base_files"]:
-        if "src" in f:
-            shutil.copy(REPO / f["src"].removeprefix("{{ playbook_dir }}/../"), tmp_path / f["name"])
+    write = next(t for t in tasks if t["name"].startswith("Bench | Give the client its driver"))
+    files = write["refdeploy_write_file"]["files"]
+    for name, value in files.items():
+        m = re.fullmatch(r"\{\{ lookup\('ansible\.builtin\.file', _bench_src ~ '([^']+)', rstrip=false\) \}\}", value)
+        if m:
+            assert Path(m.group(1)).name == name, (name, value)
+            shutil.copy(REPO / m.group(1), tmp_path / name)
+    assert "plan.json" in files
     assert {p.name for p in tmp_path.glob("*.py")} >= {"bench_client.py", "knee.py", "knee_runs.py"}
     run = "import sys, bench_client, knee_runs; sys.exit(bench_client.main(['missing.json']))"
     out = subprocess.run([sys.executable, "-E", "-s", "-c", run], cwd=tmp_path, capture_output=True, text=True)
