@@ -185,3 +185,24 @@ def test_any_one_thing_serve_would_change_is_due_and_named(
     change(plan, host, serve)
     due = serve_due(plan, host, serve)
     assert due and any(said in line for line in due), due
+
+
+def test_the_modes_judged_are_the_modes_serve_sets() -> None:
+    """converge.py judges the socket's and the compile caches' directories by the modes serve's tasks give them
+    (ansible/roles/serve/tasks/converge.yml): one changed without the other would make every deploy run its changes,
+    or skip one it needs."""
+    import yaml
+
+    from serving.plan import converge
+    from tests.helpers.ansible_run import REPO
+
+    tasks = {t["name"]: t for t in yaml.safe_load((REPO / "ansible/roles/serve/tasks/converge.yml").read_text())}
+    sockets = tasks["Serve | Provide vLLM's socket directory"]
+    assert [int(i["mode"], 8) for i in sockets["loop"]] == [
+        int(converge.SOCKET_PARENT_MODE, 8),
+        int(converge.SOCKET_DIR_MODE, 8),
+    ]
+    assert [i["found_as"]["mode"] for i in sockets["loop"]] == [converge.SOCKET_PARENT_MODE, converge.SOCKET_DIR_MODE]
+    cache = tasks["Serve | Provide the compile caches' directory"]["ansible.builtin.file"]
+    assert int(cache["mode"], 8) == int(converge.CACHE_DIR_MODE, 8)
+    assert f"'mode': '{converge.CACHE_DIR_MODE}'" in tasks["Serve | Provide the compile caches' directory"]["when"]
