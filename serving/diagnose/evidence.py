@@ -363,7 +363,7 @@ def _cpus(d: Path, ev: Evidence, serving_cgroup: str) -> None:
         rows = [replace(t, allowed=tuple(sorted(allowed[(t.tgid, t.tid)]))) if (t.tgid, t.tid) in allowed else t
                 for t in ev.threads.value]  # fmt: skip
         ev.threads = Src(rows, f"{ev.threads.artifact}, {rel}")
-    texts = [(d / "host-state" / f"host-processes-{w}.txt") for w in ("before", "after")]
+    texts = [d / "host-state" / "host-processes-before.txt", d / "host-state" / "host-processes-after.txt"]
     if all(t.is_file() for t in texts):
         hb, ha = (cpus.parse_host_processes(t.read_text(errors="replace")) for t in texts)
         if hb is not None and ha is not None:

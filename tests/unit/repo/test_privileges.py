@@ -281,12 +281,15 @@ def test_the_roles_make_the_probe_users_directories_its_own_and_closed_to_others
     write them), 0700 and 0750 (the sidecar's logs are read by the bench client, as the runtime's group), and the
     owner the role gives each is the user its container runs as."""
     tasks = {t.name: t.body["ansible.builtin.file"] for t in role_tasks() if "ansible.builtin.file" in t.body}
-    io_dir = tasks["Probe I/O | Create the probe output directory, the fio container's user's"]
-    assert (io_dir["owner"], io_dir["group"], io_dir["mode"]) == (
-        "{{ _probe_io_plan.out_owner.owner }}",
-        "{{ _probe_io_plan.out_owner.group }}",
-        "0700",
-    )
+    # probe-io's: made with `install -d` in one round trip through the connection (refdeploy_shell).
+    shells = {t.name: t.body["refdeploy_shell"]["cmd"] for t in role_tasks() if "refdeploy_shell" in t.body}
+    io_dir = " ".join(shells[
+        "Probe I/O | Remove a fio container a stopped probe left behind, and create the probe output directory"
+    ].split())  # fmt: skip
+    assert (
+        "install -d -o {{ _probe_io_plan.out_owner.owner | string | quote }} "
+        "-g {{ _probe_io_plan.out_owner.group | string | quote }} -m 0700 -- "
+    ) in io_dir, io_dir
     planned = playbooks.probe_io_argv(_cpu_plan(), {"out": "/o"})
     assert f"{planned['out_owner']['owner']}:{planned['out_owner']['group']}" == PROBE_USER
     assert planned["argv"][planned["argv"].index("--user") + 1] == PROBE_USER
