@@ -45,7 +45,6 @@ import json
 import re
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -154,13 +153,11 @@ def _one(text: str, what: str) -> dict[str, Any]:
 
 def container_readings(name: str, script: str, args: list[str], timeout_s: int) -> dict[str, Any]:
     """The container's inspection, its image's, and what the script prints inside it (JSON)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # The readings inside (a Python start in the container, the longest of these) beside the two inspections.
-        inside_run = pool.submit(_docker, ["exec", name, "python3", "-c", script, *args], timeout_s)
-        container = _one(_docker(["container", "inspect", name], timeout_s), f"inspecting {name}")
-        image_id = str(container.get("Image") or "")
-        image = _one(_docker(["image", "inspect", image_id], timeout_s), f"inspecting {image_id}")
-        inside = _json(inside_run.result(), f"the readings inside {name}")
+    container = _one(_docker(["container", "inspect", name], timeout_s), f"inspecting {name}")
+    image_id = str(container.get("Image") or "")
+    image = _one(_docker(["image", "inspect", image_id], timeout_s), f"inspecting {image_id}")
+    out = _docker(["exec", name, "python3", "-c", script, *args], timeout_s)
+    inside = _json(out, f"the readings inside {name}")
     # What only the host sees: the limits at every cgroup level above the container, and each thread's affinity.
     pid = (container.get("State") or {}).get("Pid")
     cid = container.get("Id")
@@ -191,22 +188,16 @@ def main() -> None:
         if not (health["healthy"] and module.params["read"]):
             module.exit_json(changed=False, **health)
         cid, started = seen
+        lines = _startup_lines(name, started, timeout_s)
         kept_file = Path(module.params["kept_dir"]) / f"{cid}.startup"
         kept = kept_file.read_text() if kept_file.is_file() else ""
+        metrics = _docker(
+            ["exec", name, "curl", "-fsS", "-m", "10", "--unix-socket", socket, "http://localhost/metrics"], timeout_s
+        )
         script = module.params["inside_script"]
-        # Once the engine answers, its log, its /metrics and the container's readings do not depend on each other:
-        # read side by side (each a docker call or three, ~0.1-0.3 s apiece here, that a converged deploy waits on).
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            lines_read = pool.submit(_startup_lines, name, started, timeout_s)
-            metrics_read = pool.submit(
-                _docker,
-                ["exec", name, "curl", "-fsS", "-m", "10", "--unix-socket", socket, "http://localhost/metrics"],
-                timeout_s,
-            )
-            args = module.params["inside_args"]
-            readings_read = pool.submit(container_readings, name, script, args, timeout_s) if script else None
-            lines, metrics = lines_read.result(), metrics_read.result()
-            more = {"container_readings": readings_read.result()} if readings_read is not None else {}
+        more = {}
+        if script:
+            more["container_readings"] = container_readings(name, script, module.params["inside_args"], timeout_s)
     except subprocess.TimeoutExpired as e:
         module.fail_json(msg=f"`{' '.join(map(str, e.cmd))}` did not finish within {timeout_s} s")
     except ReadError as e:
