@@ -90,14 +90,19 @@ def after_window_script(
 
     Docker learns of its container's death asynchronously: just after the kernel killed vLLM's PID 1 (and the
     probe with it), `docker inspect` can still say "running" with the dead PID, and the capture would be judged
-    to have run throughout (seen once in CI, under load). While the PID before the window is gone from /proc and
-    Docker still reports it, the script waits for Docker to catch up (at most WAIT_FOR_DOCKER_S)."""
+    to have run throughout (seen in CI, under load). While the PID before the window is dead or dying and Docker
+    still reports it, the script waits for Docker to catch up (at most WAIT_FOR_DOCKER_S). Dead or dying: gone
+    from /proc, a zombie not yet reaped by containerd's shim (state Z; seen for 0.35 s here, while the probe's
+    `docker run` had already returned 137), or still tearing down (PF_EXITING, 0x4, in /proc/PID/stat's flags)."""
     q = shlex.quote
     archive = f"{out.rstrip('/')}/{top}.tar.gz"
     pid = int(before_pid)
     lines = [
         f"docker rm --force {' '.join(q(n) for n in remove)} >/dev/null 2>&1",
-        f"p={pid}; i=0; while [ $p -gt 0 ] && [ ! -d /proc/$p ] && [ $i -lt {WAIT_FOR_DOCKER_S * 5} ] && "
+        # /proc/PID/stat after the command's closing parenthesis: state, then ppid..tpgid, then flags (proc(5)).
+        "ending() { read -r s 2>/dev/null < /proc/$p/stat || return 0; s=${s##*') '}; set -- $s; "
+        '[ "$1" = Z ] || [ "$1" = X ] || [ $(( ${7:-0} & 4 )) -ne 0 ]; }',
+        f"p={pid}; i=0; while [ $p -gt 0 ] && ending && [ $i -lt {WAIT_FOR_DOCKER_S * 5} ] && "
         f'[ "$(docker container inspect --format \'{{{{.State.Pid}}}}\' {q(serving)} 2>/dev/null)" = "$p" ]; '
         "do sleep 0.2; i=$((i+1)); done",
         # One line: the container's object, or what docker said instead ("No such container", or no daemon).

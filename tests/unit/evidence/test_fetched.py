@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -140,11 +141,9 @@ def test_the_reply_is_read_line_by_line() -> None:
     assert serving_unreadable(down)
 
 
-def test_the_collection_waits_for_docker_to_notice_that_vllm_died(tmp_path: Path) -> None:
-    # A stand-in docker on PATH (the one seam: Docker's lag is what is tested): it reports the dead PID as running
-    # for its first three answers, as Docker did in CI right after the kernel killed vLLM, then the restarted one.
-    dead = 4194303  # above the kernel's pid_max on this machine's default: never in /proc
-    assert not Path(f"/proc/{dead}").exists()
+def _lagging_docker(tmp_path: Path, dead: int) -> tuple[Path, Path]:
+    """A stand-in docker on PATH (the one seam: Docker's lag is what is tested): it reports the dead PID as running
+    for its first three answers, as Docker did in CI right after the kernel killed vLLM, then the restarted one."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("sh", "sleep", "tr", "sed", "cat", "expr"):
@@ -159,6 +158,13 @@ def test_the_collection_waits_for_docker_to_notice_that_vllm_died(tmp_path: Path
         "esac\n"
     )
     (bin_dir / "docker").chmod(0o755)
+    return bin_dir, calls
+
+
+def test_the_collection_waits_for_docker_to_notice_that_vllm_died(tmp_path: Path) -> None:
+    dead = 4194303  # above the kernel's pid_max on this machine's default: never in /proc
+    assert not Path(f"/proc/{dead}").exists()
+    bin_dir, calls = _lagging_docker(tmp_path, dead)
     script = after_window_script(str(tmp_path / "out"), "bundle", "refdeploy-vllm", ["p"], before_pid=dead)
     got = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": str(bin_dir)}, check=False)
     after = parse_after_window(got.stdout)
@@ -169,3 +175,24 @@ def test_the_collection_waits_for_docker_to_notice_that_vllm_died(tmp_path: Path
     script = after_window_script(str(tmp_path / "out"), "bundle", "refdeploy-vllm", ["p"], before_pid=os.getpid())
     subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": str(bin_dir)}, check=False)
     assert int(calls.read_text()) == 2  # rm and the inspect
+
+
+def test_the_collection_waits_while_vllm_is_a_zombie_not_yet_reaped(tmp_path: Path) -> None:
+    # In CI the probe's docker run had returned 137 while vLLM's PID was still in /proc as a zombie (containerd's
+    # shim had not reaped it; 0.35 s here after a SIGKILL) and Docker still said "running" with that PID. A real
+    # zombie: a child of this test that has exited and is not waited for.
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{child.pid}/stat").read_text().rpartition(") ")[2].startswith("Z"):
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.02)
+        bin_dir, calls = _lagging_docker(tmp_path, child.pid)
+        script = after_window_script(str(tmp_path / "out"), "bundle", "refdeploy-vllm", ["p"], before_pid=child.pid)
+        env = {"PATH": str(bin_dir)}
+        got = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False)
+    finally:
+        child.wait()
+    after = parse_after_window(got.stdout)
+    assert after.serving is not None and after.serving["State"]["Pid"] == 777, got.stdout + got.stderr
+    assert int(calls.read_text()) >= 5  # rm, three answers with the zombie's PID, the one that moved on, the inspect
