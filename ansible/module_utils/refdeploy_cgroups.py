@@ -11,10 +11,10 @@ files the same way, so what status calls drift is what verify calls a difference
 Every value is the kernel's own text, unparsed (serving/host/cgroup_limits.py interprets them). The levels are
 the container's cgroup and each ancestor up to the hierarchy's root, for each controller that limits: a quota
 set on /docker or system.slice by hand bounds the container as surely as its own. The tasks are the processes in
-the container's cgroup and each of their threads with the CPUs it may run on (its own affinity, which taskset or
-a runtime's thread binding narrows inside the cpuset). A file a kernel does not have (blkio.weight without
-CFQ/BFQ, memsw without swap accounting) is absent, not empty. Read-only; standard library only (it runs on the
-managed host, where Ansible ships it with the module).
+the container's cgroup under its PID 1 (not what `docker exec` runs there) and each of their threads with the
+CPUs it may run on (its own affinity, which taskset or a runtime's thread binding narrows inside the cpuset). A
+file a kernel does not have (blkio.weight without CFQ/BFQ, memsw without swap accounting) is absent, not empty.
+Read-only; standard library only (it runs on the managed host, where Ansible ships it with the module).
 """
 
 from __future__ import annotations
@@ -106,11 +106,35 @@ def limit_files(proc_cgroup: str, root: Path = CGROUP_ROOT) -> list[Path]:
     return files
 
 
-def tasks(procs_file: Path, proc: Path = Path("/proc")) -> list[dict[str, object]]:
-    """The processes listed in a cgroup's cgroup.procs, each thread with its name and Cpus_allowed_list."""
+def _ppid(pid: str, proc: Path) -> str:
+    stat = _text(proc / pid / "stat") or ""
+    fields = stat.rpartition(") ")[2].split()  # after the command, which may hold spaces: state, ppid, ... (proc(5))
+    return fields[1] if len(fields) > 1 else ""
+
+
+def under_init(pids: list[str], init: int, proc: Path = Path("/proc")) -> list[str]:
+    """The pids that are `init` or descend from it. A cgroup also holds what `docker exec` starts there (the
+    HEALTHCHECK's command every few seconds, runc's own `runc:[2:INIT]` before it becomes that command): the
+    shim is its parent, not the container's PID 1, and a reading that caught it would differ from the next."""
+    parent = {p: _ppid(p, proc) for p in pids}
+    kept = []
+    for p in pids:
+        seen, q = set(), p
+        while q and q != str(init) and q not in seen and q in parent:
+            seen.add(q)
+            q = parent[q]
+        if q == str(init):
+            kept.append(p)
+    return kept
+
+
+def tasks(procs_file: Path, proc: Path = Path("/proc"), init: int = 0) -> list[dict[str, object]]:
+    """The processes listed in a cgroup's cgroup.procs (those under `init` where given: under_init), each thread
+    with its name and Cpus_allowed_list."""
     out: list[dict[str, object]] = []
     seen = 0
-    for pid in (_text(procs_file) or "").split():
+    pids = (_text(procs_file) or "").split()
+    for pid in under_init(pids, init, proc) if init > 0 else pids:
         base = proc / pid
         raw = (base / "cmdline").read_bytes() if (base / "cmdline").exists() else b""
         threads: list[list[object]] = []
@@ -158,5 +182,5 @@ def read_limits(pid: int, cid: str, root: Path = CGROUP_ROOT, proc: Path = Path(
     return {
         "proc_cgroup": proc_cgroup,
         "files": files,
-        "tasks": tasks(holder.joinpath(*[p for p in rel.split("/") if p]) / "cgroup.procs", proc),
+        "tasks": tasks(holder.joinpath(*[p for p in rel.split("/") if p]) / "cgroup.procs", proc, pid),
     }

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +211,30 @@ def test_a_pid_of_another_namespace_is_not_read_as_the_container(live: dict[str,
     assert mod.container_cgroup(4343, cid, tmp_path) is None  # the same number, another process
     assert mod.read_limits(4343, cid, tmp_path / "cg", tmp_path) is None
     assert mod.read_limits(4545, cid, tmp_path / "cg", tmp_path) is None  # no such process here
+
+
+def test_what_docker_exec_runs_in_the_cgroup_is_not_read_as_the_containers(tmp_path: Path) -> None:
+    # A HEALTHCHECK's command runs every 5 s in the container's cgroup, a child of containerd's shim (as the
+    # container's PID 1 is), not of PID 1: a reading that caught it (or runc's own runc:[2:INIT] before it) differed
+    # from the next, and make verify named the difference. Real processes here: `init` and its child, and a sibling
+    # started beside it as the shim starts an exec.
+    mod = _load("refdeploy_cgroups_t", REPO / "ansible" / "module_utils" / "refdeploy_cgroups.py")
+    init = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    exec_like = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (children := Path(f"/proc/{init.pid}/task/{init.pid}/children").read_text().split()):
+            assert time.monotonic() < deadline, "sh started no child"
+            time.sleep(0.02)
+        procs = tmp_path / "cgroup.procs"
+        procs.write_text(f"{init.pid}\n{children[0]}\n{exec_like.pid}\n")
+        assert sorted(t["pid"] for t in mod.tasks(procs, init=init.pid)) == sorted([init.pid, int(children[0])])
+        assert len(mod.tasks(procs)) == 3  # no PID 1 given: every process listed
+    finally:
+        os.killpg(init.pid, signal.SIGKILL)  # init and its child
+        exec_like.kill()
+        for p in (init, exec_like):
+            p.wait()
 
 
 def test_the_write_module_refuses_a_path_outside_the_cgroup_tree() -> None:
