@@ -103,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
 
     register_verify(sub)
     # make diagnose: the seed's method on one capture or bench (serving/diagnose/).
-    from serving.diagnose.engine import register as register_diagnose
+    from serving.diagnose.cli import register as register_diagnose
 
     register_diagnose(sub)
     return ap

@@ -6,7 +6,7 @@ much of a request's time each can account for); then "cannot tell"; then what th
 could not run are listed with what they lacked.
 
   refdeploy diagnose [--run RUN] [--host HOST]    RUN: runs/<host>/<ts>[/capture|/bench], or the <ts>;
-                                                   default: HOST's newest capture or bench
+                                                   default: HOST's newest capture or bench (serving/diagnose/cli.py)
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import sys
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from serving.diagnose.evidence import Evidence, is_bench, is_capture, load_evidence
 from serving.diagnose.model import Diagnosis, Finding, RuleRun
@@ -143,11 +142,3 @@ def cmd_diagnose(a: argparse.Namespace) -> int:
     sys.stdout.write(render_text(d))
     print(f"written: {txt} and {js}")
     return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("diagnose", help="the seed's method on a capture or bench: ranked findings, cited")
-    p.add_argument("--run", default="", help="runs/<host>/<ts>[/capture|/bench], or the <ts>; default the newest")
-    p.add_argument("--host", default="localhost", help="whose newest capture or bench, without --run")
-    p.add_argument("--runs-dir", default="runs")
-    p.set_defaults(func=cmd_diagnose)

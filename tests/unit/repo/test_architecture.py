@@ -27,6 +27,7 @@ on floors strictly below, never a sibling on its own floor: the capture is the o
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -223,3 +224,16 @@ def test_the_probes_never_import_matplotlib() -> None:
             if any(n.split(".")[0] == "matplotlib" for n in names):
                 heavy[str(path.relative_to(REPO))] = names
     assert heavy == {}
+
+
+def test_refdeploys_commands_are_parsed_without_the_heavy_packages() -> None:
+    # make runs `refdeploy check-host` before every operation on a host: building the parser imported the diagnose
+    # engine, and with it pydantic and every rule (0.33 s of check-host's 0.34 s here). Each command imports what
+    # it needs when it runs (serving/cli.py); the parser imports none of it. In a fresh interpreter, as make runs it.
+    probe = (
+        "import sys; from serving.cli import parser; parser(); "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'prometheus_client', "
+        "'matplotlib', 'jinja2', 'yaml') or m.startswith(('serving.diagnose.', 'serving.plan.')))))"
+    )
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert got.stdout.split() == ["serving.diagnose.cli"], got.stdout
