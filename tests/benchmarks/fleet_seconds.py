@@ -202,7 +202,7 @@ def _row(title: str, samples: list[Sample], base: float | None) -> str:
     ratio = f"{med / base:.2f}" if base else "-"
     controller = statistics.median(s.controller_cpu_s for s in samples)
     machine = statistics.median(s.machine_cpu_s for s in samples)
-    return f"{title:46} {len(walls):>2} {spread:>23} {ratio:>6} {controller:>9.2f} {machine:>8.2f}"
+    return f"{title:48} {len(walls):>2} {spread:>23} {ratio:>6} {controller:>9.2f} {machine:>8.2f}"
 
 
 def main() -> int:
@@ -273,7 +273,7 @@ def main() -> int:
             "smallest size; controller CPU: the command's own processes (make, ansible-playbook, its forks, ssh);",
             f"machine CPU: every process of this machine ({os.cpu_count()} CPUs: the controller, the hosts' sshd and",
             "modules, Docker Engine, the idle engines), busy seconds over the command (medians)",
-            f"{'path':46} {'n':>2} {'wall s':>23} {'ratio':>6} {'ctrl CPU':>9} {'mach CPU':>8}",
+            f"{'path':48} {'n':>2} {'wall s':>23} {'ratio':>6} {'ctrl CPU':>9} {'mach CPU':>8}",
         ]
         for what, title in (("floor", "SSH floor (one ping)"), ("converge", "make deploy, converged"),
                             ("verify", "make verify"), ("roll", "canary roll (every container replaced)")):  # fmt: skip
