@@ -31,7 +31,9 @@ For each group size (groups fleet1, fleet4, fleet8 of the hosts rdfleet-01..08),
 floor, converge and verify alternate run by run (floor converge verify, floor converge verify, ...), so a drift of
 the machine's speed falls on all three. `--forks 5,10` also times verify at the largest size under each
 ANSIBLE_FORKS (ansible/ansible.cfg's forks is the default), and with ANSIBLE_STRATEGY=free: the figures behind the
-choice of forks and strategy. Times are wall-clock seconds of the whole `make` process.
+choice of forks and strategy. Times are wall-clock seconds of the whole `make` process. The hosts, their engines
+and its scratch directory go at the end (--keep leaves them, and prints their inventory); the deploys' manifests
+and verify records stay in runs/rdfleet-NN/, as any deploy's do.
 """
 
 from __future__ import annotations
