@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
 import shutil
 import statistics
@@ -54,11 +53,14 @@ from typing import Any
 
 import yaml
 
-from serving.plan.render import API_SOCKET_DIR, RANK_TRACE_DIR
-from tests.benchmarks.product_seconds import REPO, _run, make
+from tests.benchmarks.product_seconds import REPO, _printed_dir, _run, make, print_table
 from tests.integration.conftest import docker, local_build_files
-from tests.integration.test_gpu_hosts_ssh.conftest import SAMPLERS_DIR, SSH_ARGS, _build_images
-from tests.integration.test_gpu_hosts_ssh.gpu_hosts import IMAGE
+from tests.integration.test_gpu_hosts_ssh.conftest import (
+    _build_images,
+    start_ssh_host,
+    wait_for_sshd,
+    write_ssh_inventory,
+)
 
 PORT0 = 2300  # rdfleet-NN's sshd listens on 127.0.0.1:(PORT0 + NN)
 KV_BLOCKS = 128
@@ -104,50 +106,14 @@ def _inventory(inv: Path, key: Path, profiles: dict[int, Path], share: Path, siz
         for i in profiles
     }
     groups = {f"fleet{n}": {"hosts": {host(i): hosts[host(i)] for i in range(1, n + 1)}} for n in sizes}
-    (inv / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "children": groups,
-                    "vars": {
-                        "ansible_user": "root",
-                        "ansible_ssh_private_key_file": str(key),
-                        "ansible_ssh_common_args": SSH_ARGS,
-                        "ansible_python_interpreter": "/usr/bin/python3",
-                    },
-                }
-            }
-        )
-    )
+    write_ssh_inventory(inv, key, groups)
 
 
 def _start(i: int, key: Path, share: Path) -> None:
-    ca, wheels = local_build_files()["extra_ca_file"], local_build_files()["wheelhouse_dir"]
-    docker(
-        "run", "-d", "--name", host(i), "--hostname", host(i), "--network", "host",
-        "--volume", "/var/run/docker.sock:/var/run/docker.sock",
-        "--volume", f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro",
-        # This machine's wheelhouse (inventory/local's images_wheelhouse_dir), which the images' tags hash: the
-        # hosts find the images this machine built and build nothing.
-        "--volume", f"{wheels}:{wheels}:ro",
-        "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro",
-        # The hosts share this machine's engine, which resolves bind mounts here: what the roles make on a host
-        # and the engine mounts into a container must be the same directory in both (as the GPU test hosts do).
-        "--volume", f"{share}:{share}",
-        "--volume", f"{RANK_TRACE_DIR}:{RANK_TRACE_DIR}",
-        "--volume", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}",
-        "--volume", f"{SAMPLERS_DIR}:{SAMPLERS_DIR}",
-        IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(PORT0 + i), "-o", "ListenAddress=127.0.0.1",
-    )  # fmt: skip
-
-
-def _wait_for_sshd(i: int, key: Path) -> None:
-    deadline = time.monotonic() + 60
-    argv = ["ssh", "-i", str(key), "-p", str(PORT0 + i), *SSH_ARGS.split(), "root@127.0.0.1", "hostname"]
-    while subprocess.run(argv, capture_output=True, check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            sys.exit(f"fleet_seconds: {host(i)}: sshd did not answer on port {PORT0 + i} in 60 s")
-        time.sleep(1)
+    # This machine's wheelhouse (inventory/local's images_wheelhouse_dir), which the images' tags hash: the hosts
+    # find the images this machine built and build nothing.
+    wheels = local_build_files()["wheelhouse_dir"]
+    start_ssh_host(host(i), PORT0 + i, key, share, "--volume", f"{wheels}:{wheels}:ro")
 
 
 def _remove(count: int) -> None:
@@ -186,15 +152,6 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[Sample, 
     cpu, busy = _children_cpu_s(), _busy_s()
     wall, out = _run(argv, env={**os.environ, **(env or {})})
     return Sample(wall, _children_cpu_s() - cpu, _busy_s() - busy), out
-
-
-def _manifest(output: str) -> Path:
-    m = re.search(r"manifest: (\S+/manifest\.json)", output) or re.search(
-        r"manifest:(\S+/manifest\.json)", re.sub(r"\s+", "", output)
-    )
-    if not m:
-        sys.exit(f"fleet_seconds: the deploy printed no manifest path:\n{output[-2000:]}")
-    return Path(m.group(1)) if m.group(1).startswith("/") else REPO / m.group(1)
 
 
 def _row(title: str, samples: list[Sample], base: float | None) -> str:
@@ -239,11 +196,11 @@ def main() -> int:
         for i in profiles:
             _start(i, key, share)
         for i in profiles:
-            _wait_for_sshd(i, key)
+            wait_for_sshd(key, host(i), PORT0 + i)
         at = f"INVENTORY={inv}"
         # The first deploy of the whole group: every engine starts (not timed as a fleet path; printed).
         first, out = _timed(make("deploy", at, f"HOST=fleet{count}"))
-        ref = _manifest(out)
+        ref = _printed_dir(out, r"manifest: (\S+)/manifest\.json") / "manifest.json"
         print(f"# first deploy of fleet{count}: {first.wall_s:.1f} s; reference {ref}", file=sys.stderr)
         floor_argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inv)]
         rows: dict[str, list[Sample]] = {}
@@ -293,10 +250,7 @@ def main() -> int:
             _timed(make("undeploy", f"INVENTORY={inv}", f"HOST=fleet{count}"))
             _remove(count)
             shutil.rmtree(tmp, ignore_errors=True)
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
+    print_table(lines, args.out)
     return 0
 
 

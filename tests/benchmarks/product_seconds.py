@@ -121,6 +121,14 @@ def profile_deploy(limit: int) -> list[str]:
     return [f"one no-op make deploy: {wall:.2f} s wall, {said}; its {limit} slowest tasks (profile_tasks):", *rows]
 
 
+def print_table(lines: list[str], out: Path | None) -> None:
+    """The table on stdout, and in `out` too (the last output kept beside the benchmark)."""
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if out:
+        out.write_text(text)
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):7.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -164,10 +172,7 @@ def main() -> int:
         lines.append(f"{title:28} {len(samples):>2} {_spread(walls):>20} {_spread(floors):>20} {own:8.2f} {ratio:6.2f}")
     if args.profile:
         lines += ["", *profile_deploy(args.profile)]
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
+    print_table(lines, args.out)
     return 0
 
 

@@ -114,30 +114,39 @@ def _write_stand_in(stand_in: Path) -> None:
 SAMPLERS_DIR = Probes.model_fields["sidecar_host_dir"].default  # the profiles' (none of the hosts' sets another)
 
 
-def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
+def start_ssh_host(name: str, ssh_port: int, key: Path, share: Path, *volumes: str) -> None:
+    """One test host (IMAGE: sshd on 127.0.0.1:ssh_port in this machine's network namespace, the Docker CLI on this
+    machine's engine), with the mounts every test host needs and `volumes` (more --volume arguments) beside them."""
     # TEST SEAM: the hosts build with this machine's engine, whose probe image is this machine's; its tag hashes the
     # extra CA file the build copies (production-example's images_extra_ca_file), so the hosts have this machine's.
     ca = local_build_files()["extra_ca_file"]
+    docker(
+        "run", "-d", "--name", name, "--hostname", name, "--network", "host",
+        "--volume", "/var/run/docker.sock:/var/run/docker.sock",
+        "--volume", f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro",
+        "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro",
+        *volumes,
+        "--volume", f"{share}:{share}",
+        # The rank trace's host directory (a profile's probes.rank_trace): the serve role on the test host makes
+        # it, and this machine's engine resolves the engine's and the capture's bind mounts of it.
+        "--volume", f"{RANK_TRACE_DIR}:{RANK_TRACE_DIR}",
+        # vLLM's socket directories (serving/plan/render.py API_SOCKET_DIR), likewise: the serve role makes a
+        # container's, the engine mounts it, and the host's own tools (its make status) connect there.
+        "--volume", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}",
+        # The samplers sidecar's log directories, likewise: the serve role makes a container's the probe user's
+        # (it runs as 10003), and a directory this machine's engine made in its place would be root's.
+        "--volume", f"{SAMPLERS_DIR}:{SAMPLERS_DIR}",
+        IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
+    )  # fmt: skip
+
+
+def _start_hosts(key: Path, scratch: Path, share: Path) -> None:
     for name, (ssh_port, _group, _fixture, _port) in HOSTS.items():
-        docker(
-            "run", "-d", "--name", name, "--hostname", name, "--network", "host",
-            "--volume", "/var/run/docker.sock:/var/run/docker.sock",
-            "--volume", f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro",
-            "--volume", f"{key}.pub:/root/.ssh/authorized_keys:ro",
+        start_ssh_host(
+            name, ssh_port, key, share,
             "--volume", f"{FIXTURES}:/opt/replay/fixtures:ro",
             "--volume", f"{REPO / 'tests' / 'replay'}:/opt/replay/bin:ro",
             "--volume", f"{scratch}:/opt/replay/scratch:ro",
-            "--volume", f"{share}:{share}",
-            # The rank trace's host directory (a profile's probes.rank_trace): the serve role on the test host makes
-            # it, and this machine's engine resolves the engine's and the capture's bind mounts of it.
-            "--volume", f"{RANK_TRACE_DIR}:{RANK_TRACE_DIR}",
-            # vLLM's socket directories (serving/plan/render.py API_SOCKET_DIR), likewise: the serve role makes a
-            # container's, the engine mounts it, and the host's own tools (its make status) connect there.
-            "--volume", f"{API_SOCKET_DIR}:{API_SOCKET_DIR}",
-            # The samplers sidecar's log directories, likewise: the serve role makes a container's the probe user's
-            # (it runs as 10003), and a directory this machine's engine made in its place would be root's.
-            "--volume", f"{SAMPLERS_DIR}:{SAMPLERS_DIR}",
-            IMAGE, "/usr/sbin/sshd", "-D", "-e", "-p", str(ssh_port), "-o", "ListenAddress=127.0.0.1",
         )  # fmt: skip
 
 
@@ -167,6 +176,11 @@ def _write_inventory(inv: Path, key: Path, profiles: dict[str, Path], share: Pat
     groups["gpu_rtx3090"]["hosts"]["rdtest-gpu3090"]["pinned_ram_engine_memlock"] = "infinity"
     # Both hosts as one group, the 3090 host first (a roll's canary: test_fleet_roll.py).
     groups["fleet"] = {"children": {"gpu_rtx3090": {}, "gpu_rtxpro6000": {}}}
+    write_ssh_inventory(inv, key, groups)
+
+
+def write_ssh_inventory(inv: Path, key: Path, groups: dict[str, Any]) -> None:
+    """inv/hosts.yml: `groups` under all, reached as root over SSH with `key` (the test hosts' sshd)."""
     (inv / "hosts.yml").write_text(
         yaml.safe_dump(
             {
@@ -184,19 +198,20 @@ def _write_inventory(inv: Path, key: Path, profiles: dict[str, Path], share: Pat
     )
 
 
-def _wait_for_sshd(key: Path) -> None:
-    for name, (ssh_port, _g, _f, _p) in HOSTS.items():
-        deadline = time.monotonic() + 60
-        while True:
-            probe = subprocess.run(
-                ["ssh", "-i", str(key), "-p", str(ssh_port), *SSH_ARGS.split(), "root@127.0.0.1", "hostname"],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            if probe.returncode == 0:
-                assert probe.stdout.strip() == name
-                break
-            assert time.monotonic() < deadline, f"{name}: sshd did not answer on port {ssh_port}: {probe.stderr}"
-            time.sleep(1)
+def wait_for_sshd(key: Path, name: str, ssh_port: int, timeout_s: float = 60) -> None:
+    """Until the test host `name` answers over SSH on ssh_port, as itself; TimeoutError past timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        probe = subprocess.run(
+            ["ssh", "-i", str(key), "-p", str(ssh_port), *SSH_ARGS.split(), "root@127.0.0.1", "hostname"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if probe.returncode == 0:
+            assert probe.stdout.strip() == name, f"port {ssh_port} answered as {probe.stdout.strip()}, not {name}"
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{name}: sshd did not answer on port {ssh_port} in {timeout_s:g} s: {probe.stderr}")
+        time.sleep(1)
 
 
 @pytest.fixture(scope="package")
@@ -218,7 +233,8 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
     _start_hosts(key, scratch, share)
     inv = tmp / "inventory"
     _write_inventory(inv, key, profiles, share)
-    _wait_for_sshd(key)
+    for name, (ssh_port, _g, _f, _p) in HOSTS.items():
+        wait_for_sshd(key, name, ssh_port)
     yield inv, scratch
     _remove()
     STAND_IN.clear()
