@@ -63,7 +63,7 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str
 
 def _printed_dir(output: str, pattern: str) -> Path:
     """The directory the command printed (Ansible may fold a long line: tried again without whitespace)."""
-    m = re.search(pattern, output) or re.search(pattern, re.sub(r"\s+", "", output))
+    m = re.search(pattern, output) or re.search(pattern.replace(" ", ""), re.sub(r"\s+", "", output))
     if not m:
         sys.exit(f"product_seconds: the command printed no {pattern!r}:\n{output[-2000:]}")
     return REPO / m.group(1) if not m.group(1).startswith("/") else Path(m.group(1))
