@@ -112,8 +112,12 @@ def _inventory(inv: Path, key: Path, profiles: dict[int, Path], share: Path, siz
 def _start(i: int, key: Path, share: Path) -> None:
     # This machine's wheelhouse (inventory/local's images_wheelhouse_dir), which the images' tags hash: the hosts
     # find the images this machine built and build nothing.
-    wheels = local_build_files()["wheelhouse_dir"]
-    start_ssh_host(host(i), PORT0 + i, key, share, "--volume", f"{wheels}:{wheels}:ro")
+    # Should a host build all the same, its build context is this machine's directory: the engine resolves the build's
+    # bind mounts here, and the role's removal of its scratch context must reach what the engine created (a build
+    # that failed on a host left empty directories under this machine's /var/lib/refdeploy/build, which
+    # test_deploy.py's patch test then found).
+    wheels, build = local_build_files()["wheelhouse_dir"], "/var/lib/refdeploy/build"
+    start_ssh_host(host(i), PORT0 + i, key, share, "--volume", f"{wheels}:{wheels}:ro", "--volume", f"{build}:{build}")
 
 
 def _remove(count: int) -> None:
