@@ -186,16 +186,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             )
         except InputError as e:
             return {**result, "failed": True, "msg": str(e)}
-        data = plan.model_dump(mode="json")
         # The host's facts come with the plan's read (the module's host_facts): a playbook needs no gather_facts.
-        facts = {
-            **dict(read.get("host_facts") or {}),
-            "refdeploy_plan": data,
-            "refdeploy_plan_summary": describe(plan),
-            "refdeploy_host": read.get("host_state") or {},
-            "refdeploy_host_tuning": read.get("tuning"),
-        }
-        result.update(changed=False, ansible_facts=facts)
+        # The plan and the readings are not facts: Ansible deep-copies a host's facts twice for every task it
+        # runs (VariableManager.get_vars: namespace_facts and clean_facts), and these are ~100 KB. The role keeps
+        # them with set_fact (tasks/read.yml), whose variables are not copied per task.
+        result.update(
+            changed=False,
+            ansible_facts=dict(read.get("host_facts") or {}),
+            refdeploy_plan=plan.model_dump(mode="json"),
+            refdeploy_plan_summary=describe(plan),
+            refdeploy_host=read.get("host_state") or {},
+            refdeploy_host_tuning=read.get("tuning"),
+        )
         if plan.api.secret_env:
             # The launch spec carries them to Docker; -v output must not (serving/config/redact.py).
             result["_ansible_no_log"] = True

@@ -24,6 +24,7 @@
   run       | refdeploy_engine_start(bound_s)                 the engine's start, phase by phase (engine_wait.py)
   host      | refdeploy_status_lines(plan)                    make status: restarts, the samplers sidecar's state
   plan      | refdeploy_serve_due(host, settings)              what a deploy must change on the host ([]: converged)
+  run       | refdeploy_run_add(items)                         the run record with a role's items added
 
 serving.bridge.playbooks is imported when a filter is first called, not when Ansible loads the plugin: Ansible loads
 filter plugins in every task's worker process, and importing pydantic there cost every task 0.1 s (a no-op
@@ -61,6 +62,7 @@ NAMES = (
     "engine_start",
     "status_lines",
     "serve_due",
+    "run_add",
 )
 
 

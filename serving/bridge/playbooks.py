@@ -40,6 +40,15 @@ def limit_drift(container: Any, spec: Any, plan: Mapping[str, Any], ours: Any = 
     return {**found, "line": describe_drift(found)}
 
 
+def run_add(record: Any, items: Mapping[str, Any]) -> dict[str, Any]:
+    """The run record (the variable refdeploy_run) with items added, as each role's set_fact adds them
+    (serving/record/run_record.py). A key no role owns is the roles' own mistake, not an operator's input
+    (tests/unit/record/test_run_record.py holds each key to its role): it raises, and the task fails naming it."""
+    from serving.record.run_record import add
+
+    return add(record if isinstance(record, Mapping) else None, items)
+
+
 def serve_due(plan: Mapping[str, Any], host: Any, settings: Mapping[str, Any]) -> list[str]:
     """Why serve must run its changes on this host, one line each; [] on a converged host (serving.plan.converge)."""
     from serving.plan.converge import serve_due as due

@@ -1,6 +1,9 @@
-"""The run record: what one deploy's roles read and did, added to as the playbook runs (the action plugin
-refdeploy_record, fact `refdeploy_run`) and written by the manifest role. Each key has one role that adds it;
-the manifest reads the record, never another role's variables."""
+"""The run record: what one deploy's roles read and did, added to as the playbook runs (the variable `refdeploy_run`,
+which each role's set_fact adds to through the filter refdeploy_run_add) and written by the manifest role. Each key
+has one role that adds it; the manifest reads the record, never another role's variables.
+
+A variable, not a fact: Ansible deep-copies a host's facts twice for every task it runs (VariableManager.get_vars),
+and the record holds the plan and the container's inspection (~100 KB); set_fact's variables are not copied."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A `docker inspect` holds the container's environment (an HF_TOKEN, a proxy's pas
 holds its build's arguments. Ansible prints a task's result at -v and its module arguments at -vvv, so every task
 whose result carries an inspection must set no_log: docker_container_info and docker_image_info; docker_container
 unless it removes (state: absent returns no container); library/refdeploy_engine_readings (container_readings);
-a command that runs `docker ... inspect`; and refdeploy_record, whose result is the run record, which holds the plan
+a command that runs `docker ... inspect`; and a set_fact of refdeploy_run, the run record, which holds the plan
 (the launch's env) and, after serve, the container's readings. library/refdeploy_host_readings is not among them:
 it cuts the inspection to what a deploy decides on, never the environment.
 
@@ -26,7 +26,6 @@ _RETURNS_INSPECTION = {
     "docker_container_info",
     "docker_image_info",
     "refdeploy_engine_readings",
-    "refdeploy_record",
 }
 _COMMANDS = {"command", "shell", "refdeploy_shell", "refdeploy_watch", "raw"}
 _PLANS_ENV = "{{ refdeploy_plan.api.secret_env | length > 0 }}"
@@ -46,6 +45,9 @@ def shows_an_inspection(task: dict[str, Any]) -> bool:
     """Whether the task's result (or its -vvv arguments) carries a container's or an image's inspection."""
     module, args = _module(task)
     if module in _RETURNS_INSPECTION:
+        return True
+    facts = task.get("ansible.builtin.set_fact")
+    if isinstance(facts, dict) and "refdeploy_run" in facts:
         return True
     if module == "docker_container":
         return not (isinstance(args, dict) and args.get("state") == "absent")
@@ -90,6 +92,7 @@ def test_the_walk_finds_the_tasks_that_read_an_inspection() -> None:
         "Verify | Read the engine's start-up lines and metrics and the container, once it answers /health",
         "Serve | Start the serving container",
         "Serve | Start the previous container again",
+        "Placement | Add each rank's placement to the run record",
         "Manifest | Look up the runtime image",
     ):
         assert name in names, name
@@ -109,7 +112,7 @@ def test_a_task_without_no_log_is_caught() -> None:
         {"name": "Look", "community.docker.docker_container_info": {"name": "c"}, "register": "x"},
         {"name": "Inspect", "ansible.builtin.command": {"argv": ["docker", "container", "inspect", "c"]}},
         {"name": "Stop", "community.docker.docker_container": {"name": "c", "state": "stopped"}},
-        {"name": "Record", "refdeploy_record": {"placement": None}},
+        {"name": "Record", "ansible.builtin.set_fact": {"refdeploy_run": "{{ refdeploy_run }}"}},
         {"name": "Start the sidecar", "community.docker.docker_container": {"name": "s"}, "no_log": _PLANS_ENV},
     ]
     assert [shows_an_inspection(t) and not hidden(t) for t in bare] == [True] * len(bare)

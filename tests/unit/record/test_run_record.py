@@ -1,5 +1,6 @@
-"""The run record (serving/record/run_record.py): each key is added by the one role KEYS names, with the
-refdeploy_record action, and the manifest role reads the record, never another role's variables."""
+"""The run record (serving/record/run_record.py): each key is added by the one role KEYS names, with a set_fact of
+refdeploy_run through the refdeploy_run_add filter, and the manifest role reads the record, never another role's
+variables."""
 
 from __future__ import annotations
 
@@ -15,9 +16,17 @@ from serving.record.run_record import KEYS, RunRecordError, add
 ROLES = Path(__file__).resolve().parents[3] / "ansible" / "roles"
 
 
+ADD = '"{{ refdeploy_run | default(none) | refdeploy_run_add(_run_items) }}"'
+
+
+def _adds(task: dict[str, Any]) -> bool:
+    facts = task.get("ansible.builtin.set_fact")
+    return isinstance(facts, dict) and "refdeploy_run" in facts
+
+
 def _records(node: Any) -> list[dict[str, Any]]:
     if isinstance(node, dict):
-        found = [node["refdeploy_record"]] if "refdeploy_record" in node else []
+        found = [node["vars"]["_run_items"]] if _adds(node) else []
         return found + [r for v in node.values() for r in _records(v)]
     if isinstance(node, list):
         return [r for v in node for r in _records(v)]
@@ -30,6 +39,24 @@ def test_add_merges_and_refuses_a_key_no_role_owns() -> None:
     assert record == {"plan": {"gpu": None}}  # not changed in place
     with pytest.raises(RunRecordError, match="not a run record key: serve_effective"):
         add(record, {"serve_effective": {}})
+
+
+def test_the_record_is_only_added_to_and_by_one_form() -> None:
+    # A set_fact that set refdeploy_run another way (replacing it, or without the key check) could drop what an
+    # earlier role added; the record stays a variable, never returned as a fact (see run_record.py).
+    forms = set()
+    for tasks in ROLES.glob("*/tasks/*.yml"):
+        text = tasks.read_text()
+        forms |= {m.group(1) for m in re.finditer(r"(?m)^\s+refdeploy_run: (\S+(?: \S+)*?)(?:  # .*)?$", text)}
+    assert forms == {ADD}, forms
+
+
+def test_the_filter_refuses_a_key_no_role_owns() -> None:
+    from serving.bridge.playbooks import run_add
+
+    assert run_add(None, {"replaced": False}) == {"replaced": False}
+    with pytest.raises(RunRecordError, match="not a run record key: effective_config"):
+        run_add({"replaced": False}, {"effective_config": {}})
 
 
 def test_each_key_is_added_by_the_role_that_owns_it() -> None:
