@@ -134,7 +134,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "trees": [profile.model.host_path] if profile.model.generate != "none" else [],
                     # make status: the engine's /health on its socket, in this same read.
                     "health_socket": api_socket(name) if boolean(args.get("read_health", False)) else "",
-                    # The setup module's facts, for the manifest and an image build: a quarter of the read's CPU.
+                    # The setup module's facts, for the manifest and an image build: half the read's CPU.
                     "host_facts": boolean(args.get("host_facts", True)),
                     # The serving container, one an interrupted replacement set aside, its samplers sidecar
                     # and its front door; and a bench client a stopped bench left.

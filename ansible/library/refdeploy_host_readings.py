@@ -539,8 +539,8 @@ def main() -> None:
         result["timeout"] = _text("\n".join(r.timeout))
     tuned = tuning(p["mode"], p["settings_fields"], r)
     files = build_files(p["wheelhouse_dir"], p["extra_ca_file"], p["build_files_cache"], not module.check_mode)
-    module.exit_json(changed=False, readings=result, host_facts=host_facts(module) if p["host_facts"] else {},
-                     host_state=state, tuning=tuned,
+    facts = host_facts(module) if p["host_facts"] else {}
+    module.exit_json(changed=False, readings=result, host_facts=facts, host_state=state, tuning=tuned,
                      build_files=files)  # fmt: skip
 
 
