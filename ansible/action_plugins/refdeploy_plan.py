@@ -1,9 +1,10 @@
 """Action plugin refdeploy_plan: the run's plan (serving/plan/plan.py), made once per run on the controller.
 
 It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
-profile also the GPU host's facts), builds the plan in-process and sets it as the fact `refdeploy_plan`, with
-the lines an operator reads first as `refdeploy_plan_summary`, and the host's facts read in the same run
-(ansible_hostname, ansible_processor_vcpus, ...: the module's host_facts), and the host's tuning as the manifest
+profile also the GPU host's facts), builds the plan in-process and returns it as `refdeploy_plan`, with
+the lines an operator reads first as `refdeploy_plan_summary`, and, where host_facts is true (the default), the
+host's facts read in the same run (ansible_hostname, ansible_processor_vcpus, ...: refdeploy_host_readings_with_facts,
+the same read with the setup module's collectors), and the host's tuning as the manifest
 records it, `refdeploy_host_tuning` (serving/host/host_tuning.py: kernel command line, CPU governor, THP, swappiness,
 NUMA balancing and on a GPU host each GPU's settings), kept out of the plan like refdeploy_host. The same read
 says what is on the host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does
@@ -96,8 +97,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             )
             wheelhouse_dir = str(args.get("wheelhouse_dir") or "")
             extra_ca_file = str(args.get("extra_ca_file") or "")
+            # The setup module's facts, for the manifest and an image build, come from the module that carries
+            # Ansible's fact collectors; every other read runs the one whose zip does not (0.17 s a status).
+            facts = boolean(args.get("host_facts", True))
             read = self._execute_module(
-                module_name="refdeploy_host_readings",
+                module_name="refdeploy_host_readings_with_facts" if facts else "refdeploy_host_readings",
                 module_args={
                     "mode": mode,
                     "host": host,
@@ -134,8 +138,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "trees": [profile.model.host_path] if profile.model.generate != "none" else [],
                     # make status: the engine's /health on its socket, in this same read.
                     "health_socket": api_socket(name) if boolean(args.get("read_health", False)) else "",
-                    # The setup module's facts, for the manifest and an image build: half the read's CPU.
-                    "host_facts": boolean(args.get("host_facts", True)),
                     # The serving container, one an interrupted replacement set aside, its samplers sidecar
                     # and its front door; and a bench client a stopped bench left.
                     "containers": [f"{name}{suffix}" for suffix in ("", "-previous", "-samplers", "-front", "-bench")],

@@ -29,9 +29,27 @@ def load_library_module(name: str) -> Any:
         spec.loader.exec_module(mod)
         return mod
 
-    for util in sorted(MODULE_UTILS.glob("*.py")):
-        load(f"ansible.module_utils.{util.stem}", util)
+    # Each file after the project's files it imports (refdeploy_host_read imports refdeploy_host_state, which imports
+    # refdeploy_cgroups): one that imports a file not yet loaded waits for the next pass.
+    waiting = sorted(MODULE_UTILS.glob("*.py"))
+    while waiting:
+        left = []
+        for util in waiting:
+            try:
+                load(f"ansible.module_utils.{util.stem}", util)
+            except ModuleNotFoundError as e:
+                if not str(e.name).startswith("ansible.module_utils.refdeploy_"):
+                    raise
+                left.append(util)
+        assert len(left) < len(waiting), f"module_utils that import each other: {left}"
+        waiting = left
     return load(f"refdeploy_test_{name}", LIBRARY / f"{name}.py")
+
+
+def load_module_utils(name: str) -> Any:
+    """A file of ansible/module_utils as a module of ansible/library imports it (ansible.module_utils.<name>)."""
+    load_library_module("refdeploy_host_readings")
+    return sys.modules[f"ansible.module_utils.{name}"]
 
 
 def run_module(

@@ -17,7 +17,7 @@ import pytest
 from serving.config.profile import load_profile
 from serving.host import gpu_facts, host_tuning
 from serving.plan import gpu_plan
-from tests.helpers.ansible_run import load_library_module, run_module
+from tests.helpers.ansible_run import load_module_utils, run_module
 from tests.helpers.gpu_hosts import IMAGE
 from tests.helpers.gpu_hosts import class_spec as _class
 from tests.helpers.gpu_hosts import host_readings as _readings
@@ -58,7 +58,7 @@ def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_
 
 
 def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_records() -> None:
-    got = read_host({"mode": "cpu", "host": "h1"})["host_facts"]
+    got = run_module("refdeploy_host_readings_with_facts", {"mode": "cpu", "host": "h1"})["host_facts"]
     cp = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "setup",
          "-a", "gather_subset=min,hardware", "-e", f"ansible_python_interpreter={sys.executable}", "-o"],
@@ -69,6 +69,16 @@ def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_re
     names = ("hostname", "fqdn", "distribution", "distribution_version", "kernel", "architecture", "os_family",
              "processor_vcpus", "processor", "memtotal_mb")  # fmt: skip
     assert {n: got[f"ansible_{n}"] for n in names} == {n: setup[f"ansible_{n}"] for n in names}
+
+
+def test_the_read_without_facts_neither_returns_nor_ships_the_fact_collectors() -> None:
+    """status, plan and every probe's read run the module whose zip leaves Ansible's ~100 collector files out: the
+    controller parses every module_utils file a module imports, and the host compiles it, on each run."""
+    assert read_host({"mode": "cpu", "host": "h1"})["host_facts"] == {}
+    shipped = [REPO / "ansible" / "library" / "refdeploy_host_readings.py",
+               *sorted((REPO / "ansible" / "module_utils").glob("*.py"))]  # fmt: skip
+    importers = [p.name for p in shipped if "ansible.module_utils.facts" in p.read_text()]
+    assert importers == []
 
 
 def test_a_replayed_3090_host_reads_as_recorded_and_plans_the_reviewed_spec(tmp_path: Path) -> None:
@@ -206,7 +216,7 @@ fe80000000000000004258fffecb6b44 41a 40 20 80 br-757a04103bc1
 def test_the_hosts_own_addresses_are_its_local_routes_and_its_ipv6_addresses_but_link_local(tmp_path: Path) -> None:
     (tmp_path / "fib_trie").write_text(FIB_TRIE)
     (tmp_path / "if_inet6").write_text(IF_INET6)
-    host_addresses = load_library_module("refdeploy_host_readings").host_addresses
+    host_addresses = load_module_utils("refdeploy_host_read").host_addresses
     assert host_addresses(str(tmp_path)) == "127.0.0.1\n172.17.0.1\n192.0.2.2\nfd00::2\n::1\n"
     assert host_addresses(str(tmp_path / "absent")) == ""
     # This machine's, through the module: loopback at least.
