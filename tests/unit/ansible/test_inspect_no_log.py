@@ -77,7 +77,11 @@ def _tasks(node: Any) -> list[dict[str, Any]]:
 
 
 def _all_tasks() -> list[tuple[str, dict[str, Any]]]:
-    files = sorted(ANSIBLE.glob("*.yml")) + sorted(ANSIBLE.glob("roles/*/tasks/*.yml"))
+    files = (
+        sorted(ANSIBLE.glob("*.yml"))
+        + sorted(ANSIBLE.glob("tasks/*.yml"))
+        + sorted(ANSIBLE.glob("roles/*/tasks/*.yml"))
+    )
     return [(str(f.relative_to(ANSIBLE)), t) for f in files for t in _tasks(yaml.safe_load(f.read_text()))]
 
 

@@ -36,7 +36,7 @@ def _walk(node: Any) -> list[tuple[str, str]]:
 
 
 def _uses() -> list[tuple[str, str, str]]:
-    files = sorted(ANSIBLE.glob("*.yml")) + sorted(ROLES.glob("*/tasks/*.yml"))
+    files = sorted(ANSIBLE.glob("*.yml")) + sorted(ANSIBLE.glob("tasks/*.yml")) + sorted(ROLES.glob("*/tasks/*.yml"))
     return sorted({(r, e, str(f.relative_to(ANSIBLE))) for f in files for r, e in _walk(yaml.safe_load(f.read_text()))})
 
 
