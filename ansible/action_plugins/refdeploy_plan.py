@@ -24,6 +24,7 @@ host the plan cannot deploy to is not an error here (status and capture still ru
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -50,6 +51,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             "extra_ca_file",
             "read_health",
             "host_facts",
+            "engine_readings",
         )
     )
 
@@ -63,6 +65,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         from serving.plan.plan import build_plan
         from serving.plan.render import (
             API_GROUP,
+            API_SOCKET,
             API_SOCKET_DIR,
             EFFECTIVE_DIR,
             PROFILERS,
@@ -144,6 +147,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                     "files": [f"{RENDERED_DIR}/{name}.json"],
                     # Each process's affinity as the deploy that started the container verified it (<ID>.affinity).
                     "kept_dir": EFFECTIVE_DIR,
+                    # A deploy: the serving container's readings now, as serve's engine.yml reads them once it
+                    # answers. Where serve keeps the container unchanged (a converged host), they are its
+                    # readings, and the module run after the launch (0.7 s) is not needed.
+                    "engine": {
+                        "container": name,
+                        "socket": API_SOCKET,
+                        "kept_dir": EFFECTIVE_DIR,
+                        "inside_script": INSIDE_READINGS.read_text(),
+                        "inside_args": [profile.model.container_path],
+                    }
+                    if boolean(args.get("engine_readings", False))
+                    else None,
                     # Only where the runtime build reads the wheelhouse (the CUDA one does not).
                     "wheelhouse_dir": wheelhouse_dir if images.build_args.get("WHEELHOUSE") == "on" else "",
                     "extra_ca_file": extra_ca_file,
@@ -199,12 +214,17 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             refdeploy_plan_summary=describe(plan),
             refdeploy_host=read.get("host_state") or {},
             refdeploy_host_tuning=read.get("tuning"),
+            refdeploy_engine_read=read.get("engine"),
         )
-        if plan.api.secret_env:
-            # The launch spec carries them to Docker; -v output must not (serving/config/redact.py).
+        if plan.api.secret_env or result["refdeploy_engine_read"] is not None:
+            # The launch spec carries them to Docker, and the engine's readings the container's environment; -v
+            # output must not (serving/config/redact.py).
             result["_ansible_no_log"] = True
         return result
 
+
+# What serve's engine.yml runs inside the serving container (lookup of the same file there).
+INSIDE_READINGS = Path(__file__).resolve().parents[2] / "serving" / "standalone" / "inside_readings.py"
 
 # The host's cache of its wheelhouse's hashes, by size and mtime (refdeploy_host_readings build_files): root's,
 # beside the state the deploy keeps, not in /var/lib/refdeploy/cache, which vLLM's user owns.

@@ -27,6 +27,8 @@
       wheelhouse_dir: /opt/wheels             # images_wheelhouse_dir, images_extra_ca_file: hashed, see build_files
       extra_ca_file: /etc/ssl/certs/ca-certificates.crt
       build_files_cache: /var/lib/refdeploy/build-files.json
+      engine: {container: refdeploy-vllm, socket: /run/refdeploy/api/vllm.sock, kept_dir: /var/lib/refdeploy/effective,
+               inside_script: "...", inside_args: [/models/tiny]}   # a deploy's read: see `engine` below
     register: got                             # got.readings: {name: text}, as serving/plan/gpu_plan.py reads them;
                                               # got.host_state: what the roles act on, see below;
                                               # got.tuning: the host's tuning, for the manifest, see below
@@ -73,6 +75,11 @@ scaling_governor), thp_enabled and thp_defrag (/sys/kernel/mm/transparent_hugepa
 clocks, power limits, ECC mode, PCIe links). Like the plan's readings it only reads; it is kept out of the plan
 (a host's tuning is compared by `make verify`, not planned from). `replayed` names the replay directory where
 there is one, so the manifest says the GPU settings were replayed.
+
+`engine` (null unless asked) is the serving container's engine read now, as refdeploy_engine_readings reads it
+once it answers (module_utils/refdeploy_engine_read.py), without waiting: `healthy` false and nothing read where
+/health does not answer at once, `error` where a reading failed. A deploy asks (plan_engine_readings), and serve
+keeps these readings for a container it keeps unchanged (roles/serve/tasks/kept.yml) instead of reading again.
 
 `build_files` is what the images role copies into a build from the host (the wheelhouse's files by path and
 sha256, the extra CA file's sha256, or extra_ca_missing): image tags hash them (serving/plan/images.py), so a

@@ -17,6 +17,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible.module_utils.refdeploy_engine_read import ReadError, engine_readings
 from ansible.module_utils.refdeploy_host_state import host_state
 from ansible.module_utils.refdeploy_pcie_peer import bus_ids_of, peer_readings
 
@@ -393,6 +395,21 @@ def build_files(wheelhouse_dir: str, extra_ca_file: str, cache: str, write_cache
     return result
 
 
+def _engine(asked: dict[str, Any], timeout_s: int) -> dict[str, Any]:
+    """The serving container's readings now (module_utils/refdeploy_engine_read.py), with no wait: healthy false
+    where it does not answer /health at once, or `error` where a reading failed. The deploy uses them only for a
+    container it keeps unchanged, and runs refdeploy_engine_readings itself otherwise."""
+    try:
+        # One poll (health_timeout_s 0), whatever its restart count (the deploy compares the container's ID and
+        # count with the ones it keeps).
+        return engine_readings(
+            str(asked["container"]), str(asked["socket"]), str(asked["kept_dir"]), timeout_s, 0, 0.0, sys.maxsize,
+            True, asked.get("inside_script"), [str(a) for a in asked.get("inside_args") or []],
+        )  # fmt: skip
+    except (ReadError, subprocess.TimeoutExpired, KeyError, OSError) as e:
+        return {"healthy": False, "error": str(e)}
+
+
 def run(host_facts: Callable[[AnsibleModule], dict[str, object]] | None) -> None:
     """The module: read the host, and where `host_facts` is given, its facts too (see the modules' doc)."""
     module = AnsibleModule(
@@ -422,6 +439,9 @@ def run(host_facts: Callable[[AnsibleModule], dict[str, object]] | None) -> None
             "groups": {"type": "list", "elements": "str", "default": []},
             "trees": {"type": "list", "elements": "str", "default": []},
             "health_socket": {"type": "str", "default": ""},
+            # A deploy's read: the serving container's readings as refdeploy_engine_readings gives them once it
+            # answers, read now with no wait (container, socket, kept_dir, inside_script, inside_args).
+            "engine": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -429,7 +449,8 @@ def run(host_facts: Callable[[AnsibleModule], dict[str, object]] | None) -> None
     r = Reader(p["timeout_s"])
     # What is on the host now (module_utils/refdeploy_host_state.py) is read beside the plan's readings: mostly
     # Docker Engine's answers, which wait on the engine, not on this process.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        engine = pool.submit(_engine, p["engine"], p["timeout_s"]) if p["engine"] else None
         on_host = pool.submit(
             host_state, p["read_docker"], p["docker_port"], p["images"], p["containers"], p["paths"], p["files"],
             p["timeout_s"], p["kept_dir"], p["dirs"] + _children(p["dir_children"]), p["groups"], p["trees"],
@@ -438,6 +459,7 @@ def run(host_facts: Callable[[AnsibleModule], dict[str, object]] | None) -> None
         got = readings(p["mode"], p["host"], p["served_dirs"], p["api_key_file"], p["query_gpu_fields"], r,
                        p["cache_dir"], p["hf_token_file"], p["tls_key_file"])  # fmt: skip
         state = on_host.result()
+        engine_read = engine.result() if engine is not None else None
     result = {k: _text(v) for k, v in got.items()}
     if r.missing:
         result["missing"] = _text("\n".join(r.missing))
@@ -447,4 +469,4 @@ def run(host_facts: Callable[[AnsibleModule], dict[str, object]] | None) -> None
     files = build_files(p["wheelhouse_dir"], p["extra_ca_file"], p["build_files_cache"], not module.check_mode)
     facts = host_facts(module) if host_facts else {}
     module.exit_json(changed=False, readings=result, host_facts=facts, host_state=state, tuning=tuned,
-                     build_files=files)  # fmt: skip
+                     build_files=files, engine=engine_read)  # fmt: skip

@@ -165,6 +165,20 @@ def test_redeploy_with_nothing_changed_is_a_noop() -> None:
     after = inspect(CONTAINER)
     assert after is not None and before is not None
     assert (after["Id"], after["State"]["StartedAt"]) == (before["Id"], before["State"]["StartedAt"])
+    # The engine's readings came with the plan's read of the host (no module run of their own), and the manifest
+    # this deploy wrote records the kept container from them: its inspection, the image's, and what it sees inside.
+    tasks = {t.split("]")[0]: t.split("\n", 2)[1] for t in r.output.split("TASK [")[1:]}
+    assert (
+        tasks["serve : Serve | Take the engine's readings from the plan's read of the container kept unchanged"]
+        == "ok: [localhost]"
+    )
+    assert tasks["serve : Serve | Wait for the engine to answer /health, then read its start-up lines and metrics"] == (
+        "skipping: [localhost]"
+    )
+    _, m = manifest_of(r)
+    assert m["verified"] is True, [c for c in m["verification"] if not c["ok"]]
+    assert m["container"]["id"] == after["Id"] and m["image"]["id"] == after["Image"]
+    assert m["effective_config"]["mismatches"] == [] and m["placement"]["ranks"]
 
 
 def test_limits_changed_live_are_named_and_restored_in_place(first_deploy: MakeResult) -> None:

@@ -71,6 +71,26 @@ def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_re
     assert {n: got[f"ansible_{n}"] for n in names} == {n: setup[f"ansible_{n}"] for n in names}
 
 
+def test_a_deploys_read_of_an_engine_docker_cannot_reach_says_it_is_not_healthy_and_reads_nothing(
+    tmp_path: Path,
+) -> None:
+    """A deploy's plan reads the serving container's engine too (`engine`); where there is no engine to read (no
+    Docker Engine answering, or no docker CLI at all, as on a bare host before preflight installs it), the read still
+    succeeds, and serve waits for and reads the engine itself after the launch."""
+    engine = {"container": "refdeploy-test-absent", "socket": "/run/x.sock", "kept_dir": str(tmp_path)}
+    no_engine = {"DOCKER_HOST": "unix:///nonexistent/refdeploy-test.sock"}
+    got = read_host({"mode": "cpu", "host": "h1", "engine": engine}, env=no_engine)["engine"]
+    assert got == {"healthy": False, "health_state": "state gone, restarts 0, /health HTTP 000", "healthy_utc": None}
+    bare = tmp_path / "bin"  # this machine's tools, but docker
+    bare.mkdir()
+    for tool in {t.name: t for d in reversed(os.environ["PATH"].split(":")) for t in Path(d).glob("*")}.values():
+        if tool.name != "docker":
+            (bare / tool.name).symlink_to(tool)
+    got = read_host({"mode": "cpu", "host": "h1", "engine": engine}, env={"PATH": str(bare)})["engine"]
+    assert got["healthy"] is False and "docker" in got["error"], got
+    assert read_host({"mode": "cpu", "host": "h1"}, env=no_engine)["engine"] is None
+
+
 def test_the_read_without_facts_neither_returns_nor_ships_the_fact_collectors() -> None:
     """status, plan and every probe's read run the module whose zip leaves Ansible's ~100 collector files out: the
     controller parses every module_utils file a module imports, and the host compiles it, on each run."""
