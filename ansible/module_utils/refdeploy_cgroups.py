@@ -1,8 +1,9 @@
-"""The limits a running container is under, read from the kernel on its host: shared by two modules.
+"""The limits a running container is under, read from the kernel on its host: shared by the host's reads.
 
-refdeploy_host_readings (the plan's read of the host: `make status` and `make deploy` judge drift from it) and
-refdeploy_engine_readings (the manifest's read once the engine answers: `make verify` compares it) read the same
-files the same way, so what status calls drift is what verify calls a difference.
+The plan's read of the host (module_utils/refdeploy_host_read.py: `make status` and `make deploy` judge drift from
+it) and the engine's readings (module_utils/refdeploy_engine_read.py, the manifest's read once the engine answers:
+`make verify` compares it) read the same files the same way, so what status calls drift is what verify calls a
+difference.
 
   read_limits(pid, cid) -> {"proc_cgroup": <the text of /proc/<pid>/cgroup>,
                        "files": {<absolute path>: <text>},   every limit file of every level, container to root
