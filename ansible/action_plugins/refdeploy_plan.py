@@ -3,8 +3,8 @@
 It reads the managed host once (the module library/refdeploy_host_readings.py: the served files; for a GPU
 profile also the GPU host's facts), builds the plan in-process and returns it as `refdeploy_plan`, with
 the lines an operator reads first as `refdeploy_plan_summary`, and, where host_facts is true (the default), the
-host's facts read in the same run (ansible_hostname, ansible_processor_vcpus, ...: refdeploy_host_readings_with_facts,
-the same read with the setup module's collectors), and the host's tuning as the manifest
+host's facts (ansible_hostname, ansible_processor_vcpus, ...: as the host keeps them from the last collection while
+they hold, or collected by refdeploy_host_facts), and the host's tuning as the manifest
 records it, `refdeploy_host_tuning` (serving/host/host_tuning.py: kernel command line, CPU governor, THP, swappiness,
 NUMA balancing and on a GPU host each GPU's settings), kept out of the plan like refdeploy_host. The same read
 says what is on the host now, for the roles to act on: `refdeploy_host` (Docker Engine's version or why it does
@@ -100,12 +100,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             )
             wheelhouse_dir = str(args.get("wheelhouse_dir") or "")
             extra_ca_file = str(args.get("extra_ca_file") or "")
-            # The setup module's facts, for the manifest and an image build, come from the module that carries
-            # Ansible's fact collectors; every other read runs the one whose zip does not (0.17 s a status).
+            # The setup module's facts, for the manifest and an image build: as the host keeps them, where what
+            # they are read from is unchanged; collected (refdeploy_host_facts) only where it keeps none.
             facts = boolean(args.get("host_facts", True))
             read = self._execute_module(
-                module_name="refdeploy_host_readings_with_facts" if facts else "refdeploy_host_readings",
+                module_name="refdeploy_host_readings",
                 module_args={
+                    "facts_cache": FACTS_CACHE if facts else "",
                     "mode": mode,
                     "host": host,
                     "served_dirs": list(profile.served_dirs),
@@ -170,6 +171,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             if read.get("failed") or "readings" not in read:
                 said = str(read.get("msg") or "no result").strip()[-400:]
                 return {**result, "failed": True, "msg": f"reading {host} for the plan failed: {said}"}
+            if facts and not read.get("host_facts_cached"):
+                # Kept for the next deploy, but not by a run in check mode (the read itself runs in it, for real).
+                keep = "" if (task_vars or {}).get("ansible_check_mode") else FACTS_CACHE
+                got = self._execute_module(
+                    module_name="refdeploy_host_facts", module_args={"cache": keep}, task_vars=task_vars
+                )
+                if got.get("failed") or "host_facts" not in got:
+                    said = str(got.get("msg") or "no result").strip()[-400:]
+                    return {**result, "failed": True, "msg": f"reading {host}'s facts failed: {said}"}
+                read["host_facts"] = got["host_facts"]
             found = read.get("build_files") or {}
             if found.get("extra_ca_missing"):
                 raise InputError(
@@ -225,6 +236,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]
 
 # What serve's engine.yml runs inside the serving container (lookup of the same file there).
 INSIDE_READINGS = Path(__file__).resolve().parents[2] / "serving" / "standalone" / "inside_readings.py"
+
+# The host's facts as refdeploy_host_facts collected them, kept while what they are read from is unchanged
+# (module_utils/refdeploy_facts_cache.py): root's, beside the state the deploy keeps.
+FACTS_CACHE = "/var/lib/refdeploy/host-facts.json"
 
 # The host's cache of its wheelhouse's hashes, by size and mtime (refdeploy_host_readings build_files): root's,
 # beside the state the deploy keeps, not in /var/lib/refdeploy/cache, which vLLM's user owns.

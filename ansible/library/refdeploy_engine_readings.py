@@ -23,7 +23,7 @@ the container (curl is in the image); it ends on HTTP 200, and at once when the 
 failure: `healthy` is false and `health_state` ("state running, restarts 0, /health HTTP 000") says what was
 seen, for the role's own message. Docker's own healthcheck (every 5 s) is for `docker ps`; polling every second
 here saves its latency. One module run for the wait and the readings. On a converged host a deploy does not run
-it: the plan's read took the same readings of the container it keeps (module_utils/refdeploy_host_read.py, its
+it: the plan's read took the same readings of the container it keeps (library/refdeploy_host_readings.py, its
 `engine` option; serve's kept.yml), one module run fewer.
 
 The readings, once healthy: the container's ID, the start-up lines still in its log (`Initializing a V1 LLM

@@ -1,6 +1,6 @@
 """The limits a running container is under, read from the kernel on its host: shared by the host's reads.
 
-The plan's read of the host (module_utils/refdeploy_host_read.py: `make status` and `make deploy` judge drift from
+The plan's read of the host (library/refdeploy_host_readings.py: `make status` and `make deploy` judge drift from
 it) and the engine's readings (module_utils/refdeploy_engine_read.py, the manifest's read once the engine answers:
 `make verify` compares it) read the same files the same way, so what status calls drift is what verify calls a
 difference.

@@ -1,5 +1,5 @@
 """The engine's wait and readings on the managed host: what refdeploy_engine_readings runs after a launch, and
-what the plan's read (module_utils/refdeploy_host_read.py) runs beforehand for the container a converged deploy
+what the plan's read (library/refdeploy_host_readings.py) runs beforehand for the container a converged deploy
 keeps (its `engine` option): ansible/library/refdeploy_engine_readings.py says what it reads and returns.
 """
 

@@ -61,6 +61,7 @@ EXCLUDED: Mapping[str, str] = {
     "daemon.json": "Docker's /etc/docker/daemon.json on the host (role runtime)",
     "refdeploy-dockerd.log": "dockerd's log on a host without systemd, /var/log/refdeploy-dockerd.log",
     "build-files.json": "the host's cache of its wheelhouse's hashes (/var/lib/refdeploy; action refdeploy_plan)",
+    "host-facts.json": "the host's facts kept on it while they hold (/var/lib/refdeploy; action refdeploy_plan)",
     "gpu-smoke.json": "the stand-in's constructed GPU smoke result, /opt/replay/gpu-smoke.json (plan/standin.py)",
     # Scratch archives: a probe's output packed on the host, unpacked into the run on the controller and removed.
     "*.tar.gz": "a probe's packed output (serving/evidence/fetched.py, refdeploy_collect, role profiler)",

@@ -29,8 +29,8 @@ def load_library_module(name: str) -> Any:
         spec.loader.exec_module(mod)
         return mod
 
-    # Each file after the project's files it imports (refdeploy_host_read imports refdeploy_host_state, which imports
-    # refdeploy_cgroups): one that imports a file not yet loaded waits for the next pass.
+    # Each file after the project's files it imports (refdeploy_host_state imports refdeploy_cgroups): one that
+    # imports a file not yet loaded waits for the next pass.
     waiting = sorted(MODULE_UTILS.glob("*.py"))
     while waiting:
         left = []

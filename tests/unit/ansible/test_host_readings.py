@@ -17,7 +17,7 @@ import pytest
 from serving.config.profile import load_profile
 from serving.host import gpu_facts, host_tuning
 from serving.plan import gpu_plan
-from tests.helpers.ansible_run import load_module_utils, run_module
+from tests.helpers.ansible_run import load_library_module, load_module_utils, run_module
 from tests.helpers.gpu_hosts import IMAGE
 from tests.helpers.gpu_hosts import class_spec as _class
 from tests.helpers.gpu_hosts import host_readings as _readings
@@ -57,8 +57,14 @@ def test_a_cpu_host_gives_its_served_files_and_the_key_files_owner_and_mode_not_
     assert gone["readings"]["api_key_file"] == "missing\n" and gone["readings"]["served_files"] == ""
 
 
-def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_records() -> None:
-    got = run_module("refdeploy_host_readings_with_facts", {"mode": "cpu", "host": "h1"})["host_facts"]
+def test_its_host_facts_are_the_ones_gather_facts_gives_and_the_read_returns_them_while_they_hold(
+    tmp_path: Path,
+) -> None:
+    """refdeploy_host_facts collects what the manifest records with the setup module's collectors, and keeps them; the
+    plan's read (which never imports the collectors) returns the kept ones while what they are read from is
+    unchanged, and none where the kept file is of another key (a reboot, a release upgrade, a rename)."""
+    cache = tmp_path / "host-facts.json"
+    got = run_module("refdeploy_host_facts", {"cache": str(cache)})["host_facts"]
     cp = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "setup",
          "-a", "gather_subset=min,hardware", "-e", f"ansible_python_interpreter={sys.executable}", "-o"],
@@ -69,6 +75,36 @@ def test_its_host_facts_are_the_ones_gather_facts_gives_for_what_the_manifest_re
     names = ("hostname", "fqdn", "distribution", "distribution_version", "kernel", "architecture", "os_family",
              "processor_vcpus", "processor", "memtotal_mb")  # fmt: skip
     assert {n: got[f"ansible_{n}"] for n in names} == {n: setup[f"ansible_{n}"] for n in names}
+    read = read_host({"mode": "cpu", "host": "h1", "facts_cache": str(cache)})
+    assert read["host_facts_cached"] is True and read["host_facts"] == got
+    kept = json.loads(cache.read_text())
+    cache.write_text(json.dumps({**kept, "key": "sha256:" + "0" * 64}))
+    stale = read_host({"mode": "cpu", "host": "h1", "facts_cache": str(cache)})
+    assert stale["host_facts_cached"] is False and stale["host_facts"] == {}
+    none = read_host({"mode": "cpu", "host": "h1"})
+    assert none["host_facts_cached"] is False and none["host_facts"] == {}
+
+
+def test_the_kept_facts_key_changes_with_each_thing_they_are_read_from(tmp_path: Path) -> None:
+    facts_cache = load_module_utils("refdeploy_facts_cache")
+    root = tmp_path / "root"
+    for name in facts_cache.KEYED_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{name} as it was\n")
+    (root / "proc/meminfo").write_text("MemTotal:       24683776 kB\nMemFree:  1 kB\n")
+    first = facts_cache.key(str(root))
+    assert facts_cache.key(str(root)) == first
+    (root / "proc/meminfo").write_text("MemTotal:       24683776 kB\nMemFree:  2 kB\n")
+    assert facts_cache.key(str(root)) == first  # free memory moves; what the facts hold does not
+    changed = {}
+    for name in (*facts_cache.KEYED_FILES, "proc/meminfo"):
+        before = (root / name).read_text()
+        (root / name).write_text(before.replace("kB", "kB ") if name == "proc/meminfo" else before + "changed\n")
+        changed[name] = facts_cache.key(str(root)) != first
+        (root / name).write_text(before)
+    assert all(changed.values()), changed
+    (root / "etc/os-release").unlink()
+    assert facts_cache.key(str(root)) != first
 
 
 def test_a_deploys_read_of_an_engine_docker_cannot_reach_says_it_is_not_healthy_and_reads_nothing(
@@ -91,14 +127,15 @@ def test_a_deploys_read_of_an_engine_docker_cannot_reach_says_it_is_not_healthy_
     assert read_host({"mode": "cpu", "host": "h1"}, env=no_engine)["engine"] is None
 
 
-def test_the_read_without_facts_neither_returns_nor_ships_the_fact_collectors() -> None:
-    """status, plan and every probe's read run the module whose zip leaves Ansible's ~100 collector files out: the
-    controller parses every module_utils file a module imports, and the host compiles it, on each run."""
-    assert read_host({"mode": "cpu", "host": "h1"})["host_facts"] == {}
+def test_the_read_never_ships_the_fact_collectors() -> None:
+    """Every playbook's read runs a module whose zip leaves Ansible's ~100 collector files out: the controller parses
+    every module_utils file a module imports, and the host compiles it, on each run. Only refdeploy_host_facts
+    carries them, run where the host keeps no facts that hold."""
     shipped = [REPO / "ansible" / "library" / "refdeploy_host_readings.py",
                *sorted((REPO / "ansible" / "module_utils").glob("*.py"))]  # fmt: skip
     importers = [p.name for p in shipped if "ansible.module_utils.facts" in p.read_text()]
     assert importers == []
+    assert "ansible.module_utils.facts" in (REPO / "ansible" / "library" / "refdeploy_host_facts.py").read_text()
 
 
 def test_a_replayed_3090_host_reads_as_recorded_and_plans_the_reviewed_spec(tmp_path: Path) -> None:
@@ -236,7 +273,7 @@ fe80000000000000004258fffecb6b44 41a 40 20 80 br-757a04103bc1
 def test_the_hosts_own_addresses_are_its_local_routes_and_its_ipv6_addresses_but_link_local(tmp_path: Path) -> None:
     (tmp_path / "fib_trie").write_text(FIB_TRIE)
     (tmp_path / "if_inet6").write_text(IF_INET6)
-    host_addresses = load_module_utils("refdeploy_host_read").host_addresses
+    host_addresses = load_library_module("refdeploy_host_readings").host_addresses
     assert host_addresses(str(tmp_path)) == "127.0.0.1\n172.17.0.1\n192.0.2.2\nfd00::2\n::1\n"
     assert host_addresses(str(tmp_path / "absent")) == ""
     # This machine's, through the module: loopback at least.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from serving.plan.model_facts import from_config, from_gguf, read_model
-from tests.helpers.ansible_run import load_module_utils
+from tests.helpers.ansible_run import load_library_module
 from tests.helpers.gguf_files import write_gguf
 
 REPO = Path(__file__).resolve().parents[3]
@@ -64,7 +64,7 @@ def _gguf(path: Path, blocks: int, nextn: int) -> None:
 def test_a_ggufs_sizes_are_exact_and_a_step_reads_its_active_experts_only(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     _gguf(path, blocks=2, nextn=1)
-    hr = load_module_utils("refdeploy_host_read")
+    hr = load_library_module("refdeploy_host_readings")
     facts = from_gguf([hr.gguf_header(str(path))])
     q, exps, out, embd = 64 * 144, 8 * 32 * 144, 16 * 210, 16 * 256 * 2  # bytes: ggml's block sizes, by hand
     assert facts["weight_bytes"] == embd + 3 * (q + exps) + out
