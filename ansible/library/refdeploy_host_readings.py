@@ -44,13 +44,12 @@ readings p2p_read, pci_paths, acs and iommu (module_utils/refdeploy_pcie_peer.py
 "/sys/<path>\\t<value>"), meminfo, nvidia_version (/proc/driver/nvidia/version), cgroup_fs, docker_runtimes,
 dockerd_limits, data_paths, lsblk, findmnt:<dir> and smart:<nvme disk>. `missing` lists the tools the host lacks,
 `timeout` the commands that did not answer within timeout_s (a wedged driver, a dead NFS mount, a dockerd that does
-not answer): the plan names each one. `host_facts` are the
-host's facts for the platform, the distribution, the CPUs and the memory (ansible_hostname,
-ansible_distribution_version, ansible_processor_vcpus, ansible_memtotal_mb, ...) as refdeploy_host_facts collected
-them with the setup module's own collectors and kept them in `facts_cache`, while what they are read from is
-unchanged (module_utils/refdeploy_facts_cache.py): empty, and `host_facts_cached` false, where none are kept or they
-are stale, or no facts_cache was given. This module never imports the collectors (~100 files to parse and compile on
-each run); a deploy runs refdeploy_host_facts where it found none.
+not answer): the plan names each one. `host_facts` are the host's facts for the platform, the distribution, the
+CPUs and the memory (ansible_hostname, ansible_distribution_version, ansible_processor_vcpus, ansible_memtotal_mb,
+...) as refdeploy_host_facts collected them with the setup module's own collectors and kept them in `facts_cache`,
+while what they are read from is unchanged (module_utils/refdeploy_facts_cache.py): empty, and `host_facts_cached`
+false, where none are kept, they are stale, or no facts_cache was given. This module never imports the collectors
+(~100 files to parse and compile on each run); a deploy runs refdeploy_host_facts where it found none.
 
 `host_state` is what is on the host now, for the roles to act on (not for the plan, which must not vary with
 it): `docker` (Docker Engine's `rc`, `version` and last `error` line of `docker version`, and `port_owners`, the
