@@ -4,7 +4,7 @@ It runs on the system Python before the project's virtualenv exists, so it uses 
 
   python3.11 serving/standalone/prereqs.py venv   before make creates .venv: `python3.11 -m venv` needs ensurepip, which
                                        Debian and Ubuntu ship apart from Python, in python3.11-venv
-  python3.11 serving/standalone/prereqs.py unit   before `make test-unit`: GNU patch (the patch-series tests), openssl
+  python3.11 serving/standalone/prereqs.py unit   before `make test-unit`: the tools the unit tests run for real (UNIT)
   python3.11 serving/standalone/prereqs.py test   before `make test` runs pytest: the tools the tests run on this
   machine
 
@@ -23,25 +23,26 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-# (command the tests run, Debian package that provides it), in the order the line names them.
+# (command the tests run, Debian package that provides it), in the order the line names them. The unit tests' list
+# is what they run for real (found by running them with each tool hidden from PATH, 2026-12-07):
 # openssl: the front door's cipher list expanded as OpenSSL reads it (tests/unit/plan/test_frontdoor.py), and the
 # RSA pair its integration test tries the door's suites with.
-UNIT = [("patch", "patch"), ("openssl", "openssl")]
+UNIT = [
+    ("patch", "patch"),  # the patch series applied for real (tests/unit/images/test_apply_patches.py)
+    ("openssl", "openssl"),
+    ("vmstat", "procps"),  # the samplers on the monotonic clock (tests/unit/probes/test_samplers.py)
+    ("pidstat", "sysstat"),  # the sidecar's pidstat following vLLM's processes (the same)
+    ("perf", "linux-perf"),  # perf record against a real process (tests/unit/probes/test_kernel.py)
+    ("debootstrap", "debootstrap"),  # the base image's keyring pin (tests/unit/images/test_base_keyring.py)
+]
 TEST = [
     *UNIT,
-    ("debootstrap", "debootstrap"),  # the base image (images/base/build.sh)
     ("ss", "iproute2"),  # the port checks
     ("fio", "fio"),  # the I/O probe's tests on this machine
-    ("vmstat", "procps"),  # the samplers' tests
-    ("pidstat", "sysstat"),  # the sidecar's pidstat following vLLM's processes (tests/unit/probes/test_samplers.py)
     ("chromium", "chromium"),  # the timeline report's screenshot test
     ("node", "nodejs"),  # Perfetto's trace processor (WebAssembly), which reads the capture's trace.json
     ("ssh", "openssh-client"),  # the SSH test hosts
     ("ssh-keygen", "openssh-client"),
-    (
-        "perf",
-        "linux-perf",
-    ),  # probes.readers.kernel's perf record against a real process (tests/unit/probes/test_kernel.py)
 ]
 TARGETS = ("venv", "unit", "test")
 APT_TIMEOUT_S = 1200
@@ -71,10 +72,14 @@ def missing(
         return ([] if has_ensurepip() else [venv_package()]), f"`{python} -m venv` (make's virtualenv)"
     needs = {"unit": UNIT, "test": TEST}[target]
     packages: list[str] = []
+    commands: list[str] = []
     for command, package in needs:
-        if which(command) is None and package not in packages:
-            packages.append(package)
-    return packages, f"make {'test-unit' if target == 'unit' else 'test'}"
+        if which(command) is None:
+            commands.append(command)
+            if package not in packages:
+                packages.append(package)
+    what = f"make {'test-unit' if target == 'unit' else 'test'}"
+    return packages, f"{what} (it runs {', '.join(commands)}, not found on PATH)" if commands else what
 
 
 def decide(packages: Sequence[str], why: str, is_root: bool, has_apt: bool) -> Verdict:

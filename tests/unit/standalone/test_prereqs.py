@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from serving.standalone.prereqs import Verdict, decide, missing, venv_package
+from serving.standalone.prereqs import UNIT, Verdict, decide, missing, venv_package
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -23,16 +24,39 @@ def test_test_names_each_missing_package_once_in_order() -> None:
     packages, why = missing("test", which=lambda c: f"/usr/bin/{c}" if c in present else None)
     assert packages == [
         "openssl",
+        "sysstat",
+        "linux-perf",
         "debootstrap",
         "iproute2",
-        "sysstat",
         "chromium",
         "nodejs",
         "openssh-client",
-        "linux-perf",
     ]
-    assert why == "make test"
-    assert missing("unit", which=lambda c: None) == (["patch", "openssl"], "make test-unit")
+    assert why == (
+        "make test (it runs openssl, pidstat, perf, debootstrap, ss, chromium, node, ssh, ssh-keygen, "
+        "not found on PATH)"
+    )
+    assert missing("test", which=lambda c: c) == ([], "make test")
+    assert missing("unit", which=lambda c: None if c == "pidstat" else c) == (
+        ["sysstat"], "make test-unit (it runs pidstat, not found on PATH)"
+    )  # fmt: skip
+
+
+def test_a_unit_run_without_pidstat_is_refused_in_one_line_naming_it(tmp_path: Path) -> None:
+    """The real script as make runs it, on a PATH with every unit tool but pidstat, and no apt-get (so that it
+    names what to install rather than installing it, root or not)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for command, _package in UNIT:
+        if command != "pidstat" and (found := shutil.which(command)):
+            (bin_dir / command).symlink_to(found)
+    out = subprocess.run([sys.executable, "-I", str(REPO / "serving" / "standalone" / "prereqs.py"), "unit"],
+                         capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)})  # fmt: skip
+    assert (out.returncode, out.stdout) == (2, ""), out
+    assert out.stderr == (
+        "make: make test-unit (it runs pidstat, not found on PATH) needs sysstat (Debian package names): install "
+        "them and rerun\n"
+    )
 
 
 def test_root_with_apt_installs() -> None:
