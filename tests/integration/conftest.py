@@ -282,6 +282,25 @@ def bench_dir(result: MakeResult) -> Path:
     return Path(m.group(1))
 
 
+def bundle_dir(result: MakeResult, host: str = "localhost") -> Path:
+    """The capture bundle this `make capture` printed ("bundle: <dir>"), under runs/<host>/, never the newest on
+    disk: a capture that wrote none fails here."""
+    m = re.search(r"bundle: (\S+?)/?['\"]?$", result.output, re.M)
+    assert m, f"no 'bundle:' line in:\n{result.output[-3000:]}"
+    path = Path(m.group(1))
+    assert path.is_relative_to(REPO / "runs" / host) and path.is_dir(), path
+    return path
+
+
+def probe_io_dir(result: MakeResult, host: str = "localhost") -> Path:
+    """The directory this `make probe-io` fetched its results to ("fetched to: <dir>"), under runs/<host>/."""
+    found = [line for line in result.output.splitlines() if "fetched to: " in line]
+    assert len(found) == 1, f"not one 'fetched to:' line in:\n{result.output[-3000:]}"
+    path = Path(found[0].split("fetched to: ", 1)[1].strip().strip("'\""))
+    assert path.is_relative_to(REPO / "runs" / host) and path.is_dir(), path
+    return path
+
+
 @pytest.fixture(scope="module")
 def deployed() -> None:
     """The default deploy (`make deploy`: cpu-tiny on this machine), once per module that asks for it; a no-op

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,6 +41,20 @@ def _dockerd_memlock_soft() -> int | None:
     return None if soft == "unlimited" else int(soft)
 
 
+def _meminfo_kib(field: str) -> int:
+    line = next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith(f"{field}:"))
+    return int(line.split()[1])
+
+
+def _refusal(out: str) -> list[str]:
+    """The preflight's reasons, in the order of its one line: "<host> cannot be deployed to; nothing was changed:
+    a | b | ...", from the failed task's msg (a single-quoted YAML scalar, folded, '' for ')."""
+    flat = re.sub(r"\s*\n\s*", " ", out)
+    m = re.search(r"msg: '[^']*cannot be deployed to; nothing was changed: ((?:[^']|'')*)'", flat)
+    assert m, out[-3000:]
+    return m.group(1).replace("''", "'").split(" | ")
+
+
 def _deploy(tmp_path: Path, replay_dir: Path, profile: str = "rtx3090-pp3") -> tuple[int, str]:
     """Deploy with the one replay seam (tests/replay/README.md): the stand-ins first on PATH, and the GPU
     recordings without their host/ readings, so this machine's own are read."""
@@ -60,27 +75,32 @@ def test_this_machine_is_refused_as_a_3090_host_with_its_real_reasons(tmp_path: 
     assert "localhost cannot be deployed to; nothing was changed" in out
     # The replayed GPUs match the class: no GPU complaint.
     assert "expected 3 GPUs" not in out and "older than the class minimum" not in out
-    # This machine's own facts, each one line, read from the machine first: a Debian 12 host runs cgroup v2 and
-    # may run dockerd with another memlock limit than this one's (cgroup v1, 8 MiB).
+    # This machine's own facts, read from the machine first, decide the refusal's reasons: exactly these, each one
+    # line, whatever the machine (a Debian 12 host runs cgroup v2, may run dockerd with another memlock limit than
+    # this one's 8 MiB, and may have the RAM the budget asks for). Each expected reason names its fact.
     cgroup_fs = subprocess.run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], capture_output=True, text=True,
                                check=True).stdout.strip()  # fmt: skip
-    if cgroup_fs == "cgroup2fs":
-        assert "runs cgroup v1" not in out
-    else:
-        assert f"localhost runs cgroup v1 ({cgroup_fs} at /sys/fs/cgroup)" in out
     runtimes = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True,
                               timeout=60, check=True).stdout  # fmt: skip
-    if "nvidia" in json.loads(runtimes):
-        assert "has no nvidia runtime" not in out
-    else:
-        assert "Docker on localhost has no nvidia runtime" in out
     soft = _dockerd_memlock_soft()
-    if soft is None:
-        assert "exceeds RLIMIT_MEMLOCK" not in out
-    else:
+    mem_total_gib = _meminfo_kib("MemTotal") / 2**20
+    budget_gib = float(re.search(r"'  budget\s+([\d.]+)'", out).group(1))  # type: ignore[union-attr]
+    expected = {
+        "cgroup": f"localhost runs cgroup v1 ({cgroup_fs} at /sys/fs/cgroup)" if cgroup_fs != "cgroup2fs" else None,
+        "runtime": "Docker on localhost has no nvidia runtime" if "nvidia" not in json.loads(runtimes) else None,
+        "memlock": "pinned memory 50.87 GiB exceeds RLIMIT_MEMLOCK" if soft is not None else None,
+        "memory": f"budget {budget_gib:.2f} GiB exceeds MemTotal" if mem_total_gib < budget_gib else None,
+        # The profile's model directory does not exist here.
+        "model": "cannot tell which drive holds /srv/models/served on localhost",
+    }
+    wanted = [lead for lead in expected.values() if lead is not None]
+    reasons = _refusal(out)
+    assert len(reasons) == len(wanted) and all(r.startswith(w) for r, w in zip(reasons, wanted, strict=True)), (
+        reasons,
+        expected,
+    )
+    if soft is not None:
         assert f"exceeds RLIMIT_MEMLOCK {format_size(soft)}" in out
-    # The profile's model directory does not exist here.
-    assert "cannot tell which drive holds /srv/models/served on localhost" in out
     assert "Pinned host-RAM budget" in out and "pinned_max_round_threshold_mb=4096: not rounded" in out
     assert host_state() == before
 

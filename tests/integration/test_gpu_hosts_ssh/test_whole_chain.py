@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import REPO, docker, inspect, ran_bench
+from tests.integration.conftest import REPO, bundle_dir, docker, inspect, manifest_of, probe_io_dir, ran_bench
 from tests.integration.conftest import make as make_here
 from tests.integration.test_gpu_hosts_ssh.gpu_hosts import (
     FIXTURES,
@@ -42,12 +42,6 @@ def _changed_tasks(output: str) -> list[str]:
     return tasks
 
 
-def _newest(host: str, pattern: str) -> Path:
-    found = sorted((REPO / "runs" / host).glob(pattern))
-    assert found, f"no {pattern} under runs/{host}"
-    return found[-1]
-
-
 # host, fixture, model dir, the plan's cpuset and memory nodes, the stand-in's kind of parallelism
 CHAIN = [
     ("rdtest-gpu3090", "rtx3090-3gpu", "served", "0-27", "0", "pipeline_parallel_size"),
@@ -69,7 +63,7 @@ def test_a_gpu_host_runs_the_whole_chain_over_ssh(
     docker("exec", host, "rm", "-f", "/var/log/refdeploy-systemctl.log")
     first = make("deploy", f"INVENTORY={inv}", f"HOST={host}")
     assert first.rc == 0, first.output[-6000:]
-    manifest = json.loads(_newest(host, "*/manifest.json").read_text())
+    _run, manifest = manifest_of(first)
     running = inspect(name)
     assert running is not None and running["State"]["Status"] == "running"
 
@@ -258,7 +252,7 @@ def _check_capture(inv: Path, host: str, share: Path, model: str, gpu: dict[str,
     # container, the largest served file's page cache.
     capture = make("capture", f"INVENTORY={inv}", f"HOST={host}", "SECONDS=6", timeout=900)
     assert capture.rc == 0, capture.output[-5000:]
-    bundle = _newest(host, "*/capture/bundle.json").parent
+    bundle = bundle_dir(capture, host)
     index = json.loads((bundle / "bundle.json").read_text())
     workers = sorted(p["pid"] for p in index["processes"] if p["role"] == "worker")
     assert len(workers) == 2
@@ -287,7 +281,7 @@ def _check_probe_io(inv: Path, host: str, share: Path, model: str) -> None:
     # probe-io on the largest served file (the tiny model's weights), not a model.safetensors it may lack.
     io = make("probe-io", f"INVENTORY={inv}", f"HOST={host}", timeout=600)
     assert io.rc == 0, io.output[-4000:]
-    result = json.loads(_newest(host, "*/probe-io/result.json").read_text())
+    result = json.loads((probe_io_dir(io, host) / "result.json").read_text())
     assert result["target"] == f"{share}/models/{model}/model.safetensors" and result["verdict"] == "PASS"
 
 
@@ -329,8 +323,11 @@ def test_a_group_rolls_a_batch_at_a_time_and_stops_at_its_first_failure(hosts: t
         assert _running_id(CANARY) != before[CANARY]  # replaced: the canary serves its new container
         assert _running_id(SECOND) == before[SECOND]  # untouched by the failed deploy: still serving
 
-        # make verify over the group, against the canary's newest manifest: a table of both hosts.
-        ref = sorted((REPO / "runs" / CANARY).glob("*/manifest.json"))[-1]
+        # make verify over the group, against the manifest the canary's deploy printed: a table of both hosts.
+        (ref,) = {
+            Path(p) for p in re.findall(r"manifest: (\S+/manifest\.json)", second.output)
+            if Path(p).is_relative_to(REPO / "runs" / CANARY)
+        }  # fmt: skip
         assert json.loads(ref.read_text())["container"]["id"] == _running_id(CANARY)
         verify = make("verify", f"INVENTORY={inv}", "HOST=fleet", f"REF={ref}")
         lines = verify.output.splitlines()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serving.config.profile import FrontDoor, load_profile
+from serving.config.profile import PROFILES_DIR, FrontDoor, load_profile
 from serving.config.redact import REDACTED, redact
 from serving.plan.frontdoor import api_failures
 from serving.plan.plan import plan_from_profile
@@ -72,7 +72,15 @@ def test_a_key_reaches_the_container_by_a_mounted_file_and_never_the_spec() -> N
     assert "VLLM_API_KEY" not in keyless.launch.spec["entrypoint"][2]
 
 
-@pytest.mark.parametrize("name", ["rtx3090-pp3", "rtxpro6000-tp8", "cpu-tiny", "cpu-tiny-tp2"])
+SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def test_the_shipped_profiles_are_found() -> None:
+    # The parametrized test below runs once per file in serving/profiles/: an empty glob would run it never.
+    assert {"cpu-tiny", "rtx3090-pp3", "rtxpro6000-tp8"} <= set(SHIPPED) and len(SHIPPED) >= 11, SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_profile_serves_on_the_socket_only(name: str) -> None:
     spec = render_container_spec(load_profile(name), "img")
     assert spec["network_mode"] == "none" and "published_ports" not in spec and "--uds" in spec["command"]
