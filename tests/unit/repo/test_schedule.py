@@ -4,12 +4,13 @@ The runner is exercised with real processes (sleep, true, false), not stand-ins.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests import schedule
+from tests import schedule, times
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -79,6 +80,8 @@ def test_the_closing_line_counts_a_failure_outside_pytest(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("KEEP_GOING", raising=False)  # a make test run with KEEP_GOING=1 around this one
+    monkeypatch.delenv("PYTEST_ARGS", raising=False)
+    monkeypatch.setenv(times.ENV, str(tmp_path / "kept"))  # never .ci/run's kept directory
     monkeypatch.setattr(schedule, "REPO", tmp_path)
     monkeypatch.setattr(
         schedule,
@@ -103,3 +106,103 @@ def test_junit_counts_and_module_times(tmp_path: Path) -> None:
     counts, modules = schedule.junit_counts([tmp_path / "a.xml", tmp_path / "missing.xml"])
     assert counts == {"passed": 1, "failed": 2, "skipped": 1}
     assert modules == pytest.approx({"tests.integration.test_deploy": 12.0, "tests.unit.plan.test_plan": 0.3})
+
+
+def test_each_run_keeps_its_times_and_prints_them_beside_the_last_complete_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two real runs of the scheduler (sleep as the lanes' work): the second prints its phases, lanes and the
+    first's beside them, and each run's times.json is its own, copied to the kept directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KEEP_GOING", raising=False)
+    monkeypatch.delenv("PYTEST_ARGS", raising=False)
+    monkeypatch.setattr(schedule, "REPO", tmp_path)
+    kept = tmp_path / "kept"
+    monkeypatch.setenv(times.ENV, str(kept))
+
+    def two(seconds: str) -> object:
+        return lambda kind, args, logs: [_phase(("checks", (("sleep", seconds),))), _phase(("local", (("true",),)))]
+
+    monkeypatch.setattr(schedule, "plan", two("0"))
+    assert schedule.main(["test"]) == 0
+    first = capsys.readouterr().out
+    assert "==== times: no complete earlier run of make test kept" in first
+    # The second run starts a second later at least: its log directory and start are its own.
+    schedule.time.sleep(1.1)
+    monkeypatch.setattr(schedule, "plan", two("1"))
+    assert schedule.main(["test"]) == 0
+    second = capsys.readouterr().out
+    own = sorted((tmp_path / ".test-logs").glob("*/times.json"))
+    assert len(own) == 2 and f"==== times in {own[1]}, kept as " in second
+    earlier, later = (times.load(p) for p in own)
+    assert earlier is not None and later is not None and later.complete and later.started > earlier.started
+    assert [lane["name"] for lane in later.lanes] == ["checks", "local"] and later.lanes[0]["seconds"] >= 1
+    assert f"==== times beside the run of {earlier.started}" in second
+    (row,) = [line.split() for line in second.splitlines() if line.startswith("  lane checks ")]
+    assert row[-4:-1] == ["was", "0", "s"] and row[-1] == "+1", row  # 1 s now (sleep 1), 0 s in the first run
+    assert sorted(p.name for p in kept.iterdir()) == sorted(
+        f"{t.started.replace(':', '')}.json" for t in (earlier, later)
+    )
+
+
+def _times(started: str, **kw: object) -> times.Times:
+    base: dict[str, object] = {
+        "kind": "test", "started": started, "git": "abc", "cpus": 2, "complete": True,
+        "phases": [{"name": "2 test hosts | local", "seconds": 1300.0, "ok": True}],
+        "lanes": [{"name": "local", "phase": "2 test hosts | local", "seconds": 1300.0, "ok": True}],
+        "modules": {"tests.integration.test_bench": 400.0, "tests.integration.test_knee": 100.0},
+    }  # fmt: skip
+    return times.Times(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_the_comparison_is_with_the_last_complete_run_of_the_same_kind_and_marks_growth(tmp_path: Path) -> None:
+    for name, t in {
+        "a.json": _times("2026-12-01T10:00:00+00:00"),
+        "b.json": _times("2026-12-02T10:00:00+00:00", modules={"tests.integration.test_bench": 300.0}),
+        "c.json": _times("2026-12-03T10:00:00+00:00", complete=False),  # stopped early: says nothing
+        "d.json": _times("2026-12-03T11:00:00+00:00", kind="integration"),
+        "e.json": _times("2026-12-09T10:00:00+00:00"),  # after this run: not "before" it
+    }.items():
+        times.write(t, tmp_path / name)
+    (tmp_path / "broken.json").write_text("{")
+    this = _times(
+        "2026-12-05T10:00:00+00:00",
+        phases=[{"name": "2 test hosts | local", "seconds": 1290.0, "ok": True}],
+        modules={"tests.integration.test_bench": 400.0, "tests.integration.test_diagnose_faults": 280.0},
+    )
+    found = times.previous(tmp_path, this)
+    assert found is not None and found[0].name == "b.json"
+    lines = times.compare(this, found[1])
+    row = {line.split()[0] if "phase" not in line else "phase": line for line in lines[1:]}
+    assert row["tests.integration.test_bench"].endswith("+100  GREW")  # +100 s and +33%
+    assert row["phase"].rstrip().endswith("-10")
+    assert row["tests.integration.test_diagnose_faults"].endswith("(new)")
+    assert times.compare(this, None)[0].startswith("==== times: no complete earlier run")
+
+
+def _ci_limits() -> dict[str, int]:
+    text = (REPO / ".ci" / "run").read_text()
+    return {m[0]: int(m[1]) for m in re.findall(r"^([A-Z]+_LIMIT_S)=(\d+)$", text, re.MULTILINE)}
+
+
+def test_the_phases_budgets_and_cis_set_up_sum_to_under_its_whole_limit_of_80_minutes(tmp_path: Path) -> None:
+    """The claim that a run cannot pass CI's limit of 90 min (issue 48): .ci/run bounds each step and the whole
+    run (CI_LIMIT_S), and make test's phase budgets with the set-up steps' limits fit inside it."""
+    limits = _ci_limits()
+    whole = limits.pop("CI_LIMIT_S")
+    assert whole <= 80 * 60 and set(limits) == {"PREREQS_LIMIT_S", "VENV_LIMIT_S", "DOCKERD_LIMIT_S", "CLEAN_LIMIT_S"}
+    budgets = sum(schedule.budget(p) for p in schedule.plan("test", [], tmp_path))
+    assert budgets + sum(limits.values()) < whole, (budgets, limits, whole)
+    # Every step of .ci/run that can take time runs under `step` (timeout(1)), make test last, with the rest.
+    steps = re.findall(r"^(?:  if ! )?step (\S+) ", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    assert steps == ["prereqs", "venv", "dockerd", "clean", "make-test"]
+
+
+def test_a_lane_gets_what_the_phases_before_left_of_their_budgets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(schedule.LANE_LIMIT_S, "local", 1)
+    (run,) = schedule.run_phase(_phase(("local", (("sleep", "3"),))), [], tmp_path, [], carried=10)
+    assert schedule._passed(run, []), run.why  # 3 s: past its own 1 s, within the 10 s carried
+    (run,) = schedule.run_phase(_phase(("local", (("sleep", "30"),))), [], tmp_path, [], carried=2)
+    assert not schedule._passed(run, []) and "limit of 3 s (1 s its own, 2 s left by the phases before)" in run.why
