@@ -31,12 +31,16 @@ def _key(tmp_path: Path, name: str) -> tuple[Path, str]:
     home = tmp_path / f"gpg-{name}"
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--batch", "--homedir", str(home)]
-    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", f"{name} <{name}@example.org>", "ed25519", "sign",
-                    "never"], check=True, capture_output=True)  # fmt: skip
-    out = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True).stdout
-    fpr = next(ln.split(":")[9] for ln in out.splitlines() if ln.startswith("fpr:"))
-    path = tmp_path / f"{name}.asc"
-    path.write_bytes(subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True).stdout)
+    try:
+        subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", f"{name} <{name}@example.org>", "ed25519",
+                        "sign", "never"], check=True, capture_output=True)  # fmt: skip
+        out = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True).stdout
+        fpr = next(ln.split(":")[9] for ln in out.splitlines() if ln.startswith("fpr:"))
+        path = tmp_path / f"{name}.asc"
+        path.write_bytes(subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True).stdout)
+    finally:
+        # Making the key started a gpg-agent for this home, which outlives gpg: the test leaves nothing running.
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, timeout=30)
     return path, fpr
 
 
