@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ def make(*args: str, timeout: int | None = None, env: dict[str, str] | None = No
     test fails with the command and its last output. An interrupt of the test (pytest-timeout, Ctrl-C) stops
     it too, so that no make outlives its test."""
     target = next((a for a in args if "=" not in a and not a.startswith("-")), "")
+    if target in CHANGES_THE_ENGINE and not any(a.startswith(("HOST=", "INVENTORY=")) for a in args):
+        LOCAL_ENGINE_CHANGED.append(target)
     limit = timeout or MAKE_LIMIT_S.get(target, 600)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MAKE")}, **(env or {})}
     env["ANSIBLE_NOCOLOR"] = "1"
@@ -307,6 +310,32 @@ def deployed() -> None:
     where it already runs. A module whose every test needs it says so: pytest.mark.usefixtures("deployed")."""
     r = make("deploy")
     assert r.rc == 0, r.output[-4000:]
+
+
+# The targets that may leave another profile (or spec) serving on this machine, and this session's runs of them
+# (make() notes each): the session ends with the default profile serving where one of them ran (below).
+CHANGES_THE_ENGINE = ("deploy", "validate", "profile")
+LOCAL_ENGINE_CHANGED: list[str] = []
+DEFAULT_PROFILE = "cpu-tiny"  # inventory/local's serving_profile
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_profile_at_the_end() -> Iterator[None]:
+    """The default profile serving when the session ends, where this session deployed another on this machine and
+    left it running. Modules do not put the default back themselves (one engine start each): the next module
+    deploys what it needs (conftest's `deployed`, or its own profile). Never in a session that deployed nothing
+    here: the test hosts' lane must not deploy to the machine beside the local lane."""
+    yield
+    if not LOCAL_ENGINE_CHANGED:
+        return
+    c = inspect(CONTAINER)
+    if c is None or not c["State"]["Running"]:
+        return  # undeployed (test_deploy ends so): the next run starts from what runs, as it always may
+    labels = c["Config"]["Labels"]
+    if labels.get("org.refdeploy.profile") == DEFAULT_PROFILE and "org.refdeploy.profiler" not in labels:
+        return
+    r = make("deploy")
+    assert r.rc == 0, r.output[-3000:]
 
 
 @pytest.fixture(scope="session", autouse=True)

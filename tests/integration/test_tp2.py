@@ -1,7 +1,12 @@
 """A multi-rank engine on this machine: profile cpu-tiny-tp2, vLLM's CPU build serving the tiny model with tensor
 parallel 2, one rank per CPU (VLLM_CPU_OMP_THREADS_BIND='0|1'). The per-rank code runs for real: the deploy
 verifies each rank's CPU binding and the manifest lists it; a capture under load takes stacks and perf of
-every worker and pidstat of every thread; two benches run and compare. The default deploy is restored last.
+every worker and pidstat of every thread; a bench counts the server's tokens; the torch profiler runs on every rank.
+
+Two engine starts (issue 48; four before): the profiled engine first, then `make profile` against it, which puts the
+normal spec back; every other test reads that engine (its deploy changes nothing). The default deploy is not put
+back here: the modules after this one in make test deploy what they need (test_pp2 its own profile, the probes'
+modules the default), and conftest's session end puts the default back where a run left another profile.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import gzip
 import json
 import re
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,8 @@ from tests.integration.conftest import (
     CONTAINER,
     WINDOW_OPEN,
     BackgroundMake,
+    MakeResult,
+    bundle_dir,
     complete,
     inspect,
     make,
@@ -30,23 +37,81 @@ from tests.integration.conftest import (
 )
 
 pytestmark = pytest.mark.integration
-ENGINE_STARTS = 4
+ENGINE_STARTS = 2
 
 PROFILE = "cpu-tiny-tp2"
 
 
+@dataclass(frozen=True)
+class Profiled:
+    container: dict[str, Any]  # the profiled engine's container, inspected
+    bench: Path  # a bench of it
+    profile: MakeResult  # `make profile` against it
+
+
 @pytest.fixture(scope="module")
-def tp2_manifest() -> Iterator[dict[str, Any]]:
-    """The TP=2 profile deployed, its manifest; the default deploy put back after. Not conftest's `deployed`: another
-    profile, and the manifest is what the tests read."""
+def profiled() -> Profiled:
+    """The profiled engine first (PROFILER=torch deploys it, as KEEP=1 leaves it), a bench of it, then `make profile`
+    against it, which finds the profiler configured (its deploy changes nothing), profiles, and without KEEP=1 puts
+    the normal spec back: the engine every other test here reads."""
+    r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
+    assert r.rc == 0, r.output[-3000:]
+    c = inspect(CONTAINER)
+    assert c is not None
+    # Its run ran (ran_bench: a burst stream on two shared cores is flagged, and a bench of none valid says so).
+    bench = ran_bench(make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900))
+    return Profiled(c, bench, make("profile", f"PROFILE={PROFILE}", "REQUESTS=2", timeout=1200))
+
+
+@pytest.fixture(scope="module")
+def tp2_manifest(profiled: Profiled) -> dict[str, Any]:
+    """The TP=2 profile's manifest, from a deploy of the normal spec `make profile` put back: it starts nothing. Not
+    conftest's `deployed`: another profile, and the manifest is what the tests read."""
     r = make("deploy", f"PROFILE={PROFILE}")
     assert r.rc == 0, r.output[-4000:]
+    assert "changed=0" in r.output, r.output[-4000:]
     _, manifest = manifest_of(r)
-    try:
-        yield manifest
-    finally:
-        r = make("deploy")  # the default deploy, as the other tests expect
-        assert r.rc == 0, r.output[-3000:]
+    return manifest
+
+
+def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
+    profiled: Profiled, tp2_bench: Path
+) -> None:
+    """The profiled engine says so on its container; a bench of it records the profiler and compare refuses it
+    beside an unprofiled bench; `make profile` fetched a trace per rank and put the normal spec back."""
+    c = profiled.container
+    assert c["Config"]["Labels"]["org.refdeploy.profiler"] == "torch"
+    assert "--profiler-config" in c["Config"]["Cmd"]
+    assert json.loads((profiled.bench / "manifest.json").read_text())["profiler"] == "torch"
+    r = make("compare", f"A={tp2_bench}", f"B={profiled.bench}", "VARIABLE=profiler")
+    assert r.rc != 0
+    assert "refusing to compare: profiler: A=None B='torch'" in " ".join(r.output.split())
+
+    r = profiled.profile
+    assert r.rc == 0, r.output[-5000:]
+    assert c["Id"] != (inspect(CONTAINER) or {}).get("Id")  # the normal spec is another container
+    m = re.search(r"profile: (\S+/profile)/", r.output)
+    assert m, r.output[-3000:]
+    profile = Path(m.group(1))
+    summary = json.loads((profile / "summary.json").read_text())
+    assert summary["profiled"] is True
+    ranks = {x["rank"]: x for x in summary["ranks"]}
+    # One trace per worker rank, and the API server's engine client's.
+    assert set(ranks) == {"rank0", "rank1", "async_llm"}, sorted(ranks)
+    assert all(len(list(profile.glob(f"{rk}.*.pt.trace.json.gz"))) == 1 for rk in ("rank0", "rank1"))
+    for rk in ("rank0", "rank1"):
+        assert ranks[rk]["events"] > 1000 and 0 < ranks[rk]["busy_pct"] <= 100
+        assert ranks[rk]["top_cpu_ops"] and ranks[rk]["top_cpu_ops"][0]["self_ms"] > 0
+    text = (profile / "summary.txt").read_text()
+    assert text.startswith("PROFILED:") and "rank1 (rank1." in text
+    run = json.loads((profile / "profile-run.json").read_text())
+    assert run["ok"] and run["requests"]["sent"] == 2 and run["stop_profile"]["status"] == 200
+    _check_merged_trace(profile, run)
+    # Without KEEP=1 the engine is back on its normal spec.
+    c = inspect(CONTAINER)
+    assert c is not None and "org.refdeploy.profiler" not in c["Config"]["Labels"]
+    assert "--profiler-config" not in c["Config"]["Cmd"]
+    assert c["Config"]["Labels"]["org.refdeploy.profile"] == PROFILE
 
 
 def test_each_rank_runs_on_its_own_cpu_and_the_manifest_lists_it(tp2_manifest: dict[str, Any]) -> None:
@@ -108,9 +173,7 @@ def capture(tp2_manifest: dict[str, Any]) -> Path:
     assert r.rc == 0, r.output[-5000:]
     # A CI run sent none: the wait above looked for a `sleep` child after perf's workload became python3.
     assert sent >= 3, f"{sent} request(s) sent while perf sampled both ranks"
-    m = re.search(r"bundle: (\S+?)/?['\"]?$", r.output, re.M)
-    assert m, r.output[-3000:]
-    return Path(m.group(1))
+    return bundle_dir(r)
 
 
 @pytest.mark.timing(margin="9 requests completed while perf sampled both ranks, 3 needed (CI-like run 2026-12-04)")
@@ -172,56 +235,6 @@ def test_a_bench_of_the_tp2_engine_counts_the_servers_tokens(tp2_bench: Path) ->
     # The inventory's profile is not what runs: bench says so, and benches nothing.
     r = make("bench", "WORKLOAD=smoke")
     assert r.rc != 0 and "runs profile cpu-tiny-tp2, not cpu-tiny" in " ".join(r.output.split())
-
-
-def test_make_profile_fetches_a_trace_per_rank_and_a_profiled_bench_is_not_compared(
-    tp2_manifest: dict[str, Any], tp2_bench: Path
-) -> None:
-    """The profiled engine first (PROFILER=torch), then `make profile` against it, which puts the normal spec back:
-    two TP=2 starts where profile-then-deploy-profiled-then-deploy took four (each ~45 s of this suite)."""
-    unprofiled = tp2_bench
-    # PROFILER=torch deploys the profiled engine (as KEEP=1 leaves it), and says so on the container.
-    r = make("deploy", f"PROFILE={PROFILE}", "PROFILER=torch")
-    assert r.rc == 0, r.output[-3000:]
-    c = inspect(CONTAINER)
-    assert c is not None and c["Config"]["Labels"]["org.refdeploy.profiler"] == "torch"
-    assert "--profiler-config" in c["Config"]["Cmd"]
-    # A bench of it records the profiler; compare refuses it beside an unprofiled bench, naming the field.
-    # Its run ran (ran_bench: a burst stream on two shared cores is flagged, and a bench of none valid says so).
-    b = make("bench", f"PROFILE={PROFILE}", "PROFILER=torch", "WORKLOAD=smoke", "RUNS=1", timeout=900)
-    profiled = ran_bench(b)
-    assert json.loads((profiled / "manifest.json").read_text())["profiler"] == "torch"
-    r = make("compare", f"A={unprofiled}", f"B={profiled}", "VARIABLE=profiler")
-    assert r.rc != 0
-    assert "refusing to compare: profiler: A=None B='torch'" in " ".join(r.output.split())
-
-    # make profile finds the profiler configured (its deploy changes nothing), profiles, and without KEEP=1 puts
-    # the normal spec back.
-    r = make("profile", f"PROFILE={PROFILE}", "REQUESTS=2", timeout=1200)
-    assert r.rc == 0, r.output[-5000:]
-    assert c["Id"] != (inspect(CONTAINER) or {}).get("Id")  # the normal spec is another container
-    m = re.search(r"profile: (\S+/profile)/", r.output)
-    assert m, r.output[-3000:]
-    profile = Path(m.group(1))
-    summary = json.loads((profile / "summary.json").read_text())
-    assert summary["profiled"] is True
-    ranks = {x["rank"]: x for x in summary["ranks"]}
-    # One trace per worker rank, and the API server's engine client's.
-    assert set(ranks) == {"rank0", "rank1", "async_llm"}, sorted(ranks)
-    assert all(len(list(profile.glob(f"{rk}.*.pt.trace.json.gz"))) == 1 for rk in ("rank0", "rank1"))
-    for rk in ("rank0", "rank1"):
-        assert ranks[rk]["events"] > 1000 and 0 < ranks[rk]["busy_pct"] <= 100
-        assert ranks[rk]["top_cpu_ops"] and ranks[rk]["top_cpu_ops"][0]["self_ms"] > 0
-    text = (profile / "summary.txt").read_text()
-    assert text.startswith("PROFILED:") and "rank1 (rank1." in text
-    run = json.loads((profile / "profile-run.json").read_text())
-    assert run["ok"] and run["requests"]["sent"] == 2 and run["stop_profile"]["status"] == 200
-    _check_merged_trace(profile, run)
-    # Without KEEP=1 the engine is back on its normal spec.
-    c = inspect(CONTAINER)
-    assert c is not None and "org.refdeploy.profiler" not in c["Config"]["Labels"]
-    assert "--profiler-config" not in c["Config"]["Cmd"]
-    assert c["Config"]["Labels"]["org.refdeploy.profile"] == PROFILE
 
 
 def _check_merged_trace(profile: Path, run: dict[str, Any]) -> None:
