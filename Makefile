@@ -259,12 +259,12 @@ test-integration: check-make-vars $(STAMP) ## The images, then the integration t
 	@$(if $(strip $(PYTEST_ARGS)),$(MAKE) images && PYTEST_ADDOPTS="$$PYTEST_ARGS" $(BIN)/pytest,$(BIN)/python tests/schedule.py integration)
 
 .PHONY: test-diagnose
-test-diagnose: check-make-vars $(STAMP) ## make diagnose on faults induced for real on this machine's deployment (~6 min); not in make test
+test-diagnose: check-make-vars $(STAMP) ## make diagnose on faults induced for real on this machine's deployment (~5 min; make test runs it too)
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && PYTEST_ADDOPTS="$$PYTEST_ARGS" $(BIN)/pytest tests/integration/test_diagnose_faults.py -s
 
 .PHONY: test-knee
-test-knee: check-make-vars $(STAMP) ## The knee search end to end (~3 min); not in make test while its loads sit on this machine's edge
+test-knee: check-make-vars $(STAMP) ## The knee search end to end (~3 min; make test runs it too)
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && PYTEST_ADDOPTS="$$PYTEST_ARGS" $(BIN)/pytest tests/integration/test_knee.py
 
