@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 # (command the tests run, Debian package that provides it), in the order the line names them. The unit tests' list
-# is what they run for real (found by running them with each tool hidden from PATH, 2026-12-07):
+# is what they run for real: found by running them with each tool hidden from PATH (2026-12-07), where they failed
+# or skipped for each of these.
 # openssl: the front door's cipher list expanded as OpenSSL reads it (tests/unit/plan/test_frontdoor.py), and the
 # RSA pair its integration test tries the door's suites with.
 UNIT = [
@@ -34,13 +35,13 @@ UNIT = [
     ("pidstat", "sysstat"),  # the sidecar's pidstat following vLLM's processes (the same)
     ("perf", "linux-perf"),  # perf record against a real process (tests/unit/probes/test_kernel.py)
     ("debootstrap", "debootstrap"),  # the base image's keyring pin (tests/unit/images/test_base_keyring.py)
+    ("node", "nodejs"),  # Perfetto's trace processor (WebAssembly) reading our traces (tests/unit/evidence)
+    ("fio", "fio"),  # the I/O probe's fio runs on this machine (tests/unit/probes/test_io_probe.py)
 ]
 TEST = [
     *UNIT,
     ("ss", "iproute2"),  # the port checks
-    ("fio", "fio"),  # the I/O probe's tests on this machine
     ("chromium", "chromium"),  # the timeline report's screenshot test
-    ("node", "nodejs"),  # Perfetto's trace processor (WebAssembly), which reads the capture's trace.json
     ("ssh", "openssh-client"),  # the SSH test hosts
     ("ssh-keygen", "openssh-client"),
 ]

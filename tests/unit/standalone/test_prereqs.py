@@ -20,21 +20,20 @@ def test_venv_needs_the_venv_package_only_without_ensurepip() -> None:
 
 
 def test_test_names_each_missing_package_once_in_order() -> None:
-    present = {"patch", "fio", "vmstat"}
+    present = {"patch", "chromium", "vmstat"}
     packages, why = missing("test", which=lambda c: f"/usr/bin/{c}" if c in present else None)
     assert packages == [
         "openssl",
         "sysstat",
         "linux-perf",
         "debootstrap",
-        "iproute2",
-        "chromium",
         "nodejs",
+        "fio",
+        "iproute2",
         "openssh-client",
     ]
     assert why == (
-        "make test (it runs openssl, pidstat, perf, debootstrap, ss, chromium, node, ssh, ssh-keygen, "
-        "not found on PATH)"
+        "make test (it runs openssl, pidstat, perf, debootstrap, node, fio, ss, ssh, ssh-keygen, not found on PATH)"
     )
     assert missing("test", which=lambda c: c) == ([], "make test")
     assert missing("unit", which=lambda c: None if c == "pidstat" else c) == (
