@@ -2,7 +2,8 @@
 
     phase 1  checks: make lint, then the unit tests      |  images: make images (the cold build)
     phase 2  test hosts: SSH GPU hosts, the bare host    |  local: deploy, safety, verify, validate, ...
-    phase 3  statistical: bench, knee, workloads, TP=2, the probes (alone: a neighbour's load moves their figures)
+    phase 3  statistical: bench, knee, workloads, TP=2, PP=2 with §8, the probes, the diagnosis (alone: a
+             neighbour's load moves their figures, and the diagnosis induces its faults on this machine)
 
 Why this shape (issue 27): a unit failure shows in minutes, not after an hour of integration tests; the cold
 image build, which nothing before phase 2 needs, overlaps lint and the unit tests; the test hosts deploy to
