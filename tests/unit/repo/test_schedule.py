@@ -183,17 +183,27 @@ def test_the_comparison_is_with_the_last_complete_run_of_the_same_kind_and_marks
     assert times.compare(this, None)[0].startswith("==== times: no complete earlier run")
 
 
+def _ci_value(name: str) -> int:
+    m = re.search(rf"^{name}=(\d+)$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    assert m, f".ci/run sets no {name}"
+    return int(m.group(1))
+
+
 def _ci_limits() -> dict[str, int]:
     text = (REPO / ".ci" / "run").read_text()
     return {m[0]: int(m[1]) for m in re.findall(r"^([A-Z]+_LIMIT_S)=(\d+)$", text, re.MULTILINE)}
 
 
-def test_the_phases_budgets_and_cis_set_up_sum_to_under_its_whole_limit_of_80_minutes(tmp_path: Path) -> None:
+def test_the_phases_budgets_and_cis_set_up_sum_to_under_its_whole_limit_and_that_to_under_cis_90_minutes(
+    tmp_path: Path,
+) -> None:
     """The claim that a run cannot pass CI's limit of 90 min (issue 48): .ci/run bounds each step and the whole
-    run (CI_LIMIT_S), and make test's phase budgets with the set-up steps' limits fit inside it."""
+    run (CI_LIMIT_S, then KILL_AFTER_S for a stopped step to end), and make test's phase budgets with the set-up
+    steps' limits fit inside it."""
     limits = _ci_limits()
-    whole = limits.pop("CI_LIMIT_S")
-    assert whole <= 80 * 60 and set(limits) == {"PREREQS_LIMIT_S", "VENV_LIMIT_S", "DOCKERD_LIMIT_S", "CLEAN_LIMIT_S"}
+    whole, kill_after = limits.pop("CI_LIMIT_S"), _ci_value("KILL_AFTER_S")
+    assert whole + kill_after + 60 <= 90 * 60, (whole, kill_after)  # a minute for the closing lines
+    assert set(limits) == {"PREREQS_LIMIT_S", "VENV_LIMIT_S", "DOCKERD_LIMIT_S", "CLEAN_LIMIT_S"}
     budgets = sum(schedule.budget(p) for p in schedule.plan("test", [], tmp_path))
     assert budgets + sum(limits.values()) < whole, (budgets, limits, whole)
     # Every step of .ci/run that can take time runs under `step` (timeout(1)), make test last, with the rest.
