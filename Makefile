@@ -264,7 +264,7 @@ test-diagnose: check-make-vars $(STAMP) ## make diagnose on faults induced for r
 	$(MAKE) images && PYTEST_ADDOPTS="$$PYTEST_ARGS" $(BIN)/pytest tests/integration/test_diagnose_faults.py -s
 
 .PHONY: test-knee
-test-knee: check-make-vars $(STAMP) ## The knee search end to end (~3 min; make test runs it too)
+test-knee: check-make-vars $(STAMP) ## The knee search end to end (~3 min); not in make test while the client's rate limit on 2 CPUs fails it by chance
 	@$(BIN)/python -I serving/standalone/prereqs.py test
 	$(MAKE) images && PYTEST_ADDOPTS="$$PYTEST_ARGS" $(BIN)/pytest tests/integration/test_knee.py
 

@@ -2,7 +2,7 @@
 
     phase 1  checks: make lint, then the unit tests      |  images: make images (the cold build)
     phase 2  test hosts: SSH GPU hosts, the bare host    |  local: deploy, safety, verify, validate, ...
-    phase 3  statistical: bench, knee, workloads, TP=2, PP=2 with §8, the probes, the diagnosis (alone: a
+    phase 3  statistical: bench, workloads, TP=2, PP=2 with §8, the probes, the diagnosis (alone: a
              neighbour's load moves their figures, and the diagnosis induces its faults on this machine)
 
 Why this shape (issue 27): a unit failure shows in minutes, not after an hour of integration tests; the cold
@@ -65,13 +65,18 @@ LOCAL = tuple(
 STATISTICAL = tuple(
     f"{IT}{m}.py"
     for m in (
-        "test_bench", "test_knee", "test_workloads", "test_tp2", "test_pp2", "test_probes_on_deployment",
+        "test_bench", "test_workloads", "test_tp2", "test_pp2", "test_probes_on_deployment",
         "test_probes_capture", "test_probes_evidence", "test_diagnose_faults",
     )
 )  # fmt: skip
 # Never in make test: the CUDA image build downloads ~4 GB and takes ~15 min (make test-cuda-image); a unit test
 # checks its record is of the current inputs (tests/unit/images/test_cuda_record.py).
-OPT_IN = (f"{IT}test_cuda_image.py",)
+# Not yet: the knee search end to end (make test-knee, about 3 min). On this machine it fails for reasons outside
+# what a change touches: with loads 12-96 (until 2026-12-07) 48 req/s sat on the engine's edge; with 9-72 it passed
+# once (36 met 1.000) and then failed in the same day's phase-3 run, its 36 req/s steady check sending 93.3% of the
+# rate (the client stalled 1.64 s on the 2 CPUs it shares with the engine; 98% needed), though 94% of what was
+# sent met the SLO. Its loads, or the client's placement, need choosing against the client's limit first.
+OPT_IN = (f"{IT}test_cuda_image.py", f"{IT}test_knee.py")
 # Opt-in modules inside a scheduled package, which its lane leaves out: seed 000 §8's experiment on the 3090
 # class's stand-in (make test-pp-receive, about 15 min).
 EXPERIMENTS = (f"{IT}test_gpu_hosts_ssh/test_pp_receive.py",)
@@ -81,7 +86,7 @@ EXPERIMENTS = (f"{IT}test_gpu_hosts_ssh/test_pp_receive.py",)
 # its phase and those before it, so `make test` ends within their sum, which with .ci/run's set-up limits is under
 # its CI_LIMIT_S (tests/unit/repo/test_schedule.py holds that). Measured in a fresh-clone .ci/run here on
 # 2026-12-07 (every suite inside): checks 441 s, the cold image build 281, test hosts 1440, local 1560, and
-# statistical ~2,030 (bench 399, knee 156 and diagnosis 292 among them).
+# statistical ~2,030 (bench 453, knee 172 and the diagnosis ~250 among them; the knee is out again, below).
 LANE_LIMIT_S = {"checks": 600, "images": 600, "test hosts": 1800, "local": 1800, "statistical": 1960}
 # After SIGINT, how long pytest gets to tear its fixtures down before SIGTERM, then SIGKILL.
 STOP_GRACE_S = (60, 15)

@@ -43,7 +43,9 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     #   every search run (1.000) and then failed or passed its steady check by chance (0.648 on 2026-12-05, 0.260
     #   on 2026-12-07; 1.000 in between): a queue that grows slowly outlasts 8 s and not 12. At 36 the engine keeps
     #   up and at 72 it cannot (2026-12-07, this module alone: 36 met 1.000 in 3 runs and its check, 72 met 0.252
-    #   to 0.315 and 0.428 in its check; 156 s).
+    #   to 0.315 and 0.428 in its check; 156 s). In that day's phase-3 run the 36 req/s check then failed on the
+    #   client, not the engine: it sent 93.3% of the rate (98% needed), 94% of it within the SLO. Out of make test
+    #   again until its loads or the client's placement keep clear of the client's limit (tests/schedule.py OPT_IN).
     w["slo"] = {**w["slo"], "ttft": "4000ms"}
     w["search"] = {**w["search"], "rate": {"start": 9.0, "limit": 72.0}, "resolution": 1.0, "confirm_runs": 2,
                    "max_runs": 12, "duration_s": 8, "ramp_up_s": 2, "min_completed": 20,
